@@ -1,0 +1,3 @@
+"""compliance package."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""privacy_ledger package."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""secure_fed package."""
+
+__all__: list[str] = []
