@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "audit"
-ERROR_MODULES = [
-    "crypto.errors",
-    "privacy_ledger.errors",
-    "secure_fed.errors",
-    "compliance.errors",
-    "api.errors",
-]
+PACKAGES = ["crypto", "privacy_ledger", "secure_fed", "compliance", "api"]
+
+
+def _modules() -> list[str]:
+    names: list[str] = []
+    for pkg in PACKAGES:
+        module = importlib.import_module(pkg)
+        names.append(pkg)
+        for info in pkgutil.walk_packages(module.__path__, prefix=f"{pkg}."):
+            if ".migrations" not in info.name:
+                names.append(info.name)
+    return names
+
+
+ERROR_MODULES = _modules()
 
 
 def _codes() -> dict[str, str]:
