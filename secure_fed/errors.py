@@ -28,3 +28,120 @@ class SecureFedError(Exception):
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
+
+
+# --- federation: schema registry, round engine, aggregation, attacks -------------------
+
+
+class SchemaInvalid(SecureFedError):
+    """A model schema, semantic version or output spec is malformed."""
+
+    code: ClassVar[str] = "SCHEMA_INVALID"
+
+
+class SchemaUnknown(SecureFedError):
+    """An upload declares a model id or version the schema registry does not know."""
+
+    code: ClassVar[str] = "SCHEMA_UNKNOWN"
+
+
+class SchemaMajorMismatch(SchemaInvalid):
+    """An upload's schema MAJOR version differs from the round's."""
+
+    code: ClassVar[str] = "SCHEMA_MAJOR_MISMATCH"
+
+
+class OutputSpecMismatch(SchemaInvalid):
+    """An upload's output spec (classes, representation, bound) differs from the round's."""
+
+    code: ClassVar[str] = "SCHEMA_OUTPUT_SPEC_MISMATCH"
+
+
+class RoundConfigInvalid(SecureFedError):
+    """A round configuration or engine parameter is invalid."""
+
+    code: ClassVar[str] = "ROUND_CONFIG_INVALID"
+
+
+class RoundOutOfOrder(SecureFedError):
+    """A step or message arrived in a stage that does not allow it."""
+
+    code: ClassVar[str] = "ROUND_OUT_OF_ORDER"
+
+
+class RoundNotFound(SecureFedError):
+    """A message names a round the aggregator never opened."""
+
+    code: ClassVar[str] = "ROUND_NOT_FOUND"
+
+
+class StaleRound(SecureFedError):
+    """A message or config names a round older than the current one."""
+
+    code: ClassVar[str] = "ROUND_STALE"
+
+
+class UploadLate(SecureFedError):
+    """An upload arrived after the round's deadline."""
+
+    code: ClassVar[str] = "UPLOAD_LATE"
+
+
+class TooFewParticipants(SecureFedError):
+    """Fewer than ``min_participants`` uploads arrived; the round was aborted."""
+
+    code: ClassVar[str] = "ROUND_TOO_FEW_PARTICIPANTS"
+
+
+class UploadMalformed(SecureFedError):
+    """Upload bytes fail size, framing, shape or range validation."""
+
+    code: ClassVar[str] = "UPLOAD_MALFORMED"
+
+
+class UploadReplayed(SecureFedError):
+    """An upload reuses a nonce the aggregator has already seen."""
+
+    code: ClassVar[str] = "UPLOAD_REPLAYED"
+
+
+class UploadDuplicate(SecureFedError):
+    """A participant uploads twice in the same round."""
+
+    code: ClassVar[str] = "UPLOAD_DUPLICATE"
+
+
+class UnknownMode(SecureFedError):
+    """An aggregation mode name is not in the registry."""
+
+    code: ClassVar[str] = "AGGREGATION_UNKNOWN_MODE"
+
+
+class AggregationInvalid(SecureFedError):
+    """Aggregation inputs are inconsistent (no uploads, bad weights, mixed handles)."""
+
+    code: ClassVar[str] = "AGGREGATION_INVALID"
+
+
+class UnknownAttack(SecureFedError):
+    """An attack name is not in the attack registry."""
+
+    code: ClassVar[str] = "ATTACK_UNKNOWN"
+
+
+class AttackSpecInvalid(SecureFedError):
+    """An ``--attack KIND:COUNT`` specification or attack parameter is malformed."""
+
+    code: ClassVar[str] = "ATTACK_SPEC_INVALID"
+
+
+class WeightingInvalid(SecureFedError):
+    """Dynamic-weighting parameters or inputs are invalid."""
+
+    code: ClassVar[str] = "WEIGHTING_INVALID"
+
+
+class FederationConfigInvalid(SecureFedError):
+    """A federation or demo configuration is invalid."""
+
+    code: ClassVar[str] = "FEDERATION_CONFIG_INVALID"
