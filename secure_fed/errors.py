@@ -145,3 +145,84 @@ class FederationConfigInvalid(SecureFedError):
     """A federation or demo configuration is invalid."""
 
     code: ClassVar[str] = "FEDERATION_CONFIG_INVALID"
+
+
+# --- learning building blocks (models, data, dp, distill, budget) ---------
+
+
+class LearningParameterInvalid(SecureFedError):
+    """A learning argument (fraction, batch size, temperature, ...) is out of range."""
+
+    code = "LEARNING_PARAMETER_INVALID"
+
+
+class UnknownModel(SecureFedError):
+    """A model name is not in the model registry; the message lists the registry."""
+
+    code = "LEARNING_UNKNOWN_MODEL"
+
+
+class ModelUnsupported(SecureFedError):
+    """A module cannot be trained privately by Opacus (e.g. BatchNorm); layers are listed."""
+
+    code = "LEARNING_MODEL_UNSUPPORTED"
+
+
+class UnknownDataset(SecureFedError):
+    """A dataset name is not in the dataset registry; the message lists the registry."""
+
+    code = "LEARNING_UNKNOWN_DATASET"
+
+
+class DatasetUnavailable(SecureFedError):
+    """A registered dataset needs files that are not installed on this machine."""
+
+    code = "LEARNING_DATASET_UNAVAILABLE"
+
+
+class TabularDataInvalid(SecureFedError):
+    """A CSV/Parquet/torch dataset is unreadable, empty, lacks the label or is non-numeric."""
+
+    code = "LEARNING_TABULAR_INVALID"
+
+
+class LabelColumnMissing(TabularDataInvalid):
+    """The named label column is absent; the message lists the columns present."""
+
+    code = "LEARNING_LABEL_COLUMN_MISSING"
+
+
+class EmptyData(TabularDataInvalid):
+    """A data file or dataset holds no rows."""
+
+    code = "LEARNING_EMPTY_DATA"
+
+
+class NonNumericData(TabularDataInvalid):
+    """Feature columns are not numeric, labels are not class labels, or values are missing."""
+
+    code = "LEARNING_NON_NUMERIC_DATA"
+
+
+class SplitImpossible(SecureFedError):
+    """A data split cannot satisfy its constraints (too few rows for the parts asked)."""
+
+    code = "LEARNING_SPLIT_IMPOSSIBLE"
+
+
+class PrivateTrainingFailed(SecureFedError):
+    """DP-SGD could not run as planned (e.g. the Poisson plan differs from Opacus')."""
+
+    code = "LEARNING_PRIVATE_TRAINING_FAILED"
+
+
+class BudgetRefused(SecureFedError):
+    """The in-memory budget gate refused a reservation; nothing was spent."""
+
+    code = "LEARNING_BUDGET_REFUSED"
+
+
+class ReservationUnknown(SecureFedError):
+    """A reservation id is unknown or was already committed or aborted."""
+
+    code = "LEARNING_RESERVATION_UNKNOWN"
