@@ -28,3 +28,135 @@ class LedgerError(Exception):
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
+
+
+# --- Audit log (privacy_ledger.audit, merkle, proofs, checkpoint, canonical, events) ---
+
+
+class AuditParameterInvalid(LedgerError):
+    """An audit-log constructor or call received an argument outside its documented range."""
+
+    code = "LEDGER_AUDIT_PARAMETER_INVALID"
+
+
+class CanonicalJSONInvalid(LedgerError):
+    """A value cannot be encoded as, or bytes are not, canonical JSON (floats, NaN, bad keys)."""
+
+    code = "LEDGER_CANONICAL_JSON_INVALID"
+
+
+class UnknownEventType(LedgerError):
+    """An audit event name is not in the event registry; the message lists allowed names."""
+
+    code = "LEDGER_EVENT_UNKNOWN"
+
+
+class ProofInvalid(LedgerError):
+    """A Merkle inclusion or consistency proof does not verify (base of the proof errors)."""
+
+    code = "LEDGER_PROOF_INVALID"
+
+
+class ProofRangeInvalid(ProofInvalid):
+    """Proof indexes or tree sizes are out of range (index >= size, size2 < size1, ...)."""
+
+    code = "LEDGER_PROOF_RANGE_INVALID"
+
+
+class ProofSizeInvalid(ProofInvalid):
+    """A proof has the wrong number of hashes for the given index and tree sizes."""
+
+    code = "LEDGER_PROOF_SIZE_INVALID"
+
+
+class HashSizeInvalid(ProofInvalid):
+    """A leaf, node or root hash does not have the hash function's digest size."""
+
+    code = "LEDGER_HASH_SIZE_INVALID"
+
+
+class RootMismatch(ProofInvalid):
+    """The root recomputed from a proof differs from the expected root."""
+
+    code = "LEDGER_ROOT_MISMATCH"
+
+    def __init__(self, message: str, *, expected: bytes, calculated: bytes) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.calculated = calculated
+
+
+class CheckpointMalformed(LedgerError):
+    """Checkpoint (signed tree head) bytes do not follow the C2SP checkpoint format."""
+
+    code = "LEDGER_CHECKPOINT_MALFORMED"
+
+
+class CheckpointSignatureInvalid(LedgerError):
+    """A checkpoint's SM2 signature does not verify under the log's public key."""
+
+    code = "LEDGER_CHECKPOINT_SIGNATURE_INVALID"
+
+
+class LogTampered(LedgerError):
+    """Verification found the audit log altered; ``entry_index`` names the first bad entry.
+
+    Attributes
+    ----------
+    entry_index
+        Index of the first entry found altered, missing or inserted (None when
+        the fault is in a signed head only).
+    tree_size
+        Size of the signed head involved, if any.
+    """
+
+    code = "LEDGER_LOG_TAMPERED"
+
+    def __init__(
+        self, message: str, *, entry_index: int | None = None, tree_size: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.entry_index = entry_index
+        self.tree_size = tree_size
+
+
+class HeadTampered(LogTampered):
+    """A stored signed tree head was altered: bad signature, body or origin."""
+
+    code = "LEDGER_HEAD_TAMPERED"
+
+
+class HeadsInconsistent(LogTampered):
+    """Two consecutive signed tree heads are not consistent (history was rewritten)."""
+
+    code = "LEDGER_HEADS_INCONSISTENT"
+
+
+class HeadSigningRefused(LedgerError):
+    """The log refused to sign a tree head inconsistent with its last signed head."""
+
+    code = "LEDGER_HEAD_SIGNING_REFUSED"
+
+
+class LogKeyMismatch(LedgerError):
+    """The signer, origin or pinned public key differs from the one recorded for the log."""
+
+    code = "LEDGER_LOG_KEY_MISMATCH"
+
+
+class LogNotInitialized(LedgerError):
+    """The audit tables or the log's state row are missing (run the migrations, append once)."""
+
+    code = "LEDGER_LOG_NOT_INITIALIZED"
+
+
+class EvidenceUnavailable(LedgerError):
+    """A sensitive evidence field is absent, or no evidence key was configured to seal it."""
+
+    code = "LEDGER_EVIDENCE_UNAVAILABLE"
+
+
+class EvidenceUnreadable(LedgerError):
+    """A sensitive evidence field failed authenticated decryption (wrong key or tampering)."""
+
+    code = "LEDGER_EVIDENCE_UNREADABLE"
