@@ -160,3 +160,12 @@ class EvidenceUnreadable(LedgerError):
     """A sensitive evidence field failed authenticated decryption (wrong key or tampering)."""
 
     code = "LEDGER_EVIDENCE_UNREADABLE"
+
+
+# --- budgets and accounting (privacy_ledger.db, accountant, budgets, calibration, rounds) ---
+
+
+class DatabaseUrlInvalid(LedgerError):
+    """The ledger database URL is empty or names an unsupported backend."""
+
+    code = "LEDGER_DATABASE_URL_INVALID"

@@ -1,0 +1,1 @@
+"""Alembic migrations of the privacy ledger (schema source of truth)."""

@@ -1,0 +1,1 @@
+"""Alembic revisions: 0001 budgets and rounds, 0002 audit log."""
