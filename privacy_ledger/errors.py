@@ -6,6 +6,7 @@ Add narrow subclasses at the end of this file; give each a heading
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import ClassVar
 
 __all__ = ["LedgerError"]
@@ -169,3 +170,106 @@ class DatabaseUrlInvalid(LedgerError):
     """The ledger database URL is empty or names an unsupported backend."""
 
     code = "LEDGER_DATABASE_URL_INVALID"
+
+
+class LedgerParameterInvalid(LedgerError):
+    """A ledger call got an argument outside its documented range or set (named in the message)."""
+
+    code = "LEDGER_PARAMETER_INVALID"
+
+
+class AccountantNotAllowed(LedgerError):
+    """The accountant is not registered for enforcement (GDP is refused: it can underestimate)."""
+
+    code = "LEDGER_ACCOUNTANT_NOT_ALLOWED"
+
+
+class ParticipantUnknown(LedgerError):
+    """No participant with this id is registered."""
+
+    code = "LEDGER_PARTICIPANT_UNKNOWN"
+
+
+class ParticipantConflict(LedgerError):
+    """A participant with this id is already registered with different attributes."""
+
+    code = "LEDGER_PARTICIPANT_CONFLICT"
+
+
+class ParticipantSuspended(LedgerError):
+    """The participant is suspended: no new reservations are accepted."""
+
+    code = "LEDGER_PARTICIPANT_SUSPENDED"
+
+
+class AssetUnknown(LedgerError):
+    """The participant has no data asset with this id."""
+
+    code = "LEDGER_ASSET_UNKNOWN"
+
+
+class BudgetNotSet(LedgerError):
+    """No budget is set for this participant and asset, so nothing can be reserved."""
+
+    code = "LEDGER_BUDGET_NOT_SET"
+
+
+class BudgetExceeded(LedgerError):
+    """The projected epsilon of a request exceeds the budget; nothing was recorded as spent.
+
+    Parameters
+    ----------
+    message
+        Human-readable explanation.
+    limit, spent, reserved, requested
+        Epsilon limit; epsilon of the committed history; extra epsilon held by
+        active reservations; extra epsilon the refused request would add (all
+        :class:`~decimal.Decimal`, rounded up to the ledger's quantum).
+    """
+
+    code = "LEDGER_BUDGET_EXCEEDED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: Decimal,
+        spent: Decimal,
+        reserved: Decimal,
+        requested: Decimal,
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.spent = spent
+        self.reserved = reserved
+        self.requested = requested
+
+
+class ReservationUnknown(LedgerError):
+    """No reservation with this id exists."""
+
+    code = "LEDGER_RESERVATION_UNKNOWN"
+
+
+class ReservationNotActive(LedgerError):
+    """The reservation was already resolved in a way that forbids this call."""
+
+    code = "LEDGER_RESERVATION_NOT_ACTIVE"
+
+
+class ReservationExpired(LedgerError):
+    """The reservation expired and its epsilon no longer fits: do not release anything."""
+
+    code = "LEDGER_RESERVATION_EXPIRED"
+
+
+class CalibrationImpossible(LedgerError):
+    """No noise multiplier keeps the history plus the plan within the target epsilon."""
+
+    code = "LEDGER_CALIBRATION_IMPOSSIBLE"
+
+
+class RoundUnknown(LedgerError):
+    """No round with this id is stored."""
+
+    code = "LEDGER_ROUND_UNKNOWN"
