@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from Crypto import IncorrectPassphraseError, KdfLimitError, PassphraseRequiredError
 from Crypto.IO import PKCS8
 from Crypto.Util.asn1 import DerObjectId
 
@@ -87,9 +88,13 @@ def unwrap_private_key(der: bytes, passphrase: bytes | None) -> tuple[int, bytes
         raise KeyInvalid(f"passphrase must be bytes, not {type(passphrase).__name__}")
     try:
         unwrapped = PKCS8.unwrap(der, passphrase, max_memory=_MAX_KDF_MEMORY)
-    except ValueError as exc:
-        if "passphrase" in str(exc).lower():
-            raise KeyInvalid("cannot decrypt the private key: wrong passphrase") from None
+    except IncorrectPassphraseError:
+        raise KeyInvalid("cannot decrypt the private key: wrong passphrase") from None
+    except PassphraseRequiredError:
+        raise KeyInvalid("private key is encrypted; a passphrase is required") from None
+    except KdfLimitError as exc:
+        raise KeyInvalid(f"private key KDF parameters exceed the limits ({exc})") from None
+    except (ValueError, TypeError, IndexError) as exc:
         raise KeyInvalid(f"malformed PKCS#8 private key ({exc})") from None
     oid, inner, params = unwrapped
     if oid != EC_PUBLIC_KEY_OID:

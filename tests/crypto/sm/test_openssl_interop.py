@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crypto.errors import SignatureInvalid
+from crypto.errors import KeyInvalid, SignatureInvalid
 from crypto.sm import SM2PrivateKey, SM2PublicKey
 
 DISTID = "1234567812345678"
@@ -136,3 +136,23 @@ def test_openssl_der_public_key_matches_the_notes_prefix(work: Path) -> None:
     ).stdout  # fmt: skip
     assert SM2PublicKey.from_der(der).to_der() == der
     assert der.hex().startswith("3059301306072a8648ce3d020106082a811ccf5501822d03420004")
+
+
+@pytest.mark.parametrize(
+    ("genpkey_args", "fragment"),
+    [
+        (("-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"), "curve is not SM2"),
+        (("-algorithm", "ED25519"), "algorithm is 1.3.101.112, not id-ecPublicKey"),
+    ],
+    ids=["p256", "ed25519"],
+)
+def test_non_sm2_openssl_keys_rejected(
+    work: Path, genpkey_args: tuple[str, ...], fragment: str
+) -> None:
+    path = work / f"other-{genpkey_args[1]}.pem"
+    openssl("genpkey", *genpkey_args, "-out", str(path))
+    with pytest.raises(KeyInvalid, match=fragment):
+        SM2PrivateKey.from_pem(path.read_bytes(), passphrase=None)
+    public = openssl("pkey", "-in", str(path), "-pubout").stdout.encode()
+    with pytest.raises(KeyInvalid, match="not an SM2 SubjectPublicKeyInfo"):
+        SM2PublicKey.from_pem(public)

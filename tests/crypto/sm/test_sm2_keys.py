@@ -8,7 +8,7 @@ import pytest
 
 from crypto.errors import KeyExportRefused, KeyInvalid
 from crypto.sm import SM2PrivateKey, SM2PublicKey, _curve
-from crypto.sm._encoding import encode_ec_private_key, encode_spki, pem_encode
+from crypto.sm._encoding import encode_ec_private_key, encode_spki, pem_decode, pem_encode
 from crypto.sm._keyfile import wrap_private_key_insecure
 from crypto.sm.sm2 import _private_key_from_scalar_for_tests
 
@@ -182,3 +182,36 @@ def test_garbage_pkcs8_rejected() -> None:
 def test_oversize_pkcs8_rejected() -> None:
     with pytest.raises(KeyInvalid, match="the limit is 4096"):
         SM2PrivateKey.from_pem(pem_encode(b"\x00" * 5000, "PRIVATE KEY"), passphrase=None)
+
+
+def _with_scrypt_params(n: int, r: int, p: int) -> bytes:
+    """Our encrypted key with its scrypt parameters rewritten (an attacker-made file)."""
+    from Crypto.Util.asn1 import DerSequence
+
+    _, der = pem_decode(KEY.to_pem(passphrase=PASS), ("ENCRYPTED PRIVATE KEY",))
+    outer = DerSequence().decode(der)
+    alg = DerSequence().decode(outer[0])
+    pbes2 = DerSequence().decode(alg[1])
+    kdf = DerSequence().decode(pbes2[0])
+    params = DerSequence().decode(kdf[1])
+    params[1], params[2], params[3] = n, r, p
+    kdf[1] = params.encode()
+    pbes2[0] = kdf.encode()
+    alg[1] = pbes2.encode()
+    outer[0] = alg.encode()
+    return pem_encode(outer.encode(), "ENCRYPTED PRIVATE KEY")
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "p"), [(1 << 24, 8, 5), (1 << 20, 8, 1)], ids=["cpu-hours", "1-GiB-memory"]
+)
+def test_crafted_kdf_cost_refused_without_running_it(n: int, r: int, p: int) -> None:
+    with pytest.raises(KeyInvalid, match="KDF parameters exceed the limits"):
+        SM2PrivateKey.from_pem(_with_scrypt_params(n, r, p), passphrase=PASS)
+
+
+def test_corrupted_encrypted_body_rejected(encrypted_pem: bytes) -> None:
+    _, der = pem_decode(encrypted_pem, ("ENCRYPTED PRIVATE KEY",))
+    broken = der[:-20] + bytes(b ^ 0x5A for b in der[-20:])
+    with pytest.raises(KeyInvalid, match="wrong passphrase"):
+        SM2PrivateKey.from_pem(pem_encode(broken, "ENCRYPTED PRIVATE KEY"), passphrase=PASS)
