@@ -111,7 +111,7 @@ def test_reconstruct_argument_errors() -> None:
     with pytest.raises(ParameterInvalid, match="shapes differ"):
         reconstruct(np.zeros(5, dtype=np.uint64), np.zeros(4, dtype=np.uint64))
     with pytest.raises(ParameterInvalid, match="uint64"):
-        split(np.zeros(3, dtype=np.float64))  # type: ignore[arg-type]
+        split(np.zeros(3, dtype=np.float64))
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_decode_with_product_bits() -> None:
     with pytest.raises(ParameterInvalid, match="frac_bits"):
         CODEC.decode(product, frac_bits=63)
     with pytest.raises(ParameterInvalid, match="uint64"):
-        CODEC.decode(np.zeros(3, dtype=np.int64))  # type: ignore[arg-type]
+        CODEC.decode(np.zeros(3, dtype=np.int64))
 
 
 def test_presets_satisfy_documented_sum_bound() -> None:
