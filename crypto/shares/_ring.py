@@ -89,18 +89,24 @@ def to_ring_int(values: Any) -> RingArray:
     Parameters
     ----------
     values
-        Integer scalar or array with every magnitude below 2^63.
+        Integer scalar or array with every magnitude below 2^63; a ``uint64``
+        array is already a ring array and is returned unchanged.
 
     Raises
     ------
     ParameterInvalid
-        If a value does not fit in a signed 64-bit integer.
+        If a value is not an integer or does not fit in a signed 64-bit integer.
     """
     try:
-        signed = np.asarray(values, dtype=np.int64)
-    except OverflowError as exc:
+        array = np.asarray(values)
+        if array.dtype == np.uint64:
+            return array
+        if array.dtype.kind not in "iubO":
+            raise ParameterInvalid(f"ring factors must be integers, got dtype {array.dtype}")
+        signed_values = np.asarray(array, dtype=np.int64)
+    except (OverflowError, TypeError) as exc:
         raise ParameterInvalid("integer does not fit in a signed 64-bit ring value") from exc
-    return signed.astype(np.uint64)
+    return signed_values.astype(np.uint64)
 
 
 def signed(values: RingArray) -> NDArray[np.int64]:

@@ -84,7 +84,8 @@ class ShareBundle:
     def from_values(cls, values: RingArray, *, label: ShareLabel, party: int,
                     frac_bits: int) -> ShareBundle:
         """Wrap an explicit share array for ``party`` (0 or 1)."""
-        ring = as_ring(values, name="values").reshape(-1)
+        ring = as_ring(values, name="values").reshape(-1).copy()
+        ring.flags.writeable = False
         return cls(label=label, party=check_party(party), count=ring.size,
                    frac_bits=_check_frac(frac_bits), _values=ring)
 
@@ -108,7 +109,8 @@ class ShareBundle:
         """Return the flat share array, expanding the seed if needed."""
         if self._seed is not None:
             return expand_seed(self._seed, self.label, self.count)
-        assert self._values is not None
+        if self._values is None:
+            raise ParameterInvalid("share bundle holds neither values nor a seed")
         return self._values
 
     def to_bytes(self, key: wire.ShareMacKey) -> bytes:

@@ -58,9 +58,7 @@ def mul_public(share: RingArray, factor: Any) -> RingArray:
     carries ``f + g`` bits; follow with :func:`truncate` or decode with ``f + g``.
     """
     s = as_ring(share, name="share")
-    k = factor if isinstance(factor, np.ndarray) and factor.dtype == np.uint64 else (
-        to_ring_int(factor))
-    return s * k
+    return s * to_ring_int(factor)
 
 
 def mul_public_fixed(share: RingArray, scalar: float, *, frac_bits: int,

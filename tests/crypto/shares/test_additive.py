@@ -128,3 +128,12 @@ def test_reconstruct_argument_errors() -> None:
 def test_bundle_validation(call: object, fragment: str) -> None:
     with pytest.raises(ParameterInvalid, match=fragment):
         call()  # type: ignore[operator]
+
+
+def test_bundle_values_are_a_read_only_copy() -> None:
+    source = CODEC.encode(np.ones(3))
+    bundle = ShareBundle.from_values(source, label=LABEL, party=0, frac_bits=12)
+    source[0] = 0
+    assert bundle.values()[0] == CODEC.encode([1.0])[0]
+    with pytest.raises(ValueError, match="read-only"):
+        bundle.values()[0] = 1

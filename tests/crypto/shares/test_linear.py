@@ -113,3 +113,12 @@ def test_mul_public_fixed() -> None:
 def test_argument_errors(call: object, fragment: str) -> None:
     with pytest.raises(ParameterInvalid, match=fragment):
         call()  # type: ignore[operator]
+
+
+def test_mul_public_accepts_ring_scalars_and_refuses_floats() -> None:
+    x0, x1 = split(CODEC.encode([1.0, -2.0]))
+    minus_one = np.uint64(2**64 - 1)  # -1 in the ring, e.g. an encoded public value
+    assert CODEC.decode(reconstruct(mul_public(x0, minus_one), mul_public(x1, minus_one))
+                        ).tolist() == [-1.0, 2.0]
+    with pytest.raises(ParameterInvalid, match="integers"):
+        mul_public(x0, 2.5)
