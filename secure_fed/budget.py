@@ -34,7 +34,15 @@ from opacus.accountants.analysis import rdp as rdp_analysis
 from privacy_ledger.mechanism import MechanismEvent
 from secure_fed.errors import BudgetRefused, LearningParameterInvalid, ReservationUnknown
 
-__all__ = ["BudgetGate", "InMemoryBudgetGate", "Reservation", "ReservationLike", "epsilon_of"]
+__all__ = [
+    "BudgetGate",
+    "InMemoryBudgetGate",
+    "Reservation",
+    "ReservationLike",
+    "epsilon_of",
+    "refusal_errors",
+    "reservation_id_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +129,10 @@ _ORDERS: list[float] = [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
 @functools.lru_cache(maxsize=4096)
 def _rdp_per_step(sample_rate: float, sigma: float) -> np.ndarray:
     """RDP of one step at Opacus' default orders (RDP composes linearly in steps)."""
-    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=1, orders=_ORDERS)
+    rdp = np.asarray(
+        rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=1, orders=_ORDERS),
+        dtype=np.float64,
+    )
     rdp.flags.writeable = False
     return rdp
 
@@ -341,3 +352,29 @@ def _check_budget(epsilon: float, delta: float) -> None:
         raise LearningParameterInvalid(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if not 0 < delta < 1:
         raise LearningParameterInvalid(f"delta must be in (0, 1), got {delta!r}")
+
+
+def refusal_errors() -> tuple[type[Exception], ...]:
+    """Exception types meaning "the budget refused; nothing was spent".
+
+    :class:`~secure_fed.errors.BudgetRefused` (in-memory gate) and the
+    ledger's ``BudgetExceeded`` / ``CalibrationImpossible`` (looked up by name
+    so this module does not depend on the ledger's release order).
+    """
+    import privacy_ledger.errors as ledger_errors
+
+    found: list[type[Exception]] = [BudgetRefused]
+    for name in ("BudgetExceeded", "CalibrationImpossible"):
+        cls = getattr(ledger_errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            found.append(cls)
+    return tuple(found)
+
+
+def reservation_id_of(reservation: object) -> str:
+    """Id of a reservation: ``reservation_id`` (this protocol) or ``id`` (ledger rows)."""
+    for attribute in ("reservation_id", "id"):
+        value = getattr(reservation, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    raise ReservationUnknown(f"{type(reservation).__name__} carries no reservation id")
