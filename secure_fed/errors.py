@@ -226,3 +226,9 @@ class ReservationUnknown(SecureFedError):
     """A reservation id is unknown or was already committed or aborted."""
 
     code = "LEARNING_RESERVATION_UNKNOWN"
+
+
+class UploadParticipantUnknown(SecureFedError):
+    """An upload names a participant the ledger has not registered."""
+
+    code: ClassVar[str] = "UPLOAD_PARTICIPANT_UNKNOWN"

@@ -203,8 +203,12 @@ class RoundEngine:
             num_samples=header.num_samples, model_id=header.schema.model_id,
             version=str(header.schema.version), received_at=now, payload=payload,
         )  # fmt: skip
+        try:
+            self.store.save(state)
+        except Exception:
+            del state.uploads[header.participant_id]  # a refused upload leaves no trace
+            raise
         self._handles.setdefault(round_id, {})[header.participant_id] = handle
-        self.store.save(state)
         return header.participant_id
 
     def close(self, round_id: int) -> RoundState:

@@ -16,14 +16,10 @@ resumes or aborts cleanly (ARCHITECTURE.md section 3, "Crashes").
 from __future__ import annotations
 
 import base64
-import json
 import math
-import os
 import re
-import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Protocol
 
 from secure_fed.errors import RoundConfigInvalid, RoundOutOfOrder, SchemaInvalid
@@ -31,7 +27,6 @@ from secure_fed.schema import RoundSchema
 
 __all__ = [
     "TRANSITIONS",
-    "JsonFileRoundStore",
     "RoundConfig",
     "RoundState",
     "RoundStore",
@@ -264,45 +259,3 @@ class RoundStore(Protocol):
 
     def last_round_id(self) -> int | None:
         """Return the highest stored round id, or None when empty."""
-
-
-class JsonFileRoundStore:
-    """One JSON file per round in a folder, written atomically (temp file + rename)."""
-
-    def __init__(self, *, directory: Path | str) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-
-    def _path(self, round_id: int) -> Path:
-        return self.directory / f"round-{round_id:08d}.json"
-
-    def save(self, state: RoundState) -> None:  # noqa: D102
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".round-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(state.to_dict(), fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path(state.round_id))
-
-    def load(self, round_id: int) -> RoundState | None:  # noqa: D102
-        path = self._path(round_id)
-        if not path.exists():
-            return None
-        return RoundState.from_dict(json.loads(path.read_text(encoding="utf-8")))
-
-    def _ids(self) -> list[int]:
-        return sorted(int(p.stem.split("-")[1]) for p in self.directory.glob("round-*.json"))
-
-    def open_rounds(self) -> list[RoundState]:  # noqa: D102
-        states = [self.load(i) for i in self._ids()]
-        terminal = (Stage.PUBLISHED, Stage.ABORTED)
-        return [s for s in states if s is not None and s.stage not in terminal]
-
-    def last_round_id(self) -> int | None:  # noqa: D102
-        ids = self._ids()
-        return ids[-1] if ids else None
-
-
-def snapshot(state: RoundState) -> RoundState:
-    """Return a shallow copy safe to hand to callers."""
-    return replace(state, uploads=dict(state.uploads), log=list(state.log))

@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from privacy_ledger.db import create_ledger_engine, upgrade
+from privacy_ledger.participants import ParticipantRegistry
 from secure_fed.aggregation import get_mode
 from secure_fed.errors import (
     OutputSpecMismatch,
@@ -18,11 +20,13 @@ from secure_fed.errors import (
     UploadDuplicate,
     UploadLate,
     UploadMalformed,
+    UploadParticipantUnknown,
     UploadReplayed,
 )
 from secure_fed.messages import decode_publication
 from secure_fed.round_engine import RoundEngine
-from secure_fed.rounds import TRANSITIONS, JsonFileRoundStore, RoundState, Stage, advance
+from secure_fed.round_store import JsonFileRoundStore, LedgerRoundStore
+from secure_fed.rounds import TRANSITIONS, RoundState, RoundStore, Stage, advance
 from secure_fed.schema import OutputSpec, SchemaRegistry
 from tests.secure_fed.federation.helpers import (
     BOUND,
@@ -59,9 +63,29 @@ def test_transition_table_matches_the_documented_machine() -> None:
     assert {(s, d) for s, ds in TRANSITIONS.items() for d in ds} == ALLOWED
 
 
+STORE_KIND = {"kind": "json"}
+
+
+@pytest.fixture(params=["json", "ledger"], autouse=True)
+def _store_kind(request: pytest.FixtureRequest) -> None:
+    STORE_KIND["kind"] = request.param
+
+
+def _store(directory: Path) -> RoundStore:
+    if STORE_KIND["kind"] == "json":
+        return JsonFileRoundStore(directory=directory / "rounds")
+    directory.mkdir(parents=True, exist_ok=True)
+    engine = create_ledger_engine(f"sqlite:///{(directory / 'ledger.db').as_posix()}")
+    upgrade(engine)
+    registry = ParticipantRegistry(engine)
+    for pid in ("a", "b", "c"):
+        registry.register_participant(pid, institution=f"Bank {pid}", kind="bank")
+    return LedgerRoundStore(engine=engine, namespace="test-fed")
+
+
 def _engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngine:
     return RoundEngine(
-        store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+        store=_store(tmp_path),
         aggregator=get_mode("plaintext").aggregator(shape=(N_PUB, C), bound=BOUND),
         mode="plaintext", registry=registry, clock=clock,
     )  # fmt: skip
@@ -81,7 +105,7 @@ def engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngin
 
 
 def test_full_round_publishes_weighted_aggregate(engine: RoundEngine) -> None:
-    mats = {f"p{i}": honest(i) for i in range(3)}
+    mats = {pid: honest(i) for i, pid in enumerate("abc")}
     for pid, m in mats.items():
         assert engine.submit(make_upload(pid, m), round_id=1) == pid
     engine.close(1)
@@ -299,3 +323,21 @@ def test_ema_history_survives_restart(tmp_path: Path, registry: SchemaRegistry, 
     fresh = _engine(tmp_path, registry, clock)
     fresh.recover()
     assert fresh.weighting.history == history and history
+
+
+def test_ledger_store_refuses_unregistered_participant_and_records_evidence(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+    if STORE_KIND["kind"] != "ledger":
+        pytest.skip("ledger-specific")
+    eng = _engine(tmp_path, registry, clock)
+    eng.open(make_config())
+    eng.start_collecting(1)
+    with pytest.raises(UploadParticipantUnknown, match="'mallory' is not registered"):
+        eng.submit(make_upload("mallory", honest(1)), round_id=1)
+    assert eng.state(1).uploads == {}
+    eng.submit(make_upload("a", honest(1)), round_id=1)
+    store = eng.store
+    assert isinstance(store, LedgerRoundStore)
+    evidence = store.rounds.uploads("test-fed:00000001")
+    got = [(e.participant_id, e.kind, e.shape) for e in evidence]
+    assert got == [("a", "plaintext", [N_PUB, C])]
+    assert store.load(1).uploads["a"].payload.startswith(b"SFMX")  # type: ignore[union-attr]
