@@ -125,7 +125,8 @@ class ShareBundle:
 
     @classmethod
     def parse(cls, blob: bytes, *, key: wire.ShareMacKey, label: ShareLabel, party: int,
-              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT) -> ShareBundle:
+              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT,
+              count: int | None = None) -> ShareBundle:
         """Parse and verify an untrusted share blob.
 
         Parameters
@@ -138,15 +139,18 @@ class ShareBundle:
             What the receiver expects (seeded blobs are always party 1).
         max_count
             Largest element count accepted.
+        count
+            Exact element count expected (``N_pub * C``); checked before the
+            tag, so a forged header cannot make a seed expand to a huge array.
 
         Raises
         ------
         ShareTampered
-            If the size, ring id, kind, party, label or tag is wrong.
+            If the size, ring id, kind, party, label, count or tag is wrong.
         """
         kind = wire.KIND_SEED if seeded else wire.KIND_VALUES
         frame = wire.unpack(blob, key=key, kind=kind, party=check_party(party), label=label,
-                            max_count=max_count)
+                            max_count=max_count, count=count)
         if frame.frac_bits > 62:
             raise ShareTampered(f"share blob frac_bits {frame.frac_bits} is out of range")
         if seeded:

@@ -73,7 +73,8 @@ class TripleShare:
 
     @classmethod
     def parse(cls, blob: bytes, *, key: wire.ShareMacKey, label: ShareLabel, party: int,
-              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT) -> TripleShare:
+              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT,
+              count: int | None = None) -> TripleShare:
         """Parse and verify an untrusted triple blob from the dealer.
 
         Raises
@@ -83,7 +84,7 @@ class TripleShare:
         """
         kind = wire.KIND_TRIPLE_SEED if seeded else wire.KIND_TRIPLE
         frame = wire.unpack(blob, key=key, kind=kind, party=check_party(party), label=label,
-                            max_count=max_count)
+                            max_count=max_count, count=count)
         if seeded:
             return cls(label=label, party=party, count=frame.count, _seed=frame.payload)
         raw = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
@@ -197,9 +198,7 @@ class BeaverParty:
             raise ParameterInvalid(f"finish called in stage {self._stage!r}; call open first")
         count = self._triples.count
         frame = wire.unpack(peer_message, key=self._key, kind=wire.KIND_OPENING,
-                            party=1 - self.party, label=self._triples.label, max_count=count)
-        if frame.count != count:
-            raise ParameterInvalid(f"peer opened {frame.count} elements, expected {count}")
+                            party=1 - self.party, label=self._triples.label, count=count)
         peer = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
         d = self._masked[0] + peer[:count]
         e = self._masked[1] + peer[count:]

@@ -134,7 +134,7 @@ def frame_overhead(label: ShareLabel) -> int:
 
 
 def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: ShareLabel,
-           max_count: int = DEFAULT_MAX_COUNT) -> Frame:
+           max_count: int = DEFAULT_MAX_COUNT, count: int | None = None) -> Frame:
     """Parse and verify untrusted bytes; every check raises :class:`ShareTampered`.
 
     Parameters
@@ -147,6 +147,9 @@ def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: Share
         What the receiver expects; anything else is refused.
     max_count
         Largest element count accepted before any allocation.
+    count
+        Exact element count expected (e.g. ``N_pub * C`` from the round config);
+        None accepts any count up to ``max_count``.
 
     Raises
     ------
@@ -158,16 +161,18 @@ def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: Share
     data = bytes(blob)
     if len(data) < _HEAD.size + TAG_BYTES:
         raise ShareTampered(f"share blob length {len(data)} is shorter than header and tag")
-    magic, got_kind, ring, got_party, frac, count, llen = _HEAD.unpack_from(data)
+    magic, got_kind, ring, got_party, frac, got_count, llen = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise ShareTampered("share blob magic is wrong (not a secure-fed share)")
     if ring != RING_ID:
         raise ShareTampered(f"share blob ring id {ring} is not the expected ring Z_2^{RING_ID}")
     if got_kind not in (KIND_VALUES, KIND_SEED, KIND_TRIPLE, KIND_TRIPLE_SEED, KIND_OPENING):
         raise ShareTampered(f"share blob kind {got_kind} is unknown")
-    if count > max_count or llen > MAX_LABEL_BYTES:
-        raise ShareTampered(f"share blob count {count} or label length {llen} exceeds limit")
-    expected = _HEAD.size + llen + payload_size(got_kind, count) + TAG_BYTES
+    if got_count > max_count or llen > MAX_LABEL_BYTES:
+        raise ShareTampered(f"share blob count {got_count} or label length {llen} exceeds limit")
+    if count is not None and got_count != count:
+        raise ShareTampered(f"share blob count {got_count} is not the expected count {count}")
+    expected = _HEAD.size + llen + payload_size(got_kind, got_count) + TAG_BYTES
     if len(data) != expected:
         raise ShareTampered(f"share blob length {len(data)} != expected {expected} for its header")
     body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
@@ -181,5 +186,5 @@ def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: Share
     if not hmac.compare_digest(raw_label, label.to_bytes()):
         raise ShareTampered("share blob label (round, participant, tensor) is not the expected one")
     payload = data[_HEAD.size + llen : -TAG_BYTES]
-    return Frame(kind=got_kind, party=got_party, frac_bits=frac, count=count, label=label,
+    return Frame(kind=got_kind, party=got_party, frac_bits=frac, count=got_count, label=label,
                  payload=payload)

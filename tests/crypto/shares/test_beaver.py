@@ -159,3 +159,16 @@ def test_openings_reveal_only_masked_values() -> None:
         body1 = np.frombuffer(m1[-32 - 16 * n : -32], dtype="<u8")
         ds.append((body0[:n] + body1[:n]).astype(np.uint64))
     assert np.count_nonzero(ds[0]) > n - 4 and not np.array_equal(ds[0], ds[1])
+
+
+def test_triple_parse_checks_count_and_short_opening_is_refused() -> None:
+    p0, _ = deal_triples(10, label=LABEL)
+    with pytest.raises(ShareTampered, match="expected count 11"):
+        TripleShare.parse(p0.to_bytes(DEALER0), key=DEALER0, label=LABEL, party=0, count=11)
+    # A peer opening for fewer elements (valid tag) is refused.
+    q0, _, (x0, _, y0, _) = _parties(8)
+    t_small = deal_triples(4, label=LABEL)[1]
+    short_peer = BeaverParty(triples=t_small, channel_key=CHANNEL)
+    q0.open(x0, y0)
+    with pytest.raises(ShareTampered, match="expected count 8"):
+        q0.finish(short_peer.open(x0[:4], y0[:4]))

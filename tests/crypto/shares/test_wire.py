@@ -169,3 +169,12 @@ def test_wire_bytes_per_value_meets_target() -> None:
     assert (exact.to_party0, exact.to_party1) == (len(BLOB0), len(BLOB1))
     with pytest.raises(ParameterInvalid, match="count"):
         wire_bytes_per_value(0)
+
+
+def test_expected_count_is_enforced() -> None:
+    assert _parse1(BLOB1).count == VALUES.size
+    ShareBundle.parse(BLOB1, key=KEY1, label=LABEL, party=1, seeded=True, count=VALUES.size)
+    with pytest.raises(ShareTampered, match="expected count 49"):
+        ShareBundle.parse(BLOB1, key=KEY1, label=LABEL, party=1, seeded=True, count=49)
+    with pytest.raises(ShareTampered, match="expected count"):
+        _parse0(BLOB0, count=VALUES.size + 1)
