@@ -103,9 +103,13 @@ def _passes_self_check(factory: type[_GmsslSM3] | None) -> bool:
 
 
 def _select_backend() -> str:
-    if _passes_self_check(None):
+    openssl_ok = _passes_self_check(None)
+    gmssl_ok = _passes_self_check(_GmsslSM3)
+    if openssl_ok:
+        if not gmssl_ok:
+            _log.warning("gmssl SM3 fails the GB/T 32905 vectors; no fallback available")
         return "hashlib"
-    if _passes_self_check(_GmsslSM3):
+    if gmssl_ok:
         _log.warning("hashlib has no working SM3; using the slow gmssl fallback")
         return "gmssl"
     raise RuntimeError("SM3 self-check failed for both hashlib (OpenSSL) and gmssl")

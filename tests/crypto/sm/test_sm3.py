@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crypto.sm import SM3Hasher, sm3_backend, sm3_digest, sm3_file
+from crypto.sm import sm3 as sm3_module
 from crypto.sm.sm3 import _GmsslSM3
 
 ABC = "66c7f0f462eeedd9d1f2d46bdc10e4e24167c4875cf2f7a2297da02b8f4ba8e0"
@@ -83,3 +84,33 @@ def test_sm3_file_streams_large_file(tmp_path) -> None:  # type: ignore[no-untyp
 def test_sm3_file_missing_raises_oserror(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(FileNotFoundError):
         sm3_file(tmp_path / "absent")
+
+
+def test_fallback_selected_when_openssl_lacks_sm3(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sm3_module, "_openssl_state", lambda: None)
+    assert sm3_module._select_backend() == "gmssl"
+    monkeypatch.setattr(sm3_module, "_BACKEND", "gmssl")
+    hasher = SM3Hasher()
+    assert isinstance(hasher._state, _GmsslSM3)
+    hasher.update(b"abc")
+    assert hasher.hexdigest() == ABC
+    assert sm3_digest(b"abcd" * 16).hex() == ABCD16
+
+
+def test_wrong_openssl_output_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        def update(self, data: bytes) -> None:
+            pass
+
+        def digest(self) -> bytes:
+            return b"\x00" * 32
+
+    monkeypatch.setattr(sm3_module, "_openssl_state", Broken)
+    assert sm3_module._select_backend() == "gmssl"
+
+
+def test_no_working_backend_refuses_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sm3_module, "_openssl_state", lambda: None)
+    monkeypatch.setattr(sm3_module, "_compress", lambda v, block: v)
+    with pytest.raises(RuntimeError, match="SM3 self-check failed for both"):
+        sm3_module._select_backend()
