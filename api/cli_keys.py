@@ -95,9 +95,12 @@ def generate(
         private_pem = key.to_pem(passphrase=passphrase)
     except CryptoError as exc:
         _fail(str(exc))
-    out.mkdir(parents=True, exist_ok=True)
-    _write_private(private_path, private_pem, force=force)
-    public_path.write_bytes(key.public_key.to_pem())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_private(private_path, private_pem, force=force)
+        public_path.write_bytes(key.public_key.to_pem())
+    except OSError as exc:
+        _fail(f"cannot write keys to {out}: {exc.strerror or exc}")
     typer.echo(f"private key: {private_path} (encrypted PKCS#8, mode 0600)")
     typer.echo(f"public key:  {public_path}")
     typer.echo(f"SM3 fingerprint: {key.public_key.fingerprint()}")
@@ -124,7 +127,10 @@ def sign(
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}")
-    out.write_bytes(signature)
+    try:
+        out.write_bytes(signature)
+    except OSError as exc:
+        _fail(f"cannot write {out}: {exc.strerror or exc}")
     typer.echo(f"signature: {out} ({len(signature)} bytes DER, SM2-with-SM3)")
 
 

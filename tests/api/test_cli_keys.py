@@ -159,6 +159,7 @@ def test_fingerprint_rejects_malformed_key(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "[CRYPTO_KEY_INVALID]" in result.stderr
 
 
+@pytest.mark.slow  # two cold starts of the CLI, which imports the whole platform (torch)
 def test_installed_executable_output_verifies_with_openssl(tmp_path: Path) -> None:
     exe = shutil.which("secure-fed")
     assert exe is not None, "the secure-fed console script is not installed"
@@ -184,3 +185,9 @@ def test_installed_executable_output_verifies_with_openssl(tmp_path: Path) -> No
     data.write_bytes(b'{"round": 7, "epsilon": 0.5}\n')
     tampered = run(*openssl_verify)
     assert tampered.returncode != 0 and "Verification failure" in tampered.stdout
+
+
+def test_generate_into_a_file_path_fails_cleanly(tmp_path: Path) -> None:
+    (tmp_path / "occupied").write_text("not a folder")
+    result = runner.invoke(app, ["keys", "generate", "--out", str(tmp_path / "occupied")], env=ENV)
+    assert result.exit_code == 1 and "cannot write keys" in result.stderr
