@@ -305,7 +305,10 @@ class PrivateTrainer:
         Expected Poisson batch size ``B``; Opacus samples each row with
         probability ``q = 1 / ceil(N / B)`` (about ``B / N``).
     lr
-        SGD learning rate (momentum 0.9).
+        Learning rate in units of the clipping norm: SGD (momentum 0.9) runs
+        with ``lr / C_k``, because the size of a DP-SGD step (signal and noise
+        alike) is proportional to ``lr * C`` (De et al. 2022). 0.1 works well
+        on digits with 5 epochs per round.
     epochs_per_round
         Passes over the data per round (``ceil(N/B)`` steps each, as Opacus counts).
     steps_per_round
@@ -452,7 +455,9 @@ class PrivateTrainer:
         xt, yt = _tensors(self.x, self.y)
         loader = DataLoader(TensorDataset(xt, yt), batch_size=self.batch_size,
                             generator=fresh_generator())
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=0.9)
+        optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=self.lr / self.max_grad_norm, momentum=0.9
+        )
         with warnings.catch_warnings():  # "Secure RNG turned off": recorded as secure_rng=false
             warnings.filterwarnings("ignore", message="Secure RNG turned off")
             engine = PrivacyEngine(accountant="rdp", secure_mode=False)
