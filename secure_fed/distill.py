@@ -78,7 +78,8 @@ def predict_public(model: nn.Module, public_x: np.ndarray) -> np.ndarray:
     peak = np.abs(centered).max(axis=1, keepdims=True)
     scale = np.minimum(1.0, PUBLIC_LOGIT_BOUND / np.maximum(peak, 1e-12))
     bounded = np.clip(centered * scale, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
-    return bounded.astype(np.float32)
+    out: np.ndarray = bounded.astype(np.float32)
+    return out
 
 
 def soft_labels_from_aggregate(avg_logits: np.ndarray, *, temperature: float) -> np.ndarray:
@@ -105,7 +106,8 @@ def soft_labels_from_aggregate(avg_logits: np.ndarray, *, temperature: float) ->
     z = z / temperature
     z -= z.max(axis=1, keepdims=True)
     p = np.exp(z)
-    return (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+    soft: np.ndarray = (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+    return soft
 
 
 def temperature_schedule(
