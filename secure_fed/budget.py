@@ -25,6 +25,7 @@ import secrets
 import threading
 import warnings
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
 import numpy as np
@@ -38,7 +39,6 @@ __all__ = [
     "BudgetGate",
     "InMemoryBudgetGate",
     "Reservation",
-    "ReservationLike",
     "epsilon_of",
     "refusal_errors",
     "reservation_id_of",
@@ -50,17 +50,14 @@ _SIGMA_MIN = 0.3
 _SIGMA_MAX = 200.0
 
 
-class ReservationLike(Protocol):
-    """Anything returned by :meth:`BudgetGate.reserve` that carries its id."""
-
-    @property
-    def reservation_id(self) -> str:
-        """Identifier to pass to ``commit`` or ``abort``."""
-        ...
-
-
 class BudgetGate(Protocol):
-    """Reserve / commit / abort budget, and calibrate noise against history."""
+    """Reserve / commit / abort budget, and calibrate noise against history.
+
+    ``privacy_ledger.PrivacyLedger`` and :class:`InMemoryBudgetGate` implement
+    it. ``reserve`` returns a reservation object carrying its id as
+    ``reservation_id`` or ``id`` (read it with :func:`reservation_id_of`).
+    Refusals raise one of :func:`refusal_errors`.
+    """
 
     def reserve(
         self,
@@ -69,7 +66,7 @@ class BudgetGate(Protocol):
         event: MechanismEvent,
         *,
         round_id: str | None = None,
-    ) -> ReservationLike:
+    ) -> object:
         """Hold budget for ``event``, or raise the gate's refusal error (nothing spent)."""
         ...
 
@@ -81,6 +78,10 @@ class BudgetGate(Protocol):
         """Release a held reservation; charge it anyway if ``released_anything``."""
         ...
 
+    def epsilon_spent(self, participant_id: str, asset_id: str) -> float | Decimal:
+        """Epsilon of the committed history, recomputed from its mechanism events."""
+        ...
+
     def calibrate_noise(
         self,
         participant_id: str,
@@ -90,9 +91,14 @@ class BudgetGate(Protocol):
         steps_per_round: int,
         sample_rate: float,
         max_grad_norm: float,
-        epsilon: float | None = None,
+        epsilon: str | Decimal | None = None,
     ) -> float:
-        """Smallest noise multiplier that keeps history + planned rounds within budget."""
+        """Smallest noise multiplier keeping history + planned rounds within budget.
+
+        ``epsilon`` is the extra epsilon the plan may add on top of the current
+        history (committed and held), capped by the remaining budget; ``None``
+        allows the whole remaining budget.
+        """
         ...
 
 
@@ -146,6 +152,11 @@ class Reservation:
     asset_id: str
     event: MechanismEvent
     round_id: str | None
+
+    @property
+    def id(self) -> str:
+        """Alias of ``reservation_id`` (the ledger's name)."""
+        return self.reservation_id
 
 
 class InMemoryBudgetGate:
@@ -275,7 +286,7 @@ class InMemoryBudgetGate:
         steps_per_round: int,
         sample_rate: float,
         max_grad_norm: float,
-        epsilon: float | None = None,
+        epsilon: str | Decimal | float | None = None,
     ) -> float:
         """Smallest noise multiplier keeping history + ``rounds`` planned runs in budget.
 
@@ -288,7 +299,9 @@ class InMemoryBudgetGate:
         max_grad_norm
             Clipping norm (does not change epsilon; validated as evidence).
         epsilon
-            Target total epsilon; ``None`` or above the budget means the budget.
+            Extra epsilon the plan may add on top of the current history
+            (committed and held), capped by the remaining budget; ``None``
+            allows the whole remaining budget (the ledger's semantics).
 
         Returns
         -------
@@ -307,9 +320,11 @@ class InMemoryBudgetGate:
                 f" {max_grad_norm}"
             )
         limit = self.budget(participant_id, asset_id)
-        target = limit if epsilon is None else min(float(epsilon), limit)
         with self._lock:
             history = self._history(participant_id, asset_id)
+        target = limit
+        if epsilon is not None:
+            target = min(limit, epsilon_of(history, self.delta) + _positive_epsilon(epsilon))
         return calibrate(history, target, self.delta, rounds, steps_per_round, sample_rate)
 
 
@@ -341,6 +356,16 @@ def calibrate(
         else:
             hi = mid
     return math.exp(hi)
+
+
+def _positive_epsilon(value: str | Decimal | float) -> float:
+    try:
+        number = float(Decimal(str(value).strip()))
+    except (InvalidOperation, ValueError):
+        raise LearningParameterInvalid(f"epsilon must be a number, got {value!r}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise LearningParameterInvalid(f"epsilon must be finite and > 0, got {value!r}")
+    return number
 
 
 def _triples(events: list[MechanismEvent]) -> list[tuple[float, float, int]]:

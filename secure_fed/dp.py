@@ -28,6 +28,7 @@ import math
 import secrets
 import warnings
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
 
 import numpy as np
 import opacus
@@ -264,7 +265,7 @@ class TrainReport:
         ``steps`` 0 when refused before calibration).
     epsilon_spent
         Total epsilon of the participant's committed history after the round,
-        if the gate reports it (``epsilon_spent(participant_id, asset_id)``).
+        as the gate recomputes it.
     loss
         Mean training loss over the round's non-empty batches (nan if none).
     secure_rng
@@ -278,7 +279,7 @@ class TrainReport:
     sample_rate: float
     steps: int
     max_grad_norm: float
-    epsilon_spent: float | None
+    epsilon_spent: float
     loss: float = float("nan")
     secure_rng: bool = False
 
@@ -332,12 +333,15 @@ class PrivateTrainer:
 
     Notes
     -----
-    Noise calibration is history-aware and redone every round: the gate is
-    asked for the smallest noise multiplier such that the participant's
-    committed history plus the *remaining* rounds of the goal (at least one)
-    stay within ``goal.epsilon`` (capped by the gate's budget). If other
-    mechanisms were charged meanwhile, later rounds get more noise rather than
-    overrunning the goal.
+    ``goal.epsilon`` is the total epsilon of the asset's whole history once
+    the goal's rounds are done. Noise calibration is history-aware and redone
+    every round: the gate is asked for the smallest noise multiplier such that
+    the committed history plus the *remaining* rounds of the goal add at most ``goal.epsilon - epsilon_spent`` (and stay within the
+    gate's budget). If other mechanisms were charged meanwhile, later rounds
+    get more noise rather than overrunning the goal. Once the goal's rounds
+    are done (or its epsilon is spent) the trainer reports a refusal and
+    trains nothing: rounds beyond the goal would only get noise large enough
+    to destroy the model.
     """
 
     def __init__(
@@ -408,12 +412,22 @@ class PrivateTrainer:
             (the reservation is aborted first).
         """
         refused = refusal_errors()
-        remaining = max(1, self.goal.rounds - self.rounds_trained)
+        remaining = self.goal.rounds - self.rounds_trained
+        if remaining < 1:
+            reason = (f"the goal's {self.goal.rounds} private round(s) are done; state a new "
+                      "goal to train further")
+            return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
+        room = self.goal.epsilon - float(self.budget.epsilon_spent(self.participant_id,
+                                                                   self.asset_id))
+        if room < _MIN_ROOM:
+            reason = (f"the goal's epsilon {self.goal.epsilon:g} is already spent by this "
+                      f"asset's history; no further private training")
+            return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
         try:
             sigma = self.budget.calibrate_noise(
                 self.participant_id, self.asset_id, rounds=remaining,
                 steps_per_round=self.steps, sample_rate=self.sample_rate,
-                max_grad_norm=self.max_grad_norm, epsilon=self.goal.epsilon,
+                max_grad_norm=self.max_grad_norm, epsilon=_decimal_floor(room),
             )
             event = MechanismEvent(
                 noise_multiplier=sigma, sample_rate=self.sample_rate, steps=self.steps,
@@ -441,8 +455,7 @@ class PrivateTrainer:
 
     def _report(self, round_id: str, *, trained: bool, refused_reason: str | None,
                 sigma: float, loss: float = float("nan")) -> TrainReport:
-        spent_fn = getattr(self.budget, "epsilon_spent", None)
-        spent = float(spent_fn(self.participant_id, self.asset_id)) if callable(spent_fn) else None
+        spent = float(self.budget.epsilon_spent(self.participant_id, self.asset_id))
         return TrainReport(
             round_id=round_id, trained=trained, refused_reason=refused_reason,
             noise_multiplier=sigma, sample_rate=self.sample_rate,
@@ -506,5 +519,11 @@ def _dp_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
     return float(np.mean(losses)) if losses else float("nan")
 
 
+def _decimal_floor(value: float) -> str:
+    """Exact decimal string of ``value`` rounded down to 1e-6 (less room is safe)."""
+    return str(Decimal(value).quantize(Decimal("0.000001"), rounding=ROUND_FLOOR))
+
+
+_MIN_ROOM = 1e-6
 CLIPPING_MODES = ("flat", "per_layer")
 _VERSIONS = {"opacus": opacus.__version__, "torch": torch.__version__, "secure_rng": "false"}
