@@ -336,12 +336,12 @@ class PrivateTrainer:
     ``goal.epsilon`` is the total epsilon of the asset's whole history once
     the goal's rounds are done. Noise calibration is history-aware and redone
     every round: the gate is asked for the smallest noise multiplier such that
-    the committed history plus the *remaining* rounds of the goal add at most ``goal.epsilon - epsilon_spent`` (and stay within the
-    gate's budget). If other mechanisms were charged meanwhile, later rounds
-    get more noise rather than overrunning the goal. Once the goal's rounds
-    are done (or its epsilon is spent) the trainer reports a refusal and
-    trains nothing: rounds beyond the goal would only get noise large enough
-    to destroy the model.
+    the committed history plus the *remaining* rounds of the goal add at most
+    ``goal.epsilon - epsilon_spent`` (and stay within the gate's budget). If
+    other mechanisms were charged meanwhile, later rounds get more noise
+    rather than overrunning the goal. Once the goal's rounds are done (or its
+    epsilon is spent) the trainer reports a refusal and trains nothing: rounds
+    beyond the goal would only get noise large enough to destroy the model.
     """
 
     def __init__(
