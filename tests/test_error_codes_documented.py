@@ -37,7 +37,8 @@ def _codes() -> dict[str, str]:
             continue
         for _, obj in inspect.getmembers(module, inspect.isclass):
             code = getattr(obj, "code", None)
-            if issubclass(obj, Exception) and isinstance(code, str):
+            ours = obj.__module__.split(".")[0] in PACKAGES
+            if ours and issubclass(obj, Exception) and isinstance(code, str):
                 found[code] = f"{obj.__module__}.{obj.__qualname__}"
     return found
 
