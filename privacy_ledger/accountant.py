@@ -10,6 +10,8 @@ epsilon over the full history with
   2020, Theorem 21: Opacus' ``RDPAccountant`` arithmetic, same orders;
 * ``prv``: numerical composition of privacy loss random variables (Gopi, Lee,
   Wutschitz 2021): Opacus' ``PRVAccountant``, whose *upper* bound is used.
+  When its grid would exceed :data:`PRV_MAX_GRID_POINTS` (very small noise
+  multipliers, where it would allocate gigabytes), the RDP bound is used.
 
 The Gaussian (GDP/CLT) accountant is refused for enforcement: it can
 underestimate epsilon. Results are rounded *up* to :data:`EPSILON_QUANTUM`
@@ -20,6 +22,7 @@ go through a float that may have rounded down.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -31,6 +34,7 @@ __all__ = [
     "ACCOUNTANTS",
     "REFUSED_ACCOUNTANTS",
     "EPSILON_QUANTUM",
+    "PRV_MAX_GRID_POINTS",
     "HistoryEntry",
     "check_accountant",
     "compose",
@@ -40,6 +44,13 @@ __all__ = [
 
 #: Budgets are compared at this resolution, epsilons always rounded up to it.
 EPSILON_QUANTUM = Decimal("1e-9")
+
+logger = logging.getLogger(__name__)
+
+#: Largest PRV discretisation grid computed; above it (tiny noise multipliers) the
+#: RDP bound, also a valid upper bound, is used instead of allocating gigabytes.
+PRV_MAX_GRID_POINTS = 4_000_000
+_PRV_EPS_ERROR = 0.01
 
 #: (noise multiplier, sample rate, steps), the history format of Opacus accountants.
 HistoryEntry = tuple[float, float, int]
@@ -72,12 +83,33 @@ def _rdp_epsilon(history: Sequence[HistoryEntry], delta: float) -> float:
     return float(eps)
 
 
+def _prv_grid_points(history: Sequence[HistoryEntry], delta: float) -> float:
+    """Size of the discretisation grid PRVAccountant would allocate (its own formula)."""
+    import numpy as np
+    from opacus.accountants.analysis.prv import (
+        PoissonSubsampledGaussianPRV,
+        compute_safe_domain_size,
+    )
+
+    delta_error = delta / 1000
+    prvs = [PoissonSubsampledGaussianPRV(q, sigma) for sigma, q, _ in history]
+    steps = [s for _, _, s in history]
+    half_width = compute_safe_domain_size(prvs=prvs, max_self_compositions=steps,
+                                          eps_error=_PRV_EPS_ERROR, delta_error=delta_error)
+    mesh = _PRV_EPS_ERROR / np.sqrt(sum(steps) * np.log(12 / delta_error) / 2)
+    return float(2 * half_width / mesh)
+
+
 def _prv_epsilon(history: Sequence[HistoryEntry], delta: float) -> float:
     from opacus.accountants import PRVAccountant
 
+    points = _prv_grid_points(history, delta)
+    if not points <= PRV_MAX_GRID_POINTS:
+        logger.info("PRV grid of %.3g points too large; using the RDP bound instead", points)
+        return _rdp_epsilon(history, delta)
     accountant = PRVAccountant()
     accountant.history = list(history)
-    return float(accountant.get_epsilon(delta))
+    return float(accountant.get_epsilon(delta, eps_error=_PRV_EPS_ERROR))
 
 
 #: Accountants allowed for enforcement (STYLE.md rule 3: errors list these names).

@@ -470,6 +470,19 @@ class PrivacyLedger(ParticipantRegistry):
             remaining=max(_ZERO, limit - spent - held), active_reservations=len(reserved),
             per_round=per_round)
 
+    def budget_assets(self, participant_id: str) -> list[str]:
+        """Return the asset ids of ``participant_id`` that have a budget, sorted.
+
+        Raises
+        ------
+        ParticipantUnknown
+            When the participant is not registered.
+        """
+        with self._sessions() as session:
+            self._require_participant(session, participant_id)
+            return list(session.execute(select(Budget.asset_id).where(
+                Budget.participant_id == participant_id).order_by(Budget.asset_id)).scalars())
+
     def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
         """Epsilon of the committed history (rounded up)."""
         with self._sessions() as session:
@@ -517,7 +530,7 @@ class PrivacyLedger(ParticipantRegistry):
         Returns
         -------
         float
-            Noise multiplier (rounded up to 4 significant digits' grid) that fits.
+            Noise multiplier that fits (feasible side of a 0.1 % bisection).
 
         Raises
         ------

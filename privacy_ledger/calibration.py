@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 #: Above this noise multiplier the plan is considered impossible (the model would learn nothing).
 MAX_NOISE_MULTIPLIER = 1000.0
 _MIN_NOISE_MULTIPLIER = 0.05
-_RELATIVE_TOLERANCE = 1e-4
+_RELATIVE_TOLERANCE = 1e-3
 
 
 def _check_plan(rounds: int, steps_per_round: int, sample_rate: float,
@@ -69,7 +69,7 @@ def calibrate(
     -------
     float
         The noise multiplier, on the feasible side of the bisection (relative
-        tolerance 1e-4), so reserving the plan with it fits.
+        tolerance 1e-3), so reserving the plan with it fits.
 
     Raises
     ------

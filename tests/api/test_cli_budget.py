@@ -1,0 +1,86 @@
+"""``secure-fed budget show`` and ``budget set`` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from api.cli import app
+from privacy_ledger import MechanismEvent, PrivacyLedger
+
+runner = CliRunner()
+
+
+def _event() -> MechanismEvent:
+    return MechanismEvent(noise_multiplier=1.0, sample_rate=0.01, steps=500, delta=1e-5,
+                          max_grad_norm=1.0)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    result = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
+                                 "--epsilon", "4", "--institution", "Hospital One",
+                                 "--kind", "hospital", "--db", url])
+    assert result.exit_code == 0, result.output
+    assert "limit 4 at delta 1e-05 (rdp)" in result.output
+    ledger = PrivacyLedger.from_url(url)
+    for r in ("r1", "r2"):
+        ledger.commit(ledger.reserve("h1", "ct", _event(), round_id=r).id)
+    ledger.reserve("h1", "ct", _event(), round_id="r3")
+    ledger.engine.dispose()
+    return url
+
+
+def test_show_json_matches_the_ledger(db: str) -> None:
+    result = runner.invoke(app, ["budget", "show", "--participant", "h1", "--db", db, "--json"])
+    assert result.exit_code == 0, result.output
+    [shown] = json.loads(result.output)
+    ledger = PrivacyLedger.from_url(db)
+    status = ledger.budget_status("h1", "ct")
+    ledger.engine.dispose()
+    assert Decimal(shown["limit"]) == 4
+    assert Decimal(shown["spent"]) == status.spent > 0
+    assert Decimal(shown["reserved"]) == status.reserved > 0
+    assert Decimal(shown["remaining"]) == status.remaining
+    assert [r["round"] for r in shown["per_round"]] == ["r1", "r2"]
+    assert Decimal(shown["per_round"][-1]["epsilon_after"]) == status.spent
+
+
+def test_show_table(db: str) -> None:
+    result = runner.invoke(app, ["budget", "show", "--participant", "h1", "--asset", "ct",
+                                 "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "remaining" in result.output and "r2" in result.output
+
+
+def test_show_uses_the_settings_url(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECURE_FED_DATABASE_URL", db)
+    result = runner.invoke(app, ["budget", "show", "--participant", "h1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["asset"] == "ct"
+
+
+def test_errors_are_typed_and_non_zero(db: str) -> None:
+    unknown = runner.invoke(app, ["budget", "show", "--participant", "nobody", "--db", db])
+    assert unknown.exit_code == 1
+    assert "LEDGER_PARTICIPANT_UNKNOWN" in unknown.output
+    no_budget = runner.invoke(app, ["budget", "show", "--participant", "h1", "--asset", "x",
+                                    "--db", db])
+    assert no_budget.exit_code == 1 and "LEDGER_BUDGET_NOT_SET" in no_budget.output
+    gdp = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
+                              "--epsilon", "4", "--accountant", "gdp", "--db", db])
+    assert gdp.exit_code == 1 and "allowed: prv, rdp" in gdp.output
+    bad_url = runner.invoke(app, ["budget", "show", "--participant", "h1", "--db", "mysql://x"])
+    assert bad_url.exit_code == 2 and "LEDGER_DATABASE_URL_INVALID" in bad_url.output
+
+
+def test_set_changes_the_limit(db: str) -> None:
+    result = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
+                                 "--epsilon", "8.5", "--accountant", "prv", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "limit 8.5" in result.output and "(prv)" in result.output
