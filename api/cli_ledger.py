@@ -137,3 +137,6 @@ def set_budget(
 def register(app: typer.Typer) -> None:
     """Attach the ``budget`` group (and, from the audit log, the ``ledger`` group) to ``app``."""
     app.add_typer(budget_app, name="budget")
+    from api.cli_audit import ledger_app  # the audit log's group (verify, head, export-head)
+
+    app.add_typer(ledger_app, name="ledger")
