@@ -1,9 +1,9 @@
 """Privacy ledger: epsilon budgets that cannot be overspent, and the audit log.
 
 Budgets, reservations and accounting live in :mod:`privacy_ledger.budgets`;
-the schema in :mod:`privacy_ledger.models` and its Alembic migrations. The
-tamper-evident audit log is :class:`AuditLog` (:mod:`privacy_ledger.audit`),
-checked end to end by :func:`verify_log`.
+the schema in :mod:`privacy_ledger.models` (plus ``audit_models``) and its
+Alembic migrations. The tamper-evident audit log is :class:`AuditLog`
+(:mod:`privacy_ledger.audit`), checked end to end by :func:`verify_log`.
 """
 
 from privacy_ledger.audit import AuditLog

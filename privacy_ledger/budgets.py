@@ -176,7 +176,7 @@ class PrivacyLedger(ParticipantRegistry):
 
     @staticmethod
     def _subject(row: PrivacyEventRow | Budget) -> str:
-        return f"{row.participant_id}/{row.asset_id}"
+        return f"participant:{row.participant_id}/asset:{row.asset_id}"
 
     def _load_for_update(self, session: Session, reservation_id: str) -> tuple[
             PrivacyEventRow, Budget]:

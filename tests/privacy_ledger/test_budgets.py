@@ -141,7 +141,7 @@ def test_audit_events_share_the_transaction(db_url: str) -> None:
         names = [name for name, _, _ in sink.entries]
         assert names == ["budget.set", "budget.reserved", "budget.committed", "budget.refused",
                          "budget.reserved", "budget.aborted"]
-        assert all(subject == "h1/ct" for _, subject, _ in sink.entries)
+        assert all(subject == "participant:h1/asset:ct" for _, subject, _ in sink.entries)
         reserved = sink.entries[1][2]
         assert reserved["steps"] == 100 and reserved["noise_multiplier"] == Decimal("1.0")
         assert reserved["round"] == "r1" and reserved["versions"] == {"opacus": "1.6.0"}
