@@ -71,9 +71,10 @@ class CkksPreset:
         The preset's stated error budget for the result it is meant for:
         absolute for the weighted sum, relative for the distance score.
     decryption_error_bound
-        High-probability bound ``E`` of the CKKS error of that result, in value
-        units (measured, with a 2x margin; for scores: mean scores up to 16;
-        see ``docs/crypto-ckks.md``).
+        Bound ``E`` of the CKKS error of that result, in value units: the
+        measured maximum rounded up to a power of two (aggregation: worst case
+        of one weight equal to 1 over 100,000 values; scores: mean scores up
+        to 16). Measurements in ``docs/crypto-ckks.md``.
     flood_sigma
         Standard deviation of the Gaussian noise added to every value that
         leaves the key authority decrypted (value units).
