@@ -285,7 +285,11 @@ class AuditLog:
             never signs two inconsistent heads), or a stored row is altered.
         """
         with self._lock:
-            state = lock_state(session)
+            tail = session.info.get(TAIL_KEY)
+            if isinstance(tail, AppendTail) and tail.transaction is session.get_transaction():
+                state = tail.state  # already locked by an append of this transaction
+            else:
+                state = lock_state(session)
             unsigned = state.tree_size - state.last_head_size
             if unsigned <= 0:
                 return None
