@@ -4,7 +4,9 @@
 from the audit log: ``privacy_ledger.audit.AuditLog`` implements it, and any
 object with the same ``append`` works. ``append`` must add rows to the
 caller's session *without committing*, so that a budget change and its audit
-entry commit in one transaction.
+entry commit in one transaction. A sink that signs tree heads in batches may
+also offer ``checkpoint(session)``; the ledger calls it after each append (in
+the same transaction) so heads are signed when due.
 """
 
 from __future__ import annotations

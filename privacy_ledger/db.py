@@ -70,7 +70,7 @@ def _sqlite_immediate(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_ledger_engine(url: str, *, echo: bool = False) -> Engine:
+def create_ledger_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
     """Create an engine for the ledger database at ``url``.
 
     Parameters
@@ -81,6 +81,9 @@ def create_ledger_engine(url: str, *, echo: bool = False) -> Engine:
         carry ``?options=-csearch_path%3D<schema>`` to use a dedicated schema.
     echo
         Log every SQL statement (debugging only).
+    pool_size
+        PostgreSQL connections kept open (plus up to 10 more under load);
+        size it to the number of concurrent callers.
 
     Returns
     -------
@@ -104,7 +107,9 @@ def create_ledger_engine(url: str, *, echo: bool = False) -> Engine:
         _sqlite_immediate(engine)
         return engine
     if backend in ("postgresql", "postgres"):
-        return create_engine(url, echo=echo, pool_pre_ping=True)
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise DatabaseUrlInvalid(f"pool_size: must be an int >= 1, got {pool_size!r}")
+        return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=pool_size)
     raise DatabaseUrlInvalid(
         f"url: backend {backend!r} is not supported; use 'sqlite' or 'postgresql+psycopg'"
     )

@@ -97,6 +97,9 @@ class ParticipantRegistry:
     def _emit(self, session: Session, event: str, subject: str, fields: Mapping[str, Any]) -> None:
         if self._audit is not None:
             self._audit.append(session, event=event, subject=subject, fields=dict(fields))
+            checkpoint = getattr(self._audit, "checkpoint", None)
+            if callable(checkpoint):  # batch-signing logs sign a head when one is due
+                checkpoint(session)
 
     def register_participant(self, participant_id: str, *, institution: str, kind: str,
                              public_key_pem: bytes | None = None) -> None:
