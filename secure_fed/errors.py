@@ -232,3 +232,56 @@ class UploadParticipantUnknown(SecureFedError):
     """An upload names a participant the ledger has not registered."""
 
     code: ClassVar[str] = "UPLOAD_PARTICIPANT_UNKNOWN"
+
+
+# --- secure aggregation: scoring, outlier policy, key authority, helper, envelope ------
+
+
+class ScoringInvalid(SecureFedError):
+    """Mahalanobis scoring inputs or parameters are invalid (shapes, degenerate covariance)."""
+
+    code: ClassVar[str] = "SCORING_INVALID"
+
+
+class OutlierConfigInvalid(SecureFedError):
+    """An outlier-policy parameter or input score is invalid; the message names it."""
+
+    code: ClassVar[str] = "OUTLIER_CONFIG_INVALID"
+
+
+class KeyAuthorityConfigInvalid(SecureFedError):
+    """A key-authority or central-DP parameter is invalid; the message names it."""
+
+    code: ClassVar[str] = "KEY_AUTHORITY_CONFIG_INVALID"
+
+
+class AuthorityRequestMalformed(SecureFedError):
+    """A request to the key authority or the helper is not a valid frame for its kind."""
+
+    code: ClassVar[str] = "AUTHORITY_REQUEST_MALFORMED"
+
+
+class DecryptionRefused(SecureFedError):
+    """The key authority refused to decrypt: not an aggregate over enough participants
+    nor a single scalar score."""
+
+    code: ClassVar[str] = "KEY_AUTHORITY_DECRYPTION_REFUSED"
+
+
+class OpeningRefused(SecureFedError):
+    """The shares-mode helper refused to release its share of a value that is neither an
+    aggregate over enough participants nor a single scalar score."""
+
+    code: ClassVar[str] = "SHARES_OPENING_REFUSED"
+
+
+class ModeSetupInvalid(SecureFedError):
+    """A secure mode lacks its key material or was wired with inconsistent parties."""
+
+    code: ClassVar[str] = "MODE_SETUP_INVALID"
+
+
+class UploadSignatureInvalid(SecureFedError):
+    """An upload envelope's SM2 signature does not verify under the sender's registered key."""
+
+    code: ClassVar[str] = "UPLOAD_SIGNATURE_INVALID"
