@@ -15,6 +15,7 @@ Wire format (all integers big-endian)::
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import struct
@@ -154,6 +155,6 @@ def import_secret_key_encrypted(
     except Exception as exc:  # authenticated bytes that still fail to parse
         raise KeyInvalid(f"sealed key set does not parse: {type(exc).__name__}") from None
     keys = _keys_from_context(ctx, preset)
-    if keys.fingerprint != fingerprint:
+    if not hmac.compare_digest(keys.fingerprint, fingerprint):
         raise ContextMismatch("restored key set does not match the fingerprint it was sealed with")
     return keys

@@ -94,6 +94,10 @@ class EncryptedMatrix:
         expected = 1 if kind == "score" else layout.count
         if len(vectors) != expected:
             raise ParameterInvalid(f"vectors must hold {expected} ciphertexts, got {len(vectors)}")
+        if not (isinstance(contributors, int) and 1 <= contributors <= 0xFFFF):
+            raise ParameterInvalid(f"contributors must be in [1, 65535], got {contributors!r}")
+        if not (isinstance(weight_bits, int) and 0 <= weight_bits <= 62):
+            raise ParameterInvalid(f"weight_bits must be in [0, 62], got {weight_bits!r}")
         self.kind: Kind = kind
         self.preset = preset
         self.fingerprint = bytes(fingerprint)

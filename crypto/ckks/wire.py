@@ -168,9 +168,12 @@ def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples:
     expected = 1 if kind == "score" else layout.count
     if count != expected:
         raise CiphertextRejected(f"{count} ciphertexts; expected {expected}")
-    if kind == "aggregate" and weight_bits != (preset.weight_bits if
-                                               preset.weight_encoding == "integer" else 0):
-        raise CiphertextRejected(f"weight bits {weight_bits} do not match {preset.name}")
+    aggregate = kind == "aggregate"
+    bits = preset.weight_bits if aggregate and preset.weight_encoding == "integer" else 0
+    if weight_bits != bits:
+        raise CiphertextRejected(f"weight bits {weight_bits}; expected {bits} for a {kind}")
+    if contributors < 1 or (not aggregate and contributors != 1):
+        raise CiphertextRejected(f"{contributors} contributors is impossible for a {kind}")
     ctx = _public_ts(public)
     level = expected_level(preset, kind)
     vectors = []

@@ -52,3 +52,17 @@ def test_each_ciphertext_holds_one_class_run(agg_keys: KeyAuthorityKeys,
 def test_bad_matrices_refused(agg_keys: KeyAuthorityKeys, matrix: object, fragment: str) -> None:
     with pytest.raises(ParameterInvalid, match=fragment):
         pack_class_major(agg_keys.public_context, matrix)
+
+
+def test_matrix_metadata_is_validated(agg_keys: KeyAuthorityKeys) -> None:
+    from crypto.ckks import EncryptedMatrix
+
+    up = pack_class_major(agg_keys.public_context, np.zeros((3, 1)))
+    common = {"preset": up.preset, "fingerprint": up.fingerprint, "layout": up.layout}
+    with pytest.raises(ParameterInvalid, match="contributors must be in"):
+        EncryptedMatrix(kind="aggregate", vectors=up.vectors, contributors=70000, **common)
+    with pytest.raises(ParameterInvalid, match="kind must be one of"):
+        EncryptedMatrix(kind="raw", vectors=up.vectors, **common)  # type: ignore[arg-type]
+    with pytest.raises(ParameterInvalid, match="must hold 1 ciphertexts, got 0"):
+        EncryptedMatrix(kind="upload", vectors=[], **common)
+    assert "upload" in repr(up) and "3x1" in repr(up)

@@ -124,3 +124,10 @@ def test_scale_level_and_size_checks(score_keys: KeyAuthorityKeys) -> None:
     agg = weighted_sum([fresh, fresh], [0.5, 0.5]).to_bytes()
     loaded = load_encrypted(pub, agg, kind="aggregate", **shape)
     assert loaded.contributors == 2
+
+
+def test_metadata_fields_checked(agg_keys: KeyAuthorityKeys, upload_bytes: bytes) -> None:
+    blobs = _blobs(upload_bytes)
+    _reject(agg_keys, _frame({"bits": 20}, blobs, upload_bytes), "weight bits 20; expected 0")
+    _reject(agg_keys, _frame({"contributors": 3}, blobs, upload_bytes),
+            "3 contributors is impossible for a upload")
