@@ -148,16 +148,16 @@ def _check_heads(
                 tree_size=cp.tree_size,
             )
         heads.append(cp)
-    if len(heads) != state.head_count:
-        raise HeadTampered(
-            f"log_state counts {state.head_count} signed heads, {len(heads)} are stored",
-            tree_size=heads[-1].tree_size if heads else None,
-        )
     newest = heads[-1].tree_size if heads else 0
     if newest != state.last_head_size:
         raise HeadTampered(
             f"log_state says the newest head has size {state.last_head_size}, stored: {newest}",
             tree_size=state.last_head_size,
+        )
+    if len(heads) != state.head_count:
+        raise HeadTampered(
+            f"log_state counts {state.head_count} signed heads, {len(heads)} are stored",
+            tree_size=newest,
         )
     return heads
 

@@ -231,7 +231,7 @@ HEAD_CASES = [
     (head_root_column_edited, HeadTampered, 9),
     (head_signature_edited, HeadTampered, 9),
     (head_deleted, HeadTampered, 17),
-    (newest_head_deleted, HeadTampered, 9),
+    (newest_head_deleted, HeadTampered, 17),
     (head_forged_and_inserted, HeadTampered, 19),
 ]
 
