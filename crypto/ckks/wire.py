@@ -121,6 +121,36 @@ def _check_vector(ctx: TsContext, vector: TsVector, i: int, preset: CkksPreset, 
         raise CiphertextRejected(f"ciphertext {i} packs {packed} values; expected {size}")
 
 
+def _check_header(public: PublicContext, data: bytes, kind: Kind,
+                  layout: Layout) -> tuple[int, int, bytes]:
+    """Check everything before the vectors; return (weight bits, contributors, fingerprint)."""
+    preset = public.preset
+    (magic, version, kind_id, wire_id, weight_bits, contributors, fingerprint, rows, cols,
+     count) = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION:
+        raise CiphertextRejected("bad magic or version: not a secure-fed CKKS ciphertext")
+    if kind_id >= len(KINDS) or KINDS[kind_id] != kind:
+        raise CiphertextRejected(f"kind byte {kind_id} is not the expected kind {kind!r}")
+    if wire_id != preset.wire_id:
+        raise ContextMismatch(f"ciphertexts name preset id {wire_id}, not {preset.name}")
+    if not hmac.compare_digest(fingerprint, public.fingerprint):
+        raise ContextMismatch("ciphertexts cite another context fingerprint (key epoch)")
+    if (rows, cols) != (layout.n_samples, layout.n_classes):
+        raise CiphertextRejected(
+            f"shape {rows}x{cols}; expected {layout.n_samples}x{layout.n_classes}"
+        )
+    expected = 1 if kind == "score" else layout.count
+    if count != expected:
+        raise CiphertextRejected(f"{count} ciphertexts; expected {expected}")
+    aggregate = kind == "aggregate"
+    bits = preset.weight_bits if aggregate and preset.weight_encoding == "integer" else 0
+    if weight_bits != bits:
+        raise CiphertextRejected(f"weight bits {weight_bits}; expected {bits} for a {kind}")
+    if contributors < 1 or (not aggregate and contributors != 1):
+        raise CiphertextRejected(f"{contributors} contributors is impossible for a {kind}")
+    return weight_bits, contributors, fingerprint
+
+
 def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples: int,
                    n_classes: int) -> EncryptedMatrix:
     """Parse and validate untrusted ciphertext bytes for this key epoch.
@@ -142,6 +172,8 @@ def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples:
         Anything malformed; the message names the failed check.
     ContextMismatch
         The bytes cite another key epoch (fingerprint) or preset.
+    ParameterInvalid
+        ``kind`` or the expected shape is invalid (a caller error).
     """
     preset = public.preset
     if kind not in KINDS:
@@ -153,38 +185,15 @@ def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples:
     if not _HEADER.size < len(data) <= limit:
         raise CiphertextRejected(f"{len(data)} bytes is outside (header, {limit}] for this shape")
     data = bytes(data)
-    (magic, version, kind_id, wire_id, weight_bits, contributors, fingerprint, rows, cols,
-     count) = _HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise CiphertextRejected("bad magic or version: not a secure-fed CKKS ciphertext")
-    if kind_id >= len(KINDS) or KINDS[kind_id] != kind:
-        raise CiphertextRejected(f"kind byte {kind_id} is not the expected kind {kind!r}")
-    if wire_id != preset.wire_id:
-        raise ContextMismatch(f"ciphertexts name preset id {wire_id}, not {preset.name}")
-    if not hmac.compare_digest(fingerprint, public.fingerprint):
-        raise ContextMismatch("ciphertexts cite another context fingerprint (key epoch)")
-    if (rows, cols) != (n_samples, n_classes):
-        raise CiphertextRejected(f"shape {rows}x{cols}; expected {n_samples}x{n_classes}")
-    expected = 1 if kind == "score" else layout.count
-    if count != expected:
-        raise CiphertextRejected(f"{count} ciphertexts; expected {expected}")
-    aggregate = kind == "aggregate"
-    bits = preset.weight_bits if aggregate and preset.weight_encoding == "integer" else 0
-    if weight_bits != bits:
-        raise CiphertextRejected(f"weight bits {weight_bits}; expected {bits} for a {kind}")
-    if contributors < 1 or (not aggregate and contributors != 1):
-        raise CiphertextRejected(f"{contributors} contributors is impossible for a {kind}")
+    weight_bits, contributors, fingerprint = _check_header(public, data, kind, layout)
     ctx = _public_ts(public)
     level = expected_level(preset, kind)
+    count = 1 if kind == "score" else layout.count
     vectors = []
     for i, blob in enumerate(_split(data, count, preset.max_ciphertext_bytes)):
         vector = _parse_vector(ctx, blob, i)
-        if kind == "score":
-            size = 1
-        else:
-            start, stop = layout.run(i % layout.chunks)
-            size = stop - start
-        _check_vector(ctx, vector, i, preset, level, size)
+        start, stop = (0, 1) if kind == "score" else layout.run(i % layout.chunks)
+        _check_vector(ctx, vector, i, preset, level, stop - start)
         vectors.append(vector)
     return EncryptedMatrix(kind=kind, preset=preset, fingerprint=fingerprint, layout=layout,
                            vectors=vectors, weight_bits=weight_bits, contributors=contributors)
