@@ -21,12 +21,14 @@ charged to any privacy budget.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
-from opacus.grad_sample import AbstractGradSampleModule
+from opacus.grad_sample import AbstractGradSampleModule, GradSampleModule
 from torch import nn
 
 from secure_fed.dp import check_positive, predict_logits
@@ -176,6 +178,28 @@ def _plain(model: nn.Module) -> nn.Module:
     return model
 
 
+@contextlib.contextmanager
+def _public_training(model: nn.Module) -> Iterator[nn.Module]:
+    """Yield the plain module with any Opacus per-sample hooks switched off.
+
+    Training on public data needs no per-sample gradients; the wrapper's hooks
+    would otherwise still fire on the inner layers. They are restored after.
+    """
+    wrapper = model if isinstance(model, GradSampleModule) else None
+    hooked = wrapper is not None and bool(wrapper.hooks_enabled)
+    if wrapper is not None and hooked:
+        wrapper.disable_hooks()
+    try:
+        yield _plain(model)
+    finally:
+        if wrapper is not None and hooked:
+            wrapper.enable_hooks()
+        for p in _plain(model).parameters():
+            for attribute in ("grad_sample", "activations"):
+                if hasattr(p, attribute):
+                    delattr(p, attribute)
+
+
 def _check_targets(public_x: np.ndarray, soft_targets: np.ndarray) -> torch.Tensor:
     t = np.asarray(soft_targets, dtype=np.float64)
     if t.ndim != 2 or len(t) != len(public_x) or len(t) == 0:
@@ -203,6 +227,24 @@ def kl_to_targets(
     targets = _check_targets(public_x, soft_targets)
     logits = torch.as_tensor(predict_logits(_plain(model), public_x))
     return float(_kl_loss(logits, targets, temperature))
+
+
+def _kl_epochs(student: nn.Module, public_x: np.ndarray, targets: torch.Tensor,
+               temperature: float, weight: float, epochs: int, lr: float, batch_size: int,
+               seed: int) -> None:
+    xt = torch.as_tensor(np.ascontiguousarray(public_x, dtype=np.float32))
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD(student.parameters(), lr=lr, momentum=0.9)
+    student.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(xt), generator=generator)
+        for start in range(0, len(xt), batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad()
+            loss = weight * _kl_loss(student(xt[idx]), targets[idx], temperature)
+            torch.autograd.backward(loss)
+            optimizer.step()
+    student.zero_grad(set_to_none=True)
 
 
 def distill(
@@ -249,21 +291,10 @@ def distill(
     if not (math.isfinite(weight) and weight >= 0):
         raise LearningParameterInvalid(f"weight must be finite and >= 0, got {weight!r}")
     targets = _check_targets(public_x, soft_targets)
-    student = _plain(model)
-    if weight > 0:
-        xt = torch.as_tensor(np.ascontiguousarray(public_x, dtype=np.float32))
-        generator = torch.Generator().manual_seed(seed)
-        optimizer = torch.optim.SGD(student.parameters(), lr=lr, momentum=0.9)
-        student.train()
-        for _ in range(int(epochs)):
-            order = torch.randperm(len(xt), generator=generator)
-            for start in range(0, len(xt), int(batch_size)):
-                idx = order[start : start + int(batch_size)]
-                optimizer.zero_grad()
-                loss = weight * _kl_loss(student(xt[idx]), targets[idx], temperature)
-                torch.autograd.backward(loss)
-                optimizer.step()
-        student.zero_grad(set_to_none=True)
-    final = weight * kl_to_targets(student, public_x, soft_targets, temperature=temperature)
+    with _public_training(model) as student:
+        if weight > 0:
+            _kl_epochs(student, public_x, targets, temperature, weight, int(epochs), lr,
+                       int(batch_size), seed)
+        final = weight * kl_to_targets(student, public_x, soft_targets, temperature=temperature)
     logger.debug("distilled at T=%.3f, weight %.3f: loss %.5f", temperature, weight, final)
     return float(final)

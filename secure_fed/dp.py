@@ -322,6 +322,9 @@ class PrivateTrainer:
         :func:`per_layer_clipping_norms`, same total).
     c_ref, p_ref
         Clipping rule parameters (:func:`clipping_norm`).
+    max_noise_multiplier
+        Refuse the round (train nothing, spend nothing) when the budget left
+        would need more noise than this: such a round only damages the model.
 
     Raises
     ------
@@ -362,10 +365,11 @@ class PrivateTrainer:
         clipping: str = "flat",
         c_ref: float = 1.0,
         p_ref: int = P_REF,
+        max_noise_multiplier: float = 20.0,
     ) -> None:
         check_private_compatible(model)
         check_xy(x, y)
-        check_positive(batch_size=batch_size, lr=lr)
+        check_positive(batch_size=batch_size, lr=lr, max_noise_multiplier=max_noise_multiplier)
         if (epochs_per_round is None) == (steps_per_round is None):
             raise LearningParameterInvalid(
                 "give exactly one of epochs_per_round and steps_per_round, got "
@@ -389,6 +393,7 @@ class PrivateTrainer:
         self.sample_rate = 1 / batches  # exactly as DPDataLoader.from_data_loader computes it
         per_epoch = int(1 / self.sample_rate)
         self.steps = per_epoch * epochs_per_round if epochs_per_round else int(steps_per_round or 0)
+        self.max_noise_multiplier = float(max_noise_multiplier)
         self.rounds_trained = 0
 
     def train_round(self, round_id: str) -> TrainReport:
@@ -429,6 +434,11 @@ class PrivateTrainer:
                 steps_per_round=self.steps, sample_rate=self.sample_rate,
                 max_grad_norm=self.max_grad_norm, epsilon=_decimal_floor(room),
             )
+            if sigma > self.max_noise_multiplier:
+                reason = (f"the budget left needs noise multiplier {sigma:.4g} > "
+                          f"max_noise_multiplier {self.max_noise_multiplier:g}; training "
+                          "would only add noise, so nothing is trained or spent")
+                return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
             event = MechanismEvent(
                 noise_multiplier=sigma, sample_rate=self.sample_rate, steps=self.steps,
                 delta=self.goal.delta, max_grad_norm=self.max_grad_norm, versions=_VERSIONS,

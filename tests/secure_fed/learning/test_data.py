@@ -1,0 +1,304 @@
+import gzip
+import hashlib
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import TensorDataset
+
+from secure_fed.data import (
+    DATASET_REGISTRY,
+    dirichlet_split,
+    from_torch_dataset,
+    load_tabular,
+    load_task,
+    read_idx,
+)
+from secure_fed.errors import (
+    DatasetUnavailable,
+    EmptyData,
+    LabelColumnMissing,
+    LearningParameterInvalid,
+    NonNumericData,
+    SplitImpossible,
+    TabularDataInvalid,
+    UnknownDataset,
+)
+
+
+def _hashes(x):
+    return {hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest() for row in x}
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "classes", "rows"),
+    [("digits", (1, 8, 8), 10, 1797), ("breast_cancer", (30,), 2, 569)],
+)
+def test_split_is_disjoint_and_complete(name, shape, classes, rows):
+    task = load_task(name, seed=4, public_fraction=0.2, test_fraction=0.25)
+    assert task.input_shape == shape and task.num_classes == classes
+    assert task.public_x.dtype == np.float32 and task.private_y.dtype == np.int64
+    pub, priv, test = _hashes(task.public_x), _hashes(task.private_x), _hashes(task.test_x)
+    assert not pub & priv and not pub & test and not priv & test
+    assert len(pub) + len(priv) + len(test) == rows
+    assert len(task.public_x) == round(rows * 0.2) and len(task.test_x) == round(rows * 0.25)
+    assert set(np.unique(task.test_y)) <= set(range(classes))
+
+
+def test_split_depends_on_seed_only():
+    a, b, c = load_task("digits", seed=1), load_task("digits", seed=1), load_task("digits", seed=2)
+    assert np.array_equal(a.public_x, b.public_x)
+    assert not np.array_equal(a.public_x, c.public_x)
+
+
+def test_breast_cancer_standardised_with_public_statistics():
+    task = load_task("breast_cancer", seed=0)
+    assert np.allclose(task.public_x.mean(axis=0), 0, atol=1e-5)
+    assert np.allclose(task.public_x.std(axis=0), 1, atol=1e-4)
+
+
+def test_digits_scaled_to_unit_range():
+    task = load_task("digits", seed=0)
+    assert task.private_x.min() >= 0 and task.private_x.max() <= 1
+
+
+def test_unknown_dataset_lists_registry():
+    with pytest.raises(UnknownDataset, match="breast_cancer, digits, fashion_mnist") as e:
+        load_task("cifar", seed=0)
+    assert e.value.code == "LEARNING_UNKNOWN_DATASET"
+    assert set(DATASET_REGISTRY) == {"digits", "breast_cancer", "fashion_mnist"}
+
+
+@pytest.mark.parametrize(
+    ("pub", "test", "fragment"),
+    [(0.0, 0.2, "public_fraction"), (0.2, 1.0, "test_fraction"), (0.5, 0.5, "leave private")],
+)
+def test_bad_fractions(pub, test, fragment):
+    with pytest.raises(LearningParameterInvalid, match=fragment):
+        load_task("digits", seed=0, public_fraction=pub, test_fraction=test)
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg")
+def test_fashion_mnist_needs_debian_package():
+    import subprocess
+
+    installed = (
+        subprocess.run(["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True).returncode
+        == 0
+    )
+    if installed:
+        task = load_task("fashion_mnist", seed=0, public_fraction=0.1, test_fraction=0.1)
+        assert task.input_shape == (1, 28, 28) and task.num_classes == 10
+    else:
+        with pytest.raises(DatasetUnavailable, match="dataset-fashion-mnist") as e:
+            load_task("fashion_mnist", seed=0)
+        assert e.value.code == "LEARNING_DATASET_UNAVAILABLE"
+
+
+def _idx(path, magic, count, payload):
+    header = magic.to_bytes(4, "big") + count.to_bytes(4, "big")
+    if magic == 0x803:
+        header += (28).to_bytes(4, "big") * 2
+    path.write_bytes(gzip.compress(header + payload))
+    return path
+
+
+def test_read_idx_images_and_labels(tmp_path):
+    images = np.arange(2 * 28 * 28, dtype=np.uint64).astype(np.uint8)
+    img = _idx(tmp_path / "i.gz", 0x803, 2, images.tobytes())
+    lab = _idx(tmp_path / "l.gz", 0x801, 3, bytes([7, 0, 9]))
+    assert read_idx(img, offset=16, shape=(28, 28)).shape == (2, 28, 28)
+    assert read_idx(lab, offset=8, shape=()).tolist() == [7, 0, 9]
+
+
+@pytest.mark.parametrize(
+    ("magic", "count", "payload", "fragment"),
+    [(0x803, 1, b"\x00" * 10, "not a valid idx"), (0x801, 5, b"\x01\x02", "declares 5 items")],
+)
+def test_read_idx_rejects_malformed(tmp_path, magic, count, payload, fragment):
+    path = _idx(tmp_path / "bad.gz", magic, count, payload)
+    shape = (28, 28) if magic == 0x803 else ()
+    with pytest.raises(DatasetUnavailable, match=fragment):
+        read_idx(path, offset=16 if magic == 0x803 else 8, shape=shape)
+
+
+def test_read_idx_rejects_non_gzip(tmp_path):
+    path = tmp_path / "x.gz"
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(DatasetUnavailable, match="cannot read idx"):
+        read_idx(path, offset=8, shape=())
+
+
+# --- Dirichlet label skew ---------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    labels=st.lists(st.integers(0, 4), min_size=12, max_size=200),
+    parts=st.integers(1, 6),
+    alpha=st.floats(0.05, 100),
+    seed=st.integers(0, 2**32 - 1),
+    min_size=st.integers(1, 2),
+)
+def test_dirichlet_split_is_a_partition(labels, parts, alpha, seed, min_size):
+    y = np.asarray(labels)
+    split = dirichlet_split(y, parts=parts, alpha=alpha, seed=seed, min_size=min_size)
+    assert len(split) == parts
+    joined = np.concatenate(split)
+    assert sorted(joined.tolist()) == list(range(len(y)))  # covers all, no overlap
+    assert all(len(p) >= min_size for p in split)
+    assert all(p.dtype == np.int64 for p in split)
+
+
+def test_dirichlet_alpha_controls_skew():
+    y = np.repeat(np.arange(10), 100)
+
+    def skew(alpha):
+        parts = dirichlet_split(y, parts=5, alpha=alpha, seed=0)
+        return np.mean([np.bincount(y[p], minlength=10).max() / len(p) for p in parts])
+
+    assert skew(0.1) > 0.5 > skew(100.0)
+
+
+def test_dirichlet_is_reproducible():
+    y = np.repeat(np.arange(3), 20)
+    a = dirichlet_split(y, parts=4, alpha=0.5, seed=9)
+    b = dirichlet_split(y, parts=4, alpha=0.5, seed=9)
+    assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+
+
+def test_dirichlet_impossible_and_invalid():
+    with pytest.raises(SplitImpossible, match="cannot give 5 parts") as e:
+        dirichlet_split(np.zeros(8, dtype=int), parts=5, alpha=1.0, seed=0, min_size=2)
+    assert e.value.code == "LEARNING_SPLIT_IMPOSSIBLE"
+    with pytest.raises(LearningParameterInvalid, match="alpha"):
+        dirichlet_split(np.zeros(8, dtype=int), parts=2, alpha=0.0, seed=0)
+    with pytest.raises(LearningParameterInvalid, match="parts"):
+        dirichlet_split(np.zeros(8, dtype=int), parts=0, alpha=1.0, seed=0)
+    with pytest.raises(LearningParameterInvalid, match="min_size"):
+        dirichlet_split(np.zeros(8, dtype=int), parts=2, alpha=1.0, seed=0, min_size=0)
+
+
+# --- bring your own data ------------------------------------------------------
+
+
+def _frame():
+    return pd.DataFrame({"age": [50, 61, 33], "bmi": [22.5, 30.1, 27.0], "y": [1, 0, 1]})
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".pq"])
+def test_load_tabular_round_trip(tmp_path, suffix):
+    path = tmp_path / f"data{suffix}"
+    if suffix == ".csv":
+        _frame().to_csv(path, index=False)
+    else:
+        _frame().to_parquet(path)
+    x, y = load_tabular(path, label_column="y")
+    assert x.dtype == np.float32 and x.shape == (3, 2)
+    assert y.dtype == np.int64 and y.tolist() == [1, 0, 1]
+    assert x[1].tolist() == pytest.approx([61, 30.1])
+
+
+def test_integer_labels_keep_their_ids(tmp_path):
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"f": [1.0, 2.0], "y": [3, 7]}).to_csv(path, index=False)
+    assert load_tabular(path, label_column="y")[1].tolist() == [3, 7]
+
+
+def test_string_labels_sorted(tmp_path):
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"f": [1, 2, 3], "y": ["sick", "healthy", "sick"]}).to_csv(path, index=False)
+    assert load_tabular(path, label_column="y")[1].tolist() == [1, 0, 1]
+
+
+def test_missing_label_column_lists_columns(tmp_path):
+    path = tmp_path / "d.csv"
+    _frame().to_csv(path, index=False)
+    with pytest.raises(LabelColumnMissing, match="columns present: age, bmi, y") as e:
+        load_tabular(path, label_column="diagnosis")
+    assert e.value.code == "LEARNING_LABEL_COLUMN_MISSING"
+    assert isinstance(e.value, TabularDataInvalid)
+
+
+def test_non_numeric_features_named(tmp_path):
+    path = tmp_path / "d.parquet"
+    frame = _frame().assign(city=["Wuhan", "Xi'an", "Hefei"])
+    frame.to_parquet(path)
+    with pytest.raises(NonNumericData, match="non-numeric feature columns in d.parquet: city") as e:
+        load_tabular(path, label_column="y")
+    assert e.value.code == "LEARNING_NON_NUMERIC_DATA"
+
+
+@pytest.mark.parametrize(
+    ("frame", "fragment"),
+    [
+        (pd.DataFrame({"a": [1.0, None], "y": [0, 1]}), "missing"),
+        (pd.DataFrame({"a": [1.0, 2.0], "y": [0.5, 1.0]}), "whole numbers"),
+        (pd.DataFrame({"a": [1.0, 2.0], "y": [-1, 1]}), "non-negative"),
+        (pd.DataFrame({"a": [True, False], "y": [0, 1]}), "non-numeric"),
+    ],
+)
+def test_bad_values(tmp_path, frame, fragment):
+    path = tmp_path / "d.parquet"
+    frame.to_parquet(path)
+    with pytest.raises(NonNumericData, match=fragment):
+        load_tabular(path, label_column="y")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("")
+    with pytest.raises(EmptyData, match="empty") as e:
+        load_tabular(path, label_column="y")
+    assert e.value.code == "LEARNING_EMPTY_DATA"
+
+
+def test_header_only(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("a,b,y\n")
+    with pytest.raises(EmptyData, match="no rows"):
+        load_tabular(path, label_column="y")
+
+
+def test_only_label_column(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("y\n1\n0\n")
+    with pytest.raises(EmptyData, match="no feature columns"):
+        load_tabular(path, label_column="y")
+
+
+def test_unknown_extension_and_missing_file(tmp_path):
+    with pytest.raises(TabularDataInvalid, match="unsupported file extension") as e:
+        load_tabular(tmp_path / "d.xlsx", label_column="y")
+    assert e.value.code == "LEARNING_TABULAR_INVALID"
+    with pytest.raises(TabularDataInvalid, match="does not exist"):
+        load_tabular(tmp_path / "absent.csv", label_column="y")
+
+
+def test_corrupt_parquet(tmp_path):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(TabularDataInvalid, match="cannot read bad.parquet"):
+        load_tabular(path, label_column="y")
+
+
+def test_from_torch_dataset():
+    ds = TensorDataset(torch.randn(6, 1, 8, 8), torch.tensor([0, 1, 2, 3, 4, 9]))
+    x, y = from_torch_dataset(ds)
+    assert x.shape == (6, 1, 8, 8) and x.dtype == np.float32
+    assert y.tolist() == [0, 1, 2, 3, 4, 9] and y.dtype == np.int64
+
+
+def test_from_torch_dataset_errors():
+    with pytest.raises(EmptyData, match="no items"):
+        from_torch_dataset(TensorDataset(torch.zeros(0, 2), torch.zeros(0)))
+    with pytest.raises(TabularDataInvalid, match="not a \\(features, label\\) pair"):
+        from_torch_dataset(TensorDataset(torch.zeros(2, 2)))
+    with pytest.raises(NonNumericData, match="NaN"):
+        from_torch_dataset(TensorDataset(torch.full((2, 2), float("nan")), torch.tensor([0, 1])))
+    with pytest.raises(TabularDataInvalid, match="non-scalar labels"):
+        from_torch_dataset(TensorDataset(torch.zeros(2, 2), torch.zeros(2, 2)))
