@@ -10,7 +10,12 @@ Wire format (all integers big-endian)::
 
     magic "SFCKSK1" (7) | kdf (1: 0 caller key, 1 argon2id) | t_cost (4) |
     m_cost KiB (4) | parallelism (1) | salt (16) | preset wire id (1) |
-    public-context SM3 fingerprint (32) | SM4-GCM blob
+    public-context SM3 fingerprint (32) |
+    SM4-GCM(u32 length | private context (secret + public key) | public context)
+
+The public context (with the evaluation keys) travels inside the sealed blob:
+TenSEAL does not serialize evaluation keys next to a secret key, and generating
+new ones would change the epoch's fingerprint.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ ARGON2_PARALLELISM = 1
 """Argon2id lanes; 1 keeps the cost on 2-core hosts predictable."""
 MIN_PASSPHRASE_CHARS = 12
 _HEADER = struct.Struct(">7sBIIB16sB32s")
+_LEN = struct.Struct(">I")
 _KDF_KEY, _KDF_ARGON2 = 0, 1
 MAX_BLOB_BYTES = 256 << 20
 
@@ -103,9 +109,9 @@ def export_secret_key_encrypted(
         aead_key = bytes(key or b"")
     header = _HEADER.pack(MAGIC, kdf, t_cost, m_cost, lanes, salt, keys.preset.wire_id,
                           keys.fingerprint)
-    secret = bytes(ctx.serialize(save_public_key=True, save_secret_key=True,
-                                 save_galois_keys=keys.preset.galois_keys,
-                                 save_relin_keys=keys.preset.relin_keys))
+    private = bytes(ctx.serialize(save_public_key=True, save_secret_key=True,
+                                  save_galois_keys=False, save_relin_keys=False))
+    secret = _LEN.pack(len(private)) + private + keys.public_context.data
     logger.warning("CKKS secret key of epoch %s exported (sealed)", keys.fingerprint.hex()[:16])
     return header + SM4GCM(aead_key).encrypt(secret, associated_data=header)
 
@@ -150,11 +156,15 @@ def import_secret_key_encrypted(
             raise DecryptionFailed("this blob is protected by a raw key, not a passphrase")
         aead_key = key
     secret = SM4GCM(aead_key).decrypt(blob[_HEADER.size:], associated_data=header)
+    (size,) = _LEN.unpack_from(secret) if len(secret) >= _LEN.size else (len(secret),)
+    if not 0 < size < len(secret) - _LEN.size:
+        raise KeyInvalid("sealed key set is malformed (length prefix)")
+    private, public = secret[_LEN.size: _LEN.size + size], secret[_LEN.size + size:]
     try:
-        ctx = _tenseal.load_context(secret)
+        ctx = _tenseal.load_context(private)
     except Exception as exc:  # authenticated bytes that still fail to parse
         raise KeyInvalid(f"sealed key set does not parse: {type(exc).__name__}") from None
-    keys = _keys_from_context(ctx, preset)
+    keys = _keys_from_context(ctx, preset, public)
     if not hmac.compare_digest(keys.fingerprint, fingerprint):
         raise ContextMismatch("restored key set does not match the fingerprint it was sealed with")
     return keys

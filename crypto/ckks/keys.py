@@ -18,6 +18,8 @@ import hmac
 import logging
 from typing import NoReturn
 
+import numpy as np
+
 from crypto.ckks import _tenseal
 from crypto.ckks._tenseal import TsContext
 from crypto.ckks.presets import CkksPreset, get_preset
@@ -43,13 +45,15 @@ def _public_bytes(ctx: TsContext, preset: CkksPreset) -> bytes:
     )
 
 
-def _check_parameters(ctx: TsContext, preset: CkksPreset) -> None:
+def _check_parameters(ctx: TsContext, preset: CkksPreset, *, eval_keys: bool = True) -> None:
     """Raise ContextMismatch unless ``ctx`` uses exactly the preset's N and primes."""
     reference = _reference_parms_id(preset)
     if _tenseal.first_parms_id(ctx) != reference:
         raise ContextMismatch(f"context parameters are not those of preset {preset.name}")
     if float(ctx.global_scale) != preset.scale:
         raise ContextMismatch(f"context scale is not 2^{preset.scale_bits} ({preset.name})")
+    if not eval_keys:
+        return
     if preset.relin_keys and not bool(ctx.has_relin_keys()):
         raise ContextMismatch(f"{preset.name} context lacks its relinearization keys")
     if preset.galois_keys and not bool(ctx.has_galois_keys()):
@@ -160,16 +164,29 @@ class KeyAuthorityKeys:
 
     __slots__ = ("_ctx", "_public", "_preset")
 
-    def __init__(self, token: object, ctx: TsContext, preset: CkksPreset) -> None:
+    def __init__(self, token: object, ctx: TsContext, preset: CkksPreset,
+                 public_data: bytes | None = None) -> None:
         if token is not _TOKEN:
             raise TypeError("use crypto.ckks.generate_keys or import_secret_key_encrypted")
         if not bool(ctx.has_secret_key()):
             raise KeyInvalid("a key-authority context must hold the secret key")
-        _check_parameters(ctx, preset)
+        # Imported key sets carry the epoch's public context separately: TenSEAL does
+        # not serialize evaluation keys next to a secret key, and regenerating them
+        # would change the epoch's fingerprint.
+        _check_parameters(ctx, preset, eval_keys=public_data is None)
+        data = _public_bytes(ctx, preset) if public_data is None else public_data
+        try:
+            public_ctx = _tenseal.load_context(data)
+        except Exception as exc:  # TenSEAL raises bare C++ exceptions
+            raise KeyInvalid(f"public context does not parse: {type(exc).__name__}") from None
+        if not bool(public_ctx.is_public()):
+            raise KeyInvalid("the public context of a key set must not carry a secret key")
+        _check_parameters(public_ctx, preset)
+        if public_data is not None:
+            _check_pair(ctx, public_ctx)
         self._ctx = ctx
         self._preset = preset
-        self._public = PublicContext(_TOKEN, _public_only(ctx, preset), _public_bytes(ctx, preset),
-                                     preset)
+        self._public = PublicContext(_TOKEN, public_ctx, data, preset)
 
     @property
     def preset(self) -> CkksPreset:
@@ -202,8 +219,13 @@ class KeyAuthorityKeys:
         raise KeyExportRefused("CKKS secret keys cannot be copied")
 
 
-def _public_only(ctx: TsContext, preset: CkksPreset) -> TsContext:
-    return _tenseal.load_context(_public_bytes(ctx, preset))
+def _check_pair(private: TsContext, public: TsContext) -> None:
+    """Raise KeyInvalid unless the secret key decrypts what the public key encrypts."""
+    probe = np.array([1.0, -2.0, 0.5])
+    vector = _tenseal.encrypt_vector(public, probe)
+    got = _tenseal.decrypt_vector(private, vector)
+    if got.shape != probe.shape or not np.allclose(got, probe, atol=1e-3):
+        raise KeyInvalid("the secret key does not match the public context's public key")
 
 
 def generate_keys(preset: str) -> KeyAuthorityKeys:
@@ -239,9 +261,10 @@ def generate_keys(preset: str) -> KeyAuthorityKeys:
     return keys
 
 
-def _keys_from_context(ctx: TsContext, preset: CkksPreset) -> KeyAuthorityKeys:
-    """Wrap an imported private context (used by the import function)."""
-    return KeyAuthorityKeys(_TOKEN, ctx, preset)
+def _keys_from_context(ctx: TsContext, preset: CkksPreset,
+                       public_data: bytes) -> KeyAuthorityKeys:
+    """Wrap an imported private context and its epoch's public context."""
+    return KeyAuthorityKeys(_TOKEN, ctx, preset, public_data)
 
 
 def _private_context(keys: KeyAuthorityKeys) -> TsContext:

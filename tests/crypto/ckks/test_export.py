@@ -7,6 +7,7 @@ from crypto.ckks import (
     KeyAuthorityKeys,
     decrypt_aggregate,
     export_secret_key_encrypted,
+    generate_keys,
     import_secret_key_encrypted,
     pack_class_major,
     weighted_sum,
@@ -88,3 +89,32 @@ def test_import_refuses_malformed_blobs(sealed_with_passphrase: bytes) -> None:
 def test_export_needs_a_key_handle() -> None:
     with pytest.raises(Exception, match="must be KeyAuthorityKeys"):
         export_secret_key_encrypted(object(), key=b"k" * 16)  # type: ignore[arg-type]
+
+
+def test_scoring_roundtrip_keeps_evaluation_keys_and_epoch(score_keys: KeyAuthorityKeys) -> None:
+    key = SM4GCM.generate_key()
+    restored = import_secret_key_encrypted(export_secret_key_encrypted(score_keys, key=key),
+                                           key=key)
+    assert restored.fingerprint == score_keys.fingerprint
+    assert restored.public_context.data == score_keys.public_context.data
+    ups = [pack_class_major(score_keys.public_context, np.full((6, 2), v)) for v in (1.0, 2.0)]
+    out = decrypt_aggregate(restored, weighted_sum(ups, [0.5, 0.5]))
+    assert np.abs(out - 1.5).max() < 1e-2
+
+
+def test_secret_key_must_match_the_public_context(agg_keys: KeyAuthorityKeys) -> None:
+    from crypto.ckks.keys import _keys_from_context, _private_context
+
+    other = generate_keys("CKKS_AGGREGATION")
+    with pytest.raises(KeyInvalid, match="does not match the public context"):
+        _keys_from_context(_private_context(other), other.preset, agg_keys.public_context.data)
+
+
+def test_authenticated_but_malformed_payload_is_refused(agg_keys: KeyAuthorityKeys) -> None:
+    key = SM4GCM.generate_key()
+    header = export_mod._HEADER.pack(b"SFCKSK1", 0, 0, 0, 0, b"\0" * 16, 1, agg_keys.fingerprint)
+    for payload, fragment in [(b"\xff\xff\xff\xff" + b"x" * 10, "length prefix"),
+                              (b"\0\0\0\x03abcdef", "does not parse")]:
+        blob = header + SM4GCM(key).encrypt(payload, associated_data=header)
+        with pytest.raises(KeyInvalid, match=fragment):
+            import_secret_key_encrypted(blob, key=key)
