@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from crypto.ckks import _tenseal
 from crypto.ckks.aggregate import score_factor
 from crypto.ckks.flooding import flood
-from crypto.ckks.keys import KeyAuthorityKeys, _private_context
+from crypto.ckks.keys import KeyAuthorityKeys, _count_release, _private_context
 from crypto.ckks.packing import EncryptedMatrix, unpack_class_major
 from crypto.errors import ContextMismatch, ParameterInvalid
 
@@ -70,6 +70,7 @@ def decrypt_aggregate(keys: KeyAuthorityKeys, aggregate: EncryptedMatrix, *,
     matrix = unpack_class_major(aggregate.layout, runs)
     if aggregate.weight_bits:
         matrix = matrix / float(1 << aggregate.weight_bits)
+    _count_release(keys)
     logger.info("released flooded aggregate %dx%d over %d contributors",
                 aggregate.layout.n_samples, aggregate.layout.n_classes, aggregate.contributors)
     return flood(matrix, sigma=keys.preset.flood_sigma)
@@ -91,5 +92,6 @@ def decrypt_score(keys: KeyAuthorityKeys, score: EncryptedMatrix) -> float:
     value = _tenseal.decrypt_vector(_private_context(keys), score.vectors[0])
     n = score.layout.n_samples
     mean = float(value[0]) / (score_factor(n) ** 2 * n)
+    _count_release(keys)
     logger.info("released one flooded score")
     return float(flood(np.array([mean]), sigma=keys.preset.flood_sigma)[0])

@@ -162,7 +162,7 @@ class KeyAuthorityKeys:
         On pickling or copying; use ``export_secret_key_encrypted``.
     """
 
-    __slots__ = ("_ctx", "_public", "_preset")
+    __slots__ = ("_ctx", "_public", "_preset", "_releases")
 
     def __init__(self, token: object, ctx: TsContext, preset: CkksPreset,
                  public_data: bytes | None = None) -> None:
@@ -187,6 +187,7 @@ class KeyAuthorityKeys:
         self._ctx = ctx
         self._preset = preset
         self._public = PublicContext(_TOKEN, public_ctx, data, preset)
+        self._releases = 0
 
     @property
     def preset(self) -> CkksPreset:
@@ -202,6 +203,15 @@ class KeyAuthorityKeys:
     def fingerprint(self) -> bytes:
         """SM3 fingerprint of the public context (the key epoch's identifier)."""
         return self._public.fingerprint
+
+    @property
+    def releases(self) -> int:
+        """Decryptions released by this handle (the ``t`` of the flooding bound).
+
+        The key-authority runtime compares it with its policy and rotates the key
+        epoch when the budget is spent; it is not persisted across imports.
+        """
+        return self._releases
 
     def __repr__(self) -> str:
         return (f"KeyAuthorityKeys({self._preset.name}, "
@@ -271,6 +281,10 @@ def _private_context(keys: KeyAuthorityKeys) -> TsContext:
     if not isinstance(keys, KeyAuthorityKeys):
         raise ParameterInvalid(f"keys must be KeyAuthorityKeys, not {type(keys).__name__}")
     return keys._ctx
+
+
+def _count_release(keys: KeyAuthorityKeys) -> None:
+    keys._releases += 1
 
 
 def _public_ts(public: PublicContext) -> TsContext:

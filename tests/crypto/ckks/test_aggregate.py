@@ -59,7 +59,9 @@ def test_weighted_sum_meets_error_target(agg_keys: KeyAuthorityKeys,
     raw_err = np.abs(raw / 2**20 - expected).max()
     quant = 10 * 8 * 2.0**-20
     assert raw_err <= CKKS_AGGREGATION.decryption_error_bound + quant
+    before = agg_keys.releases
     released = decrypt_aggregate(agg_keys, agg)
+    assert agg_keys.releases == before + 1
     err = np.abs(released - expected).max()
     assert err <= 5e-4
     assert err > raw_err  # flooding noise was added
