@@ -21,9 +21,8 @@ restarted caller that resumes by reservation id never charges twice.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -31,64 +30,28 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privacy_ledger import accountant as acc
-from privacy_ledger.budget_types import AuditSink, BudgetStatus, Reservation, RoundEpsilon
-from privacy_ledger.calibration import calibrate
+from privacy_ledger.budget_queries import BudgetQueries
+from privacy_ledger.budget_types import AuditSink, Reservation
 from privacy_ledger.db import create_ledger_engine, upgrade
 from privacy_ledger.errors import (
     BudgetExceeded,
-    BudgetNotSet,
     LedgerParameterInvalid,
     ParticipantSuspended,
     ReservationExpired,
     ReservationNotActive,
     ReservationUnknown,
 )
+from privacy_ledger.event_rows import audit_value, event_fields, new_row, reservation_of
 from privacy_ledger.mechanism import MechanismEvent
 from privacy_ledger.models import Budget, Participant, PrivacyEventRow
-from privacy_ledger.participants import ParticipantRegistry, check_id, parse_epsilon
+from privacy_ledger.participants import check_id, parse_epsilon
 
 __all__ = ["PrivacyLedger"]
 
 logger = logging.getLogger(__name__)
 
-_ZERO = Decimal(0)
 
-
-def _audit_value(value: float | Decimal) -> Decimal | str:
-    """Floats and epsilons as exact decimals for canonical JSON (no floats allowed)."""
-    dec = value if isinstance(value, Decimal) else Decimal(repr(float(value)))
-    return dec if dec.is_finite() else str(dec)
-
-
-def _event_of(row: PrivacyEventRow) -> MechanismEvent:
-    return MechanismEvent(
-        noise_multiplier=row.noise_multiplier,
-        sample_rate=row.sample_rate,
-        steps=row.steps,
-        delta=row.delta,
-        max_grad_norm=row.max_grad_norm,
-        mechanism=row.mechanism,
-        sampler=row.sampler,
-        versions={str(k): str(v) for k, v in (row.versions or {}).items()},
-    )
-
-
-def _reservation_of(row: PrivacyEventRow) -> Reservation:
-    return Reservation(
-        id=row.id,
-        participant_id=row.participant_id,
-        asset_id=row.asset_id,
-        round_id=row.round_id,
-        event=_event_of(row),
-        state=row.state,
-        epsilon_projected=Decimal(row.epsilon_projected),
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-        resolved_at=row.resolved_at,
-    )
-
-
-class PrivacyLedger(ParticipantRegistry):
+class PrivacyLedger(BudgetQueries):
     """Epsilon budgets per participant and data asset that cannot be overspent.
 
     Parameters
@@ -124,59 +87,17 @@ class PrivacyLedger(ParticipantRegistry):
             upgrade(engine)
         return cls(engine, audit=audit, clock=clock)
 
-    # -- plumbing ---------------------------------------------------------------
-
-    def _lock_budget(self, session: Session, participant_id: str, asset_id: str) -> Budget:
-        stmt = (
-            select(Budget)
-            .where(Budget.participant_id == participant_id, Budget.asset_id == asset_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-        budget = session.execute(stmt).scalar_one_or_none()
-        if budget is None:
-            raise BudgetNotSet(f"participant {participant_id!r}, asset {asset_id!r}: no budget set")
-        return budget
-
-    def _rows(self, session: Session, budget: Budget, *states: str) -> list[PrivacyEventRow]:
-        stmt = (
-            select(PrivacyEventRow)
-            .where(
-                PrivacyEventRow.participant_id == budget.participant_id,
-                PrivacyEventRow.asset_id == budget.asset_id,
-                PrivacyEventRow.state.in_(states),
-            )
-            .order_by(PrivacyEventRow.resolved_at, PrivacyEventRow.created_at, PrivacyEventRow.id)
-            .execution_options(populate_existing=True)
-        )
-        return list(session.execute(stmt).scalars())
-
-    def _eps(self, budget: Budget, rows: Sequence[PrivacyEventRow | MechanismEvent]) -> Decimal:
-        events = [r if isinstance(r, MechanismEvent) else _event_of(r) for r in rows]
-        return acc.epsilon(events, delta=budget.delta, accountant=budget.accountant)
-
-    def _totals(self, budget: Budget, committed: list[PrivacyEventRow],
-                reserved: list[PrivacyEventRow]) -> tuple[Decimal, Decimal]:
-        spent = self._eps(budget, committed)
-        if not reserved:
-            return spent, _ZERO
-        return spent, self._eps(budget, [*committed, *reserved]) - spent
-
     def _expire_locked(self, session: Session, budget: Budget, now: float) -> int:
         rows = [r for r in self._rows(session, budget, "reserved") if r.expires_at <= now]
         for row in rows:
             row.state, row.resolved_at = "expired", now
             self._emit(session, "budget.expired", self._subject(row), {
-                "reservation": row.id, "round": row.round_id, "expires_at": _audit_value(
+                "reservation": row.id, "round": row.round_id, "expires_at": audit_value(
                     row.expires_at), "epsilon_projected": Decimal(row.epsilon_projected)})
             logger.info("reservation %s expired (nothing released)", row.id)
         if rows:
             budget.version += 1
         return len(rows)
-
-    @staticmethod
-    def _subject(row: PrivacyEventRow | Budget) -> str:
-        return f"participant:{row.participant_id}/asset:{row.asset_id}"
 
     def _load_for_update(self, session: Session, reservation_id: str) -> tuple[
             PrivacyEventRow, Budget]:
@@ -233,7 +154,7 @@ class PrivacyLedger(ParticipantRegistry):
             budget.accountant, budget.updated_at = accountant, now
             budget.version += 1
             self._emit(session, "budget.set", self._subject(budget), {
-                "epsilon_limit": limit, "delta": _audit_value(delta), "accountant": accountant,
+                "epsilon_limit": limit, "delta": audit_value(delta), "accountant": accountant,
                 "previous_limit": None if previous is None else Decimal(previous)})
 
     def reserve(self, participant_id: str, asset_id: str, event: MechanismEvent, *,
@@ -286,7 +207,7 @@ class PrivacyLedger(ParticipantRegistry):
             limit = Decimal(budget.epsilon_limit)
             fields: dict[str, Any] = {
                 "round": round_id, "limit": limit, "spent": spent, "reserved": held,
-                "epsilon_projected": _audit_value(projected), **self._event_fields(event)}
+                "epsilon_projected": audit_value(projected), **event_fields(event)}
             if projected > limit:
                 requested = projected - spent - held
                 refusal = BudgetExceeded(
@@ -296,39 +217,17 @@ class PrivacyLedger(ParticipantRegistry):
                     limit=limit, spent=spent, reserved=held, requested=requested)
                 self._emit(session, "budget.refused", self._subject(budget), fields)
             else:
-                row = self._new_row(budget, event, round_id, projected, now, ttl_seconds)
+                row = new_row(budget, event, round_id, projected, now, ttl_seconds)
                 session.add(row)
                 budget.version += 1
                 session.flush()
                 self._emit(session, "budget.reserved", self._subject(budget),
                            {"reservation": row.id, **fields})
-                result = _reservation_of(row)
+                result = reservation_of(row)
         if refusal is not None:
             logger.info("refused: %s", refusal.message)
             raise refusal
         return result
-
-    @staticmethod
-    def _event_fields(event: MechanismEvent) -> dict[str, Any]:
-        return {
-            "noise_multiplier": _audit_value(event.noise_multiplier),
-            "sample_rate": _audit_value(event.sample_rate), "steps": event.steps,
-            "max_grad_norm": _audit_value(event.max_grad_norm),
-            "delta": _audit_value(event.delta), "mechanism": event.mechanism,
-            "sampler": event.sampler, "versions": dict(event.versions)}
-
-    @staticmethod
-    def _new_row(budget: Budget, event: MechanismEvent, round_id: str | None,
-                 projected: Decimal, now: float, ttl: float) -> PrivacyEventRow:
-        return PrivacyEventRow(
-            id=secrets.token_hex(16), participant_id=budget.participant_id,
-            asset_id=budget.asset_id, round_id=round_id, state="reserved",
-            accountant=budget.accountant, noise_multiplier=float(event.noise_multiplier),
-            sample_rate=float(event.sample_rate), steps=int(event.steps),
-            max_grad_norm=float(event.max_grad_norm), delta=float(event.delta),
-            sampler=event.sampler, mechanism=event.mechanism, versions=dict(event.versions),
-            epsilon_projected=str(projected), released_anything=None, created_at=now,
-            expires_at=now + float(ttl), resolved_at=None)
 
     # -- resolution -------------------------------------------------------------
 
@@ -408,7 +307,7 @@ class PrivacyLedger(ParticipantRegistry):
                         f"reservation {row.id!r} expired and no longer fits: projected "
                         f"epsilon {projected} > limit {budget.epsilon_limit}; release nothing")
                     self._emit(session, "budget.refused", subject, {
-                        **base, "epsilon_projected": _audit_value(projected),
+                        **base, "epsilon_projected": audit_value(projected),
                         "limit": Decimal(budget.epsilon_limit)})
             if refusal is None:
                 row.state, row.resolved_at = "committed", now
@@ -440,112 +339,3 @@ class PrivacyLedger(ParticipantRegistry):
                 budget = self._lock_budget(session, participant_id, asset_id)
                 expired += self._expire_locked(session, budget, at)
         return expired
-
-    # -- queries ----------------------------------------------------------------
-
-    def budget_status(self, participant_id: str, asset_id: str) -> BudgetStatus:
-        """Limit, spent, reserved, remaining and epsilon after each committed round.
-
-        Raises
-        ------
-        BudgetNotSet
-            When no budget is set for this participant and asset.
-        """
-        with self._sessions() as session:
-            budget = self._get_budget(session, participant_id, asset_id)
-            committed = self._rows(session, budget, "committed")
-            reserved = self._rows(session, budget, "reserved")
-        spent, held = self._totals(budget, committed, reserved)
-        limit = Decimal(budget.epsilon_limit)
-        per_round: list[RoundEpsilon] = []
-        for i, row in enumerate(committed):
-            after = self._eps(budget, committed[: i + 1])
-            if per_round and row.round_id is not None and per_round[-1][0] == row.round_id:
-                per_round[-1] = RoundEpsilon(row.round_id, after)
-            else:
-                per_round.append(RoundEpsilon(row.round_id, after))
-        return BudgetStatus(
-            participant_id=participant_id, asset_id=asset_id, accountant=budget.accountant,
-            delta=budget.delta, limit=limit, spent=spent, reserved=held,
-            remaining=max(_ZERO, limit - spent - held), active_reservations=len(reserved),
-            per_round=per_round)
-
-    def budget_assets(self, participant_id: str) -> list[str]:
-        """Return the asset ids of ``participant_id`` that have a budget, sorted.
-
-        Raises
-        ------
-        ParticipantUnknown
-            When the participant is not registered.
-        """
-        with self._sessions() as session:
-            self._require_participant(session, participant_id)
-            return list(session.execute(select(Budget.asset_id).where(
-                Budget.participant_id == participant_id).order_by(Budget.asset_id)).scalars())
-
-    def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
-        """Epsilon of the committed history (rounded up)."""
-        with self._sessions() as session:
-            budget = self._get_budget(session, participant_id, asset_id)
-            committed = self._rows(session, budget, "committed")
-        return self._eps(budget, committed)
-
-    def events(self, participant_id: str, asset_id: str, *,
-               states: Sequence[str] | None = None) -> list[Reservation]:
-        """Return the stored privacy events of one budget (all states unless ``states``).
-
-        A restarted participant finds its unresolved work with
-        ``states=("reserved",)`` and resumes it by id.
-        """
-        wanted = tuple(states) if states is not None else (
-            "reserved", "committed", "aborted", "expired")
-        with self._sessions() as session:
-            budget = self._get_budget(session, participant_id, asset_id)
-            rows = self._rows(session, budget, *wanted)
-        return sorted((_reservation_of(r) for r in rows), key=lambda r: (r.created_at, r.id))
-
-    def _get_budget(self, session: Session, participant_id: str, asset_id: str) -> Budget:
-        budget = session.get(Budget, (participant_id, asset_id))
-        if budget is None:
-            raise BudgetNotSet(f"participant {participant_id!r}, asset {asset_id!r}: no budget set")
-        return budget
-
-    def calibrate_noise(self, participant_id: str, asset_id: str, *, rounds: int,
-                        steps_per_round: int, sample_rate: float, max_grad_norm: float,
-                        epsilon: str | Decimal | None = None) -> float:
-        """Smallest noise multiplier keeping history + the plan within the budget.
-
-        Unlike Opacus' ``make_private_with_epsilon`` (empty history), this
-        composes the participant's committed and reserved events with
-        ``rounds * steps_per_round`` planned steps.
-
-        Parameters
-        ----------
-        rounds, steps_per_round, sample_rate, max_grad_norm
-            The plan (Poisson sampling at ``sample_rate``).
-        epsilon
-            Extra epsilon the plan may add on top of the current history; capped
-            by the remaining budget. ``None`` uses the whole remaining budget.
-
-        Returns
-        -------
-        float
-            Noise multiplier that fits (feasible side of a 0.1 % bisection).
-
-        Raises
-        ------
-        CalibrationImpossible
-            When even a very large noise multiplier does not fit.
-        """
-        status = self.budget_status(participant_id, asset_id)
-        with self._sessions() as session:
-            budget = self._get_budget(session, participant_id, asset_id)
-            history = self._rows(session, budget, "committed", "reserved")
-        current = status.spent + status.reserved
-        room = status.limit - current
-        if epsilon is not None:
-            room = min(room, parse_epsilon(epsilon))
-        return calibrate(
-            [_event_of(r) for r in history], target=current + room, delta=budget.delta,
-            accountant=budget.accountant, rounds=rounds, steps_per_round=steps_per_round,
-            sample_rate=sample_rate, max_grad_norm=max_grad_norm)
