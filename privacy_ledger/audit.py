@@ -47,6 +47,7 @@ from privacy_ledger.errors import (
     EvidenceUnavailable,
     EvidenceUnreadable,
     LogKeyMismatch,
+    ProofRangeInvalid,
 )
 from privacy_ledger.events import DEFAULT_REGISTRY, AuditEvent, EventRegistry
 from privacy_ledger.merkle import SM3_HASHER
@@ -334,16 +335,35 @@ class AuditLog:
         return canonical.decode(plaintext)
 
     def inclusion_proof(self, session: Session, index: int, tree_size: int) -> list[bytes]:
-        """Return the audit path of entry ``index`` in the tree of ``tree_size`` entries."""
+        """Return the audit path of entry ``index`` in the tree of ``tree_size`` entries.
+
+        Raises
+        ------
+        ProofRangeInvalid
+            Unless ``0 <= index < tree_size <= size``.
+        """
+        self._check_size(session, tree_size)
         with self._lock:
             tree = self._cache.sync(session, tree_size)
             return inclusion_proof(tree, index, tree_size)
 
     def consistency_proof(self, session: Session, old_size: int, new_size: int) -> list[bytes]:
-        """Return the consistency proof between the trees of ``old_size`` and ``new_size``."""
+        """Return the consistency proof between the trees of ``old_size`` and ``new_size``.
+
+        Raises
+        ------
+        ProofRangeInvalid
+            Unless ``0 <= old_size <= new_size <= size``.
+        """
+        self._check_size(session, new_size)
         with self._lock:
             tree = self._cache.sync(session, new_size)
             return consistency_proof(tree, old_size, new_size)
+
+    def _check_size(self, session: Session, tree_size: int) -> None:
+        size = self.size(session)
+        if not 0 <= tree_size <= size:
+            raise ProofRangeInvalid(f"tree_size: {tree_size} not in [0, {size}] (log size)")
 
     def leaf_hash(self, session: Session, index: int) -> bytes:
         """Return the stored SM3 leaf hash of entry ``index``."""

@@ -128,7 +128,10 @@ def _check_heads(
     heads: list[Checkpoint] = []
     for expected_seq, row in enumerate(rows, start=1):
         if row.seq != expected_seq:
-            raise HeadTampered(f"signed head #{expected_seq} is missing", tree_size=row.tree_size)
+            raise HeadTampered(
+                f"signed head #{expected_seq} is missing (next stored: size {row.tree_size})",
+                tree_size=row.tree_size,
+            )
         try:
             cp = verify_head(row.body, row.signature, public_key, origin=state.origin)
         except LedgerError as exc:
@@ -138,7 +141,8 @@ def _check_heads(
             ) from None
         if cp.tree_size != row.tree_size or not hmac.compare_digest(cp.root_hash, row.root_hash):
             raise HeadTampered(
-                f"signed head #{row.seq}: stored size/root differ from its signed body",
+                f"signed head #{row.seq} (size {cp.tree_size}): stored size/root differ from "
+                "its signed body",
                 tree_size=cp.tree_size,
             )
         if heads and cp.tree_size <= heads[-1].tree_size:

@@ -23,11 +23,12 @@ from privacy_ledger.errors import (
     HeadSigningRefused,
     LogKeyMismatch,
     LogNotInitialized,
+    ProofRangeInvalid,
     UnknownEventType,
 )
 from privacy_ledger.merkle import SM3_HASHER
 from privacy_ledger.proofs import verify_consistency, verify_inclusion
-from privacy_ledger.verify import verify_log
+from privacy_ledger.verify import stored_public_key, verify_log
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
 
 
@@ -99,6 +100,12 @@ def test_proofs_verify_against_signed_heads(engine: Engine, log: AuditLog) -> No
                 proof = log.inclusion_proof(session, index, head.tree_size)
                 leaf = log.leaf_hash(session, index)
                 verify_inclusion(SM3_HASHER, index, head.tree_size, leaf, proof, head.root_hash)
+        with pytest.raises(ProofRangeInvalid, match=r"tree_size: 22 not in \[0, 21\]"):
+            log.inclusion_proof(session, 0, 22)
+        with pytest.raises(ProofRangeInvalid, match="index: 9 is beyond size 9"):
+            log.inclusion_proof(session, 9, 9)
+        with pytest.raises(ProofRangeInvalid, match="tree_size: 30"):
+            log.consistency_proof(session, 1, 30)
         old, new = heads[0], heads[-1]
         proof = log.consistency_proof(session, old.tree_size, new.tree_size)
         verify_consistency(SM3_HASHER, old.tree_size, new.tree_size, proof, old.root_hash,
@@ -267,3 +274,19 @@ def test_missing_tables_are_reported(tmp_path: object, log: AuditLog) -> None:
         log.append(session, event="round.opened", subject="r", fields={})
     with pytest.raises(LogNotInitialized, match="migrations"):
         verify_log(engine, public_key=log.public_key)
+
+
+def test_empty_log_and_session_bind(engine: Engine, log: AuditLog) -> None:
+    assert stored_public_key(engine) is None
+    report = verify_log(engine, public_key=log.public_key)
+    assert (report.origin, report.tree_size, report.heads_checked) == (None, 0, 0)
+    assert report.root_hash == SM3_HASHER.empty_root()
+    fill(engine, log, 3)
+    assert stored_public_key(engine) == log.public_key
+    with Session(engine) as session:
+        report = verify_log(session, public_key=log.public_key)
+    assert (report.origin, report.tree_size, report.latest_head_size) == (ORIGIN, 3, 1)
+    with pytest.raises(AuditParameterInvalid, match="chunk_size: 0"):
+        verify_log(engine, public_key=log.public_key, chunk_size=0)
+    with pytest.raises(AuditParameterInvalid, match="public_key"):
+        verify_log(engine, public_key="pem")  # type: ignore[arg-type]

@@ -246,6 +246,7 @@ def test_head_tampering_is_located(
     with pytest.raises(kind) as info:
         verify_log(filled, public_key=log.public_key)
     assert info.value.tree_size == size, str(info.value)
+    assert info.value.code == "LEDGER_HEAD_TAMPERED" and f"{size}" in str(info.value)
 
 
 def test_heads_reordered_are_inconsistent(filled: Engine, log: AuditLog) -> None:
