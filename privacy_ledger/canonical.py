@@ -6,7 +6,7 @@ RFC 8785 (JSON Canonicalization Scheme) with stricter number rules:
 
 * object keys are strings, sorted by Unicode code point; no duplicates;
 * no insignificant whitespace (``,`` and ``:`` separators);
-* UTF-8, non-ASCII characters written as themselves (not ``\\u`` escapes);
+* UTF-8, non-ASCII characters written as themselves (not ``\u`` escapes);
 * integers only: floats, NaN and infinities are rejected. Quantities such as
   epsilons travel as :class:`decimal.Decimal` and are written as decimal
   strings (``format(d, "f")``), so nothing is ever rounded by binary floating
@@ -83,7 +83,10 @@ def encode(value: object) -> bytes:
         On floats, NaN/infinite decimals, non-string keys, unsupported types,
         strings that are not valid Unicode (lone surrogates) or too deep nesting.
     """
-    prepared = _prepare(value, "$", 0)
+    return _dump(_prepare(value, "$", 0))
+
+
+def _dump(prepared: object) -> bytes:
     text = json.dumps(
         prepared, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
@@ -140,7 +143,7 @@ def decode(data: bytes) -> Any:
         )
     except (UnicodeDecodeError, ValueError) as exc:
         raise CanonicalJSONInvalid(f"not JSON: {exc}") from None
-    if encode(value) != data:
+    if _dump(value) != data:  # parsed values are already plain JSON types (no floats)
         raise CanonicalJSONInvalid("bytes are valid JSON but not in canonical form")
     return value
 
