@@ -27,6 +27,7 @@ __all__ = ["HeadSigner"]
 logger = logging.getLogger(__name__)
 
 _PENDING = "secure_fed.audit.pending_heads"
+_LISTENING = "secure_fed.audit.head_listeners"
 
 
 class HeadSigner:
@@ -135,11 +136,12 @@ class HeadSigner:
         return head
 
     def _remember_after_commit(self, session: Session, head: tuple[int, bytes]) -> None:
-        pending = session.info.setdefault(_PENDING, {})
-        if id(self) not in pending:
+        listening = session.info.setdefault(_LISTENING, set())
+        if id(self) not in listening:
             event.listen(session, "after_commit", self._on_commit)
             event.listen(session, "after_rollback", self._on_rollback)
-        pending[id(self)] = head
+            listening.add(id(self))
+        session.info.setdefault(_PENDING, {})[id(self)] = head
 
     def _on_commit(self, session: Session) -> None:
         head = session.info.get(_PENDING, {}).pop(id(self), None)

@@ -290,3 +290,30 @@ def test_empty_log_and_session_bind(engine: Engine, log: AuditLog) -> None:
         verify_log(engine, public_key=log.public_key, chunk_size=0)
     with pytest.raises(AuditParameterInvalid, match="public_key"):
         verify_log(engine, public_key="pem")  # type: ignore[arg-type]
+
+
+def test_savepoint_rollback_keeps_indexes_contiguous(engine: Engine, log: AuditLog) -> None:
+    with Session(engine) as session:
+        assert log.append(session, event="round.opened", subject="r", fields={}) == 0
+        nested = session.begin_nested()
+        assert log.append(session, event="round.transition", subject="r", fields={"x": 1}) == 1
+        nested.rollback()
+        assert log.append(session, event="round.transition", subject="r", fields={"x": 2}) == 1
+        assert log.checkpoint(session, force=True) is not None
+        session.commit()
+    report = verify_log(engine, public_key=log.public_key)
+    assert (report.tree_size, report.latest_head_size) == (2, 2)
+
+
+def test_rolled_back_head_is_not_remembered(engine: Engine, log: AuditLog) -> None:
+    with Session(engine) as session:
+        for i in range(3):
+            log.append(session, event="round.opened", subject="r", fields={"i": i})
+        assert log.checkpoint(session, force=True) is not None
+        session.rollback()  # entries and head vanish together
+    with Session(engine) as session:
+        log.append(session, event="round.opened", subject="other", fields={})
+        head = log.checkpoint(session, force=True)  # would be refused if the head were kept
+        assert head is not None and head.tree_size == 1
+        session.commit()
+    assert verify_log(engine, public_key=log.public_key).heads_checked == 1
