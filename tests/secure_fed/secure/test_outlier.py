@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+from scipy.stats import chi2
+
+from privacy_ledger.errors import UnknownEventType
+from secure_fed.errors import OutlierConfigInvalid
+from secure_fed.outlier import MemoryAuditSink, OutlierConfig, OutlierPolicy
+
+
+def test_thresholds_are_chi_square_quantiles() -> None:
+    low, high = OutlierConfig().thresholds(9)
+    assert low == pytest.approx(chi2.ppf(0.99, 9))
+    assert high == pytest.approx(chi2.ppf(0.999, 9))
+    assert high == pytest.approx(27.877, abs=1e-3)
+
+
+def test_one_noisy_round_does_not_exclude_an_honest_participant() -> None:
+    policy = OutlierPolicy(dof=9)
+    policy.decide_all({"a": 9.0, "b": 8.0})
+    decisions = policy.decide_all({"a": 40.0, "b": 8.0})  # one bad round: EMA 24.5
+    assert decisions["a"].action == "downweight"
+    assert 0.05 < decisions["a"].factor < 1.0
+    assert policy.decide({"a": 9.0, "b": 8.0}) == set()
+
+
+def test_gross_attack_is_excluded_at_once_and_persistent_drift_later() -> None:
+    policy = OutlierPolicy(dof=9)
+    policy.decide_all({"a": 9.0, "b": 9.0})
+    assert policy.decide({"a": 500.0, "b": 9.0}) == {"a"}  # hard factor: 500 > 3 * 27.9
+    assert policy.decide({"a": 9.0, "b": 45.0}) == {"a"}  # a's history: EMA 131.75
+    assert policy.last["b"].action == "downweight"  # EMA of b: 27.0, below 27.9
+    assert policy.decide({"a": 9.0, "b": 45.0}) == {"a", "b"}  # b: EMA 36 > 27.9
+
+
+def test_every_decision_is_audited_with_score_and_thresholds() -> None:
+    sink = MemoryAuditSink()
+    policy = OutlierPolicy(dof=4, audit=sink)
+    policy.round_id = 3
+    policy.decide({"x": 1.0, "y": 100.0})
+    events = sink.named("outlier.decision")
+    assert [e["participant_id"] for e in events] == ["x", "y"]
+    assert events[1]["action"] == "exclude" and events[1]["round_id"] == 3
+    assert events[1]["exclude_threshold"] == pytest.approx(chi2.ppf(0.999, 4))
+    assert events[0]["score"] == 1.0 and "downweight_threshold" in events[0]
+    assert policy.factors() == {"x": 1.0, "y": 0.0}
+
+
+@pytest.mark.parametrize("field,value", [("exclude_quantile", 1.0), ("downweight_quantile", 0.9995),
+                                         ("ema", 1.0), ("hard_factor", 0.5), ("min_factor", 2.0)])
+def test_config_is_validated(field: str, value: float) -> None:
+    with pytest.raises(OutlierConfigInvalid, match=field):
+        OutlierConfig(**{field: value})
+
+
+def test_bad_scores_and_dof_are_refused() -> None:
+    with pytest.raises(OutlierConfigInvalid, match="dof"):
+        OutlierPolicy(dof=0)
+    with pytest.raises(OutlierConfigInvalid, match="'a'"):
+        OutlierPolicy(dof=3).decide({"a": -1.0})
+    with pytest.raises(OutlierConfigInvalid, match="'a'"):
+        OutlierPolicy(dof=3).decide({"a": float("nan")})
+
+
+def test_memory_sink_refuses_unregistered_events() -> None:
+    with pytest.raises(UnknownEventType, match="outlier.decision"):
+        MemoryAuditSink().record("outlier.guess", {})
