@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from privacy_ledger import accountant as acc
 from privacy_ledger.budget_queries import BudgetQueries
 from privacy_ledger.budget_types import AuditSink, Reservation
-from privacy_ledger.db import create_ledger_engine, upgrade
+from privacy_ledger.db import create_ledger_engine, current_revision, head_revision, upgrade
 from privacy_ledger.errors import (
     BudgetExceeded,
     LedgerParameterInvalid,
@@ -40,6 +40,7 @@ from privacy_ledger.errors import (
     ReservationExpired,
     ReservationNotActive,
     ReservationUnknown,
+    SchemaOutdated,
 )
 from privacy_ledger.event_rows import audit_value, event_fields, new_row, reservation_of
 from privacy_ledger.mechanism import MechanismEvent
@@ -81,10 +82,18 @@ class PrivacyLedger(BudgetQueries):
         ------
         DatabaseUrlInvalid
             When ``url`` names an unsupported backend.
+        SchemaOutdated
+            With ``create=False``, when the schema is not at the newest revision.
         """
         engine = create_ledger_engine(url)
         if create:
             upgrade(engine)
+        else:
+            found, wanted = current_revision(engine), head_revision()
+            if found != wanted:
+                engine.dispose()
+                raise SchemaOutdated(f"url: database at revision {found!r}, code needs "
+                                     f"{wanted!r}; open it with create=True to migrate")
         return cls(engine, audit=audit, clock=clock)
 
     def _expire_locked(self, session: Session, budget: Budget, now: float) -> int:

@@ -29,7 +29,14 @@ from sqlalchemy.pool import StaticPool
 
 from privacy_ledger.errors import DatabaseUrlInvalid
 
-__all__ = ["create_ledger_engine", "upgrade", "current_revision", "ledger_metadata", "HEAD"]
+__all__ = [
+    "create_ledger_engine",
+    "upgrade",
+    "current_revision",
+    "head_revision",
+    "ledger_metadata",
+    "HEAD",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +148,13 @@ def upgrade(engine: Engine, revision: str = HEAD) -> None:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     logger.info("ledger schema upgraded to %s", revision)
+
+
+def head_revision() -> str | None:
+    """Return the newest revision shipped in ``privacy_ledger/migrations``."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:

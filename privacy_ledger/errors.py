@@ -273,3 +273,15 @@ class RoundUnknown(LedgerError):
     """No round with this id is stored."""
 
     code = "LEDGER_ROUND_UNKNOWN"
+
+
+class MechanismInvalid(LedgerParameterInvalid, ValueError):
+    """A :class:`~privacy_ledger.MechanismEvent` field is out of range (also a ``ValueError``)."""
+
+    code = "LEDGER_MECHANISM_INVALID"
+
+
+class SchemaOutdated(LedgerError):
+    """The database schema is missing or older than this code's migrations."""
+
+    code = "LEDGER_SCHEMA_OUTDATED"

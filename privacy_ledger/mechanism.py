@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from privacy_ledger.errors import MechanismInvalid
+
 __all__ = ["MechanismEvent"]
 
 _SAMPLERS = ("poisson",)
@@ -39,6 +41,11 @@ class MechanismEvent:
         Batch sampler; only ``poisson`` is accounted correctly.
     versions
         Library versions used (opacus, torch), recorded as evidence.
+
+    Raises
+    ------
+    MechanismInvalid
+        When a field is out of range (a ``ValueError`` too, naming the field).
     """
 
     noise_multiplier: float
@@ -52,16 +59,18 @@ class MechanismEvent:
 
     def __post_init__(self) -> None:
         if not self.noise_multiplier > 0:
-            raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
+            raise MechanismInvalid(f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
         if not 0 < self.sample_rate <= 1:
-            raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
+            raise MechanismInvalid(f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
         if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
+            raise MechanismInvalid(f"steps must be >= 1, got {self.steps!r}")
         if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+            raise MechanismInvalid(f"delta must be in (0, 1), got {self.delta!r}")
         if not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+            raise MechanismInvalid(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
         if self.mechanism not in _MECHANISMS:
-            raise ValueError(f"mechanism must be one of {_MECHANISMS}, got {self.mechanism!r}")
+            raise MechanismInvalid(
+                f"mechanism must be one of {_MECHANISMS}, got {self.mechanism!r}"
+            )
         if self.sampler not in _SAMPLERS:
-            raise ValueError(f"sampler must be one of {_SAMPLERS}, got {self.sampler!r}")
+            raise MechanismInvalid(f"sampler must be one of {_SAMPLERS}, got {self.sampler!r}")

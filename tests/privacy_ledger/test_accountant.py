@@ -79,3 +79,9 @@ def test_refused_accountants_list_the_registry(name: str) -> None:
 def test_gdp_refusal_says_why() -> None:
     with pytest.raises(AccountantNotAllowed, match="underestimate"):
         epsilon([event()], delta=DELTA, accountant="gdp")
+
+
+def test_prv_falls_back_to_rdp_instead_of_allocating_gigabytes() -> None:
+    tiny = [event(sigma=0.05, q=0.01, steps=1000)]
+    assert epsilon(tiny, delta=DELTA, accountant="prv") == epsilon(
+        tiny, delta=DELTA, accountant="rdp")

@@ -206,3 +206,48 @@ def test_participants_and_reservation_errors(ledger: PrivacyLedger) -> None:
         ledger.reserve("h1", "ct", event())
     ledger.set_participant_status("h1", "active")
     ledger.reserve("h1", "ct", event())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [("noise_multiplier", 0.0, "noise_multiplier"), ("sample_rate", 1.5, "sample_rate"),
+     ("steps", 0, "steps"), ("delta", 1.0, "delta"), ("max_grad_norm", -1.0, "max_grad_norm"),
+     ("mechanism", "laplace", "mechanism"), ("sampler", "shuffle", "sampler")],
+)
+def test_mechanism_event_errors_are_typed(field: str, value: object, fragment: str) -> None:
+    from privacy_ledger import MechanismEvent
+    from privacy_ledger.errors import MechanismInvalid
+
+    params: dict[str, object] = {"noise_multiplier": 1.0, "sample_rate": 0.01, "steps": 10,
+                                 "delta": 1e-5, "max_grad_norm": 1.0, field: value}
+    with pytest.raises(MechanismInvalid, match=fragment) as info:
+        MechanismEvent(**params)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+    assert info.value.code == "LEDGER_MECHANISM_INVALID"
+
+
+def test_open_without_create_refuses_an_unmigrated_database(db_url: str) -> None:
+    from privacy_ledger.errors import SchemaOutdated
+
+    with pytest.raises(SchemaOutdated, match="create=True"):
+        PrivacyLedger.from_url(db_url, create=False)
+    PrivacyLedger.from_url(db_url).engine.dispose()
+    PrivacyLedger.from_url(db_url, create=False).engine.dispose()
+
+
+def test_release_after_expiry_is_charged_even_over_the_limit(db_url: str) -> None:
+    now = [1000.0]
+    ledger = PrivacyLedger.from_url(db_url, clock=lambda: now[0])
+    try:
+        setup_budget(ledger, "2")
+        late = ledger.reserve("h1", "ct", event(steps=600), ttl_seconds=5)
+        now[0] += 10
+        ledger.commit(ledger.reserve("h1", "ct", event(steps=600)).id)
+        ledger.abort(late.id, released_anything=True)  # something did leave: record it
+        status = ledger.budget_status("h1", "ct")
+        assert status.spent == epsilon([event(steps=600)] * 2, delta=1e-5, accountant="rdp")
+        assert status.spent > status.limit and status.remaining == 0
+        with pytest.raises(BudgetExceeded):
+            ledger.reserve("h1", "ct", event(sigma=50.0, steps=1))
+    finally:
+        ledger.engine.dispose()
