@@ -227,7 +227,7 @@ def main() -> None:
                            "workload": {"participants": participants, "samples": n,
                                         "classes": c, "inputs": "uniform[-8, 8]",
                                         "weights": "Dirichlet(1), public, sum 1"}}
-    for name in ("CKKS_AGGREGATION", "CKKS_SCORING"):
+    for name in PRESETS:
         res[name] = ckks_preset(name, xs, w)
     res["nvidia_flare_baseline"] = flare(xs, w)
     res["shares"] = shares(n * c)

@@ -79,6 +79,8 @@ def decrypt_aggregate(keys: KeyAuthorityKeys, aggregate: EncryptedMatrix, *,
 def decrypt_score(keys: KeyAuthorityKeys, score: EncryptedMatrix) -> float:
     """Decrypt one participant's score and release the flooded mean over samples.
 
+    The flooding is relative: standard deviation ``flood_sigma * max(|score|, 1)``.
+
     Raises
     ------
     ParameterInvalid
@@ -94,4 +96,5 @@ def decrypt_score(keys: KeyAuthorityKeys, score: EncryptedMatrix) -> float:
     mean = float(value[0]) / (score_factor(n) ** 2 * n)
     _count_release(keys)
     logger.info("released one flooded score")
-    return float(flood(np.array([mean]), sigma=keys.preset.flood_sigma)[0])
+    sigma = keys.preset.flood_sigma * max(abs(mean), 1.0)
+    return float(flood(np.array([mean]), sigma=sigma)[0])

@@ -23,6 +23,7 @@ from crypto.errors import ParameterInvalid
 
 __all__ = [
     "CKKS_AGGREGATION",
+    "CKKS_AGGREGATION_STRICT",
     "CKKS_SCORING",
     "HE_STANDARD_MAX_BITS_128",
     "PRESETS",
@@ -77,7 +78,10 @@ class CkksPreset:
         to 16). Measurements in ``docs/crypto-ckks.md``.
     flood_sigma
         Standard deviation of the Gaussian noise added to every value that
-        leaves the key authority decrypted (value units).
+        leaves the key authority decrypted: value units for aggregates; for
+        scores relative, ``flood_sigma * max(|score|, 1)``, so that the relative
+        error budget holds for every score (scores below 1 get the absolute
+        noise of a score of 1).
     """
 
     name: str
@@ -168,6 +172,24 @@ CKKS_AGGREGATION = CkksPreset(
     flood_sigma=2.0**-14,
 )
 
+CKKS_AGGREGATION_STRICT = CkksPreset(
+    name="CKKS_AGGREGATION_STRICT",
+    wire_id=3,
+    purpose="weighted sums with strong flooding (s = 42 - log2 t) at about 43 bytes per value",
+    poly_modulus_degree=4096,
+    coeff_mod_bit_sizes=(60, 16, 33),
+    scale_bits=51,
+    depth=1,
+    relin_keys=False,
+    galois_keys=False,
+    weight_encoding="integer",
+    weight_bits=20,
+    input_bound=8.0,
+    error_budget=5e-4,
+    decryption_error_bound=2.0**-38,
+    flood_sigma=2.0**-14,
+)
+
 CKKS_SCORING = CkksPreset(
     name="CKKS_SCORING",
     wire_id=2,
@@ -183,11 +205,11 @@ CKKS_SCORING = CkksPreset(
     input_bound=8.0,
     error_budget=1e-3,
     decryption_error_bound=2.0**-15,
-    flood_sigma=2.0**-11,
+    flood_sigma=2.0**-13,
 )
 
 PRESETS: Mapping[str, CkksPreset] = MappingProxyType(
-    {p.name: p for p in (CKKS_AGGREGATION, CKKS_SCORING)}
+    {p.name: p for p in (CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING)}
 )
 """Registry of every preset, by name."""
 

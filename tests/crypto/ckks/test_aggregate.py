@@ -67,6 +67,27 @@ def test_weighted_sum_meets_error_target(agg_keys: KeyAuthorityKeys,
     assert err > raw_err  # flooding noise was added
 
 
+def test_strict_preset_meets_the_same_target_with_tiny_ckks_error(
+        rng: np.random.Generator) -> None:
+    from crypto.ckks import PRESETS
+
+    keys = generate_keys("CKKS_AGGREGATION_STRICT")
+    xs, ups = _uploads(keys, rng, n=2048, c=2)
+    xs.append(np.full((2048, 2), 8.0))
+    ups.append(pack_class_major(keys.public_context, xs[-1]))
+    w = rng.dirichlet(np.ones(len(xs)))
+    agg = weighted_sum(ups, w.tolist())
+    assert agg.vectors[0].ciphertext()[0].coeff_modulus_size() == 2  # no rescale happened
+    ints = integer_weights(w.tolist(), 20)
+    quantized = sum(i * x for i, x in zip(ints, xs, strict=True)) / 2**20
+    ctx = _private_context(keys)
+    raw = unpack_class_major(agg.layout, [_tenseal.decrypt_vector(ctx, v) for v in agg.vectors])
+    bound = PRESETS["CKKS_AGGREGATION_STRICT"].decryption_error_bound
+    assert np.abs(raw / 2**20 - quantized).max() <= bound
+    expected = sum(wk * x for wk, x in zip(w, xs, strict=True))
+    assert np.abs(decrypt_aggregate(keys, agg) - expected).max() <= 5e-4
+
+
 def test_extreme_inputs_and_weights_do_not_wrap(agg_keys: KeyAuthorityKeys) -> None:
     xs = [np.full((10, 2), 8.0), np.full((10, 2), 8.0), np.full((10, 2), -8.0)]
     ups = [pack_class_major(agg_keys.public_context, x) for x in xs]

@@ -40,7 +40,8 @@ def test_handles_cannot_be_built_directly(agg_keys: KeyAuthorityKeys) -> None:
 
 
 def test_unknown_preset_refused() -> None:
-    with pytest.raises(ParameterInvalid, match="allowed: CKKS_AGGREGATION, CKKS_SCORING"):
+    with pytest.raises(ParameterInvalid,
+                       match="allowed: CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING"):
         generate_keys("CKKS_BIG")
 
 

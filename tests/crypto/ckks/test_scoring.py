@@ -62,3 +62,14 @@ def test_score_refusals(agg_keys: KeyAuthorityKeys, score_keys: KeyAuthorityKeys
         quadratic_score(up, np.zeros((4, 2)), np.zeros((2, 2)))
     with pytest.raises(ParameterInvalid, match="decrypts only scores"):
         decrypt_score(score_keys, up)
+
+
+def test_small_scores_get_the_noise_of_a_score_of_one(score_keys: KeyAuthorityKeys,
+                                                       rng: np.random.Generator) -> None:
+    mu = rng.uniform(-1, 1, size=(300, 3))
+    up = pack_class_major(score_keys.public_context, mu + 0.01)
+    released = [decrypt_score(score_keys, quadratic_score(up, mu, np.eye(3))) for _ in range(3)]
+    expected = 3 * 0.01**2
+    errors = [abs(r - expected) for r in released]
+    assert max(errors) <= 5.5 * 2.0**-13 + 2.0**-15
+    assert len(set(released)) == 3  # fresh noise per release
