@@ -244,7 +244,7 @@ def test_learning_happens_under_dp(task):
 
 def test_nonprivate_baseline_learns(task):
     parts = dirichlet_split(task.private_y, parts=2, alpha=100.0, seed=0)
-    model = build_model("cnn", input_shape=task.input_shape, num_classes=10, seed=0)
+    model = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=0)
     assert evaluate(model, task.test_x, task.test_y) < 0.3
     train_nonprivate(model, task.private_x[parts[0]], task.private_y[parts[0]], epochs=10,
                      lr=0.05, batch_size=32, seed=0)
