@@ -1,7 +1,8 @@
 """``secure-fed demo``: a complete federation on embedded defaults, all parties in one process.
 
 Loads a built-in task, registers every participant and its epsilon budget in
-a SQLite privacy ledger inside the working folder, runs
+a SQLite privacy ledger inside the working folder (round state lives in the
+same database), runs
 :class:`~secure_fed.federation.Federation` for the requested rounds, and
 writes ``results.json`` next to the ledger. The command line
 (``api/cli_demo.py``) only parses options and renders progress and tables.
@@ -28,14 +29,14 @@ from secure_fed.federation import (
     RoundResult,
     plan_participants,
 )
-from secure_fed.round_store import JsonFileRoundStore
+from secure_fed.round_store import LedgerRoundStore
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 
 _log = logging.getLogger(__name__)
 
 #: Files and folders the demo owns inside its working folder.
-DEMO_FILES = ("ledger.db", "rounds", "results.json")
+DEMO_FILES = ("ledger.db", "ledger.db-wal", "ledger.db-shm", "results.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +155,7 @@ def run_demo(
     task = load_task(config.dataset, seed=config.seed)
     federation = Federation(
         config=fed_config, task=task, budget=ledger,
-        store=JsonFileRoundStore(directory=out / "rounds"),
+        store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
     )  # fmt: skip
     results = DemoResults(
         config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
