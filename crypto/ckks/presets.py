@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from crypto.ckks._tenseal import primes
 from crypto.errors import ParameterInvalid
 
 __all__ = [
@@ -142,8 +143,6 @@ class CkksPreset:
         """
         if not 2 <= level <= self.data_primes:
             raise ParameterInvalid(f"level must be in [2, {self.data_primes}], got {level}")
-        from crypto.ckks._tenseal import primes
-
         q = primes(self.poly_modulus_degree, self.coeff_mod_bit_sizes)[level - 1]
         return q / self.scale
 
