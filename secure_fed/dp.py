@@ -516,12 +516,13 @@ def _dp_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
     while done < steps:
         for xb, yb in loader:
             optimizer.zero_grad()
-            if len(xb) == 0:  # empty Poisson batch: noise-only step, as Opacus does
-                optimizer.step()
-            else:
-                loss = nn.functional.cross_entropy(model(xb), yb)
-                torch.autograd.backward(loss)
-                optimizer.step()
+            # An empty Poisson batch still takes a (noise-only) step: the accounting
+            # assumes every step is noised. Its per-sample gradients are zero-size.
+            reduction = "mean" if len(xb) else "sum"
+            loss = nn.functional.cross_entropy(model(xb), yb, reduction=reduction)
+            torch.autograd.backward(loss)
+            optimizer.step()
+            if len(xb):
                 losses.append(float(loss.detach()))
             done += 1
             if done == steps:

@@ -17,7 +17,7 @@ from secure_fed.dp import (
     per_layer_clipping_norms,
     train_nonprivate,
 )
-from secure_fed.errors import LearningParameterInvalid, ModelUnsupported
+from secure_fed.errors import LearningParameterInvalid, ModelUnsupported, PrivateTrainingFailed
 from secure_fed.models import MODEL_REGISTRY, build_model, parameter_count
 
 GOAL = DPGoal(epsilon=8.0, delta=1e-5, rounds=3)
@@ -254,3 +254,32 @@ def test_nonprivate_baseline_learns(task):
 def test_evaluate_validation():
     with pytest.raises(LearningParameterInvalid, match="equal length"):
         evaluate(nn.Linear(2, 2), np.zeros((3, 2), np.float32), np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_empty_poisson_batches_still_take_noised_steps(name):
+    # 3 rows at q = 1/3: a batch is empty with probability 8/27; 30 steps hit some
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    model = build_model(name, input_shape=(1, 8, 8), num_classes=3, seed=0)
+    gate = InMemoryBudgetGate(epsilon=50.0, delta=1e-5)
+    trainer = PrivateTrainer(
+        model=model, x=x, y=np.array([0, 1, 2]), goal=DPGoal(epsilon=50.0, delta=1e-5, rounds=1),
+        budget=gate, participant_id="p", asset_id="a", batch_size=1, lr=0.1,
+        epochs_per_round=None, steps_per_round=30,
+    )
+    report = trainer.train_round("r1")
+    assert report.trained and report.steps == 30
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_sampling_plan_mismatch_aborts(task):
+    gate = InMemoryBudgetGate(epsilon=8.0, delta=1e-5)
+    model = build_model("logreg", input_shape=task.input_shape, num_classes=10, seed=1)
+    trainer = _trainer(model, task, gate)
+    before = _weights(model)
+    trainer.sample_rate = 0.1  # not what Opacus will build from 200 rows at batch 25 (1/8)
+    with pytest.raises(PrivateTrainingFailed, match="Poisson plan differs") as e:
+        trainer.train_round("r1")
+    assert e.value.code == "LEARNING_PRIVATE_TRAINING_FAILED"
+    assert _same(before, _weights(model))
+    assert gate.epsilon_spent("p1", "digits") == 0.0 and not gate._held
