@@ -9,9 +9,11 @@ the newest signed head; ``export-head --out DIR`` writes ``head.txt``,
     openssl dgst -sm3 -verify pub.pem -signature head.sig \
         -sigopt distid:1234567812345678 head.txt
 
-The log's public key is read from the database unless ``--public-key`` pins
-it; a warning says so, because whoever can write the database could also
-replace that key. The database URL comes from ``--db`` or
+``verify --trusted-head DIR`` also checks that the log still contains a head
+exported earlier (a truncation of entries together with their heads is
+invisible in the database alone). The log's public key is read from the
+database unless ``--public-key`` pins it; a warning says so, because whoever
+can write the database could also replace that key. The database URL comes from ``--db`` or
 :meth:`api.settings.Settings.resolved_database_url`.
 """
 
@@ -33,7 +35,12 @@ from api.settings import Settings
 from crypto.errors import CryptoError
 from crypto.sm import SM2PublicKey
 from privacy_ledger.audit_models import TreeHeadRow
-from privacy_ledger.checkpoint import verify_head
+from privacy_ledger.checkpoint import (
+    MAX_BODY_BYTES,
+    MAX_SIGNATURE_BYTES,
+    Checkpoint,
+    verify_head,
+)
 from privacy_ledger.db import create_ledger_engine
 from privacy_ledger.errors import LedgerError, LogTampered
 from privacy_ledger.verify import stored_public_key, verify_log
@@ -98,20 +105,46 @@ def _public_key(engine: Engine, pinned: Path | None) -> SM2PublicKey:
     return key
 
 
+def _read(path: Path, limit: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+    if len(data) > limit:
+        _fail(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def _trusted(directory: Path | None, key: SM2PublicKey) -> Checkpoint | None:
+    if directory is None:
+        return None
+    body = _read(directory / "head.txt", MAX_BODY_BYTES)
+    signature = _read(directory / "head.sig", MAX_SIGNATURE_BYTES)
+    try:
+        return verify_head(body, signature, key)
+    except LedgerError as exc:
+        _fail(f"--trusted-head {directory}: {exc}")
+
+
 @ledger_app.command("verify")
 def verify(
     db: DbOption = None,
     public_key: KeyOption = None,
+    trusted_head: Annotated[Path | None, typer.Option(
+        "--trusted-head", help="Directory with head.txt/head.sig accepted earlier (export-head); "
+        "the log must still contain that head.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Recompute the tree, check every signed head; exit 1 naming the first bad entry."""
     engine = _engine(db)
     try:
         key = _public_key(engine, public_key)
+        trusted = _trusted(trusted_head, key)
         with Progress(console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("verifying audit log", total=None)
             report = verify_log(
-                engine, public_key=key,
+                engine, public_key=key, trusted=trusted,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except LogTampered as exc:

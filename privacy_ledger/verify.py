@@ -214,12 +214,31 @@ class _HeadWalker:
             )
 
 
+def _check_trusted(tree: MerkleTree, origin: str | None, trusted: Checkpoint) -> None:
+    if origin is not None and trusted.origin != origin:
+        raise LogKeyMismatch(f"trusted: head is for {trusted.origin!r}, the log is {origin!r}")
+    if trusted.tree_size > tree.size:
+        raise LogTampered(
+            f"the log has {tree.size} entries but a head of size {trusted.tree_size} was "
+            f"accepted earlier: entries from {tree.size} on were removed",
+            entry_index=tree.size,
+            tree_size=trusted.tree_size,
+        )
+    if not hmac.compare_digest(tree.root(trusted.tree_size), trusted.root_hash):
+        raise HeadsInconsistent(
+            f"the first {trusted.tree_size} entries differ from the head accepted earlier "
+            "(history rewritten and re-signed)",
+            tree_size=trusted.tree_size,
+        )
+
+
 def verify_log(
     bind: Engine | Session,
     *,
     public_key: SM2PublicKey,
     chunk_size: int = 5000,
     progress: Callable[[int, int], None] | None = None,
+    trusted: Checkpoint | None = None,
 ) -> VerificationReport:
     """Verify the whole audit log stored behind ``bind``.
 
@@ -233,6 +252,11 @@ def verify_log(
         Entries fetched per query while streaming.
     progress
         Called as ``progress(done, total)`` after each chunk.
+    trusted
+        A head accepted earlier (e.g. exported by ``secure-fed ledger export-head``
+        and checked with :func:`~privacy_ledger.checkpoint.verify_head`): the log
+        must still contain it. This catches a truncation of entries together
+        with their heads, which the database alone cannot reveal.
 
     Returns
     -------
@@ -297,6 +321,8 @@ def verify_log(
                 f"first bad entry: {first}",
                 entry_index=first,
             )
+        if trusted is not None:
+            _check_trusted(checker.tree, state.origin, trusted)
         latest = heads[-1].tree_size if heads else 0
         logger.info("verified audit log: %d entries, %d heads", size, len(heads))
         return VerificationReport(

@@ -115,3 +115,32 @@ def test_export_head_verifies_with_openssl_alone(
     done = subprocess.run(cmd.split(), cwd=out, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "Verified OK" in done.stdout, done.stdout + done.stderr
     assert (out / "head.txt").read_bytes().startswith(b"cli.test/audit\n9\n")
+
+
+def test_trusted_head_reveals_a_truncation(
+    ledger_db: tuple[str, SM2PrivateKey, Path], tmp_path: Path
+) -> None:
+    url, _key, pem = ledger_db
+    out = tmp_path / "accepted"
+    exported = runner.invoke(
+        app, ["ledger", "export-head", "--db", url, "--public-key", str(pem), "--out", str(out)]
+    )
+    assert exported.exit_code == 0, exported.output
+    engine = create_ledger_engine(url)
+    with engine.begin() as conn:  # drop entries 5.. and the heads covering them, fix the state
+        leaf = conn.execute(text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 4"))
+        conn.execute(text("DELETE FROM audit_entries WHERE entry_index >= 5"))
+        conn.execute(text("DELETE FROM tree_heads WHERE tree_size > 5"))
+        conn.execute(text("UPDATE log_state SET tree_size = 5, last_leaf_hash = :h, "
+                          "head_count = 2, last_head_size = 5"), {"h": leaf.scalar()})
+    engine.dispose()
+    plain = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
+    assert plain.exit_code == 0, plain.output  # the database alone cannot tell
+    checked = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem),
+                                  "--trusted-head", str(out)])
+    assert checked.exit_code == 1
+    assert "first bad entry: 5" in checked.stderr and "were removed" in checked.stderr
+    (out / "head.txt").write_bytes(b"cli.test/audit\n9\n" + b"A" * 43 + b"=\n")
+    forged = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem),
+                                 "--trusted-head", str(out)])
+    assert forged.exit_code == 2 and "LEDGER_CHECKPOINT_SIGNATURE_INVALID" in forged.stderr

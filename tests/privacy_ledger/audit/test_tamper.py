@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import canonical
 from privacy_ledger.audit import AuditLog
-from privacy_ledger.checkpoint import Checkpoint, sign_checkpoint
-from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogTampered
+from privacy_ledger.audit_models import TreeHeadRow
+from privacy_ledger.checkpoint import Checkpoint, sign_checkpoint, verify_head
+from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogKeyMismatch, LogTampered
 from privacy_ledger.merkle import SM3_HASHER
 from privacy_ledger.verify import verify_log
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
@@ -258,3 +260,29 @@ def test_heads_reordered_are_inconsistent(filled: Engine, log: AuditLog) -> None
     with pytest.raises(HeadsInconsistent, match="size 9 after a head of size 17") as info:
         verify_log(filled, public_key=log.public_key)
     assert info.value.tree_size == 9
+
+
+def test_truncation_with_heads_needs_a_trusted_head(filled: Engine, log: AuditLog) -> None:
+    with Session(filled) as session:
+        accepted = session.scalars(select(TreeHeadRow).where(TreeHeadRow.seq == 3)).one()
+        trusted = verify_head(accepted.body, accepted.signature, log.public_key)
+    with filled.begin() as conn:  # remove entries 15.. with their heads, fix log_state
+        leaf = bytes(conn.execute(
+            text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 14")).scalar_one())
+        conn.execute(text("DELETE FROM audit_entries WHERE entry_index >= 15"))
+        conn.execute(text("DELETE FROM tree_heads WHERE seq = 3"))
+        conn.execute(text("UPDATE log_state SET tree_size = 15, last_leaf_hash = :h, "
+                          "head_count = 2, last_head_size = 9"), {"h": leaf})
+    assert verify_log(filled, public_key=log.public_key).tree_size == 15
+    with pytest.raises(LogTampered, match="entries from 15 on were removed") as info:
+        verify_log(filled, public_key=log.public_key, trusted=trusted)
+    assert info.value.entry_index == 15 and info.value.tree_size == 17
+
+
+def test_trusted_head_must_match_history(filled: Engine, log: AuditLog) -> None:
+    other_root = Checkpoint(origin=ORIGIN, tree_size=12, root_hash=bytes(32))
+    with pytest.raises(HeadsInconsistent, match="first 12 entries differ"):
+        verify_log(filled, public_key=log.public_key, trusted=other_root)
+    elsewhere = Checkpoint(origin="other.example/log", tree_size=1, root_hash=bytes(32))
+    with pytest.raises(LogKeyMismatch, match="trusted: head is for 'other.example/log'"):
+        verify_log(filled, public_key=log.public_key, trusted=elsewhere)
