@@ -35,11 +35,11 @@ def _mutants(seed: bytes, rng: np.random.Generator, count: int) -> list[bytes]:
             run = rng.integers(0, 256, size=min(int(rng.integers(1, 64)), n - start))
             data[start: start + len(run)] = bytes(run.astype(np.uint8))
         elif kind == 4:  # truncate the vector and fix our length prefix to match
-            cut = int(rng.integers(62, n))
+            cut = int(rng.integers(61, n))  # 56-byte header, 4-byte length prefix
             data = data[:cut]
-            data[58:62] = (cut - 62).to_bytes(4, "big")
+            data[56:60] = (cut - 60).to_bytes(4, "big")
         else:  # random garbage of plausible length with a valid-looking header
-            data = data[:62] + bytearray(rng.integers(0, 256, size=n - 62).astype(np.uint8))
+            data = data[:60] + bytearray(rng.integers(0, 256, size=n - 60).astype(np.uint8))
         out.append(bytes(data))
     return out
 
@@ -83,3 +83,35 @@ def test_scoring_mutants_give_typed_errors_only(score_keys: KeyAuthorityKeys) ->
 def test_many_more_mutants(agg_keys: KeyAuthorityKeys) -> None:
     outcomes = _fuzz(agg_keys, 200000, seed=11)
     assert set(outcomes) <= ALLOWED
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def test_zstd_decompression_bomb_is_rejected_without_inflating(
+        agg_keys: KeyAuthorityKeys) -> None:
+    """A 60 KB vector whose zstd frame would inflate to 1.9 GB (15,000 RLE blocks)."""
+    import resource
+
+    pub = agg_keys.public_context
+    genuine = pack_class_major(pub, np.zeros((300, 1))).to_bytes()
+    vector = genuine[60:]  # 56-byte header, 4-byte length prefix
+    start = vector.index(b"\x5e\xa1")
+    seal_header = vector[start: start + 8]  # magic, header size, version, compression
+    frame = b"\x28\xb5\x2f\xfd\x00\x38"  # zstd magic, no content size, 128 KB window
+    for i in range(15000):
+        frame += ((131072 << 3) | 2 | (i == 14999)).to_bytes(3, "little") + b"\x07"
+    seal = seal_header + (16 + len(frame)).to_bytes(8, "little") + frame
+    bomb = vector[:start - 4] + b"\x12" + _varint(len(seal)) + seal + vector[-9:]
+    data = genuine[:56] + len(bomb).to_bytes(4, "big") + bomb
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(CryptoError, match="ciphertext 0 does not parse"):
+        load_encrypted(pub, data, kind="upload", **SHAPE)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 256
