@@ -157,7 +157,7 @@ def check_xy(x: np.ndarray, y: np.ndarray) -> None:
         raise LearningParameterInvalid(
             f"x and y must be non-empty and of equal length, got {len(x)} and {len(y)}"
         )
-    if not np.isfinite(np.asarray(x, dtype=np.float64)).all():
+    if not np.isfinite(np.asarray(x)).all():
         raise LearningParameterInvalid("x has NaN or infinite values")
 
 
