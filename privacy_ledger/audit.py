@@ -15,7 +15,6 @@ verification needs no decryption key.
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import threading
@@ -27,7 +26,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from crypto import DecryptionFailed
 from crypto.sm import SM4GCM, SM2PrivateKey
 from privacy_ledger import canonical
 from privacy_ledger.audit_models import LOG_STATE_ID, AuditEntryRow, LogStateRow
@@ -37,6 +35,7 @@ from privacy_ledger.audit_store import (
     TAIL_KEY,
     AppendTail,
     TreeCache,
+    claim_state,
     load_entry,
     lock_state,
 )
@@ -45,11 +44,10 @@ from privacy_ledger.errors import (
     AuditParameterInvalid,
     CanonicalJSONInvalid,
     EvidenceUnavailable,
-    EvidenceUnreadable,
-    LogKeyMismatch,
     ProofRangeInvalid,
 )
 from privacy_ledger.events import DEFAULT_REGISTRY, AuditEvent, EventRegistry
+from privacy_ledger.evidence import evidence_associated_data, seal, unseal
 from privacy_ledger.merkle import SM3_HASHER
 from privacy_ledger.proofs import consistency_proof, inclusion_proof
 
@@ -59,12 +57,6 @@ logger = logging.getLogger(__name__)
 
 #: Version of the entry format (the ``v`` field).
 ENTRY_VERSION = 1
-_EVIDENCE_CONTEXT = "secure-fed/audit-evidence/v1"
-
-
-def evidence_associated_data(origin: str, index: int, field: str) -> bytes:
-    """Return the SM4-GCM associated data binding a sealed field to its log, entry and name."""
-    return canonical.encode([_EVIDENCE_CONTEXT, origin, index, field])
 
 
 def _check_subject(subject: str) -> str:
@@ -243,27 +235,14 @@ class AuditLog:
         return tail
 
     def _claim(self, session: Session, state: LogStateRow) -> None:
-        if state.origin is None:
-            state.origin = self.origin
-            state.hash_name = self.hasher.name
-            state.public_key_pem = self.public_key.to_pem()
-            state.key_fingerprint = self.key_fingerprint
-            logger.info("audit log %s opened with key %s", self.origin, self.key_fingerprint)
-            return
-        if state.origin != self.origin:
-            raise LogKeyMismatch(f"origin: database log is {state.origin!r}, not {self.origin!r}")
-        if state.key_fingerprint != self.key_fingerprint:
-            raise LogKeyMismatch(
-                f"signer: database log is signed by key {state.key_fingerprint}, "
-                f"not {self.key_fingerprint}"
-            )
+        claim_state(state, origin=self.origin, hash_name=self.hasher.name, key=self.public_key)
 
     def _seal(self, index: int, field: str, plaintext: bytes) -> str:
         if self._evidence_key is None:  # guarded in append; kept for type narrowing
             raise EvidenceUnavailable("sensitive: no evidence key")
-        aad = evidence_associated_data(self.origin, index, field)
-        blob = self._evidence_key.encrypt(plaintext, associated_data=aad)
-        return base64.b64encode(blob).decode("ascii")
+        return seal(
+            self._evidence_key, origin=self.origin, index=index, field=field, plaintext=plaintext
+        )
 
     # -- signing -------------------------------------------------------------------------
 
@@ -322,17 +301,11 @@ class AuditLog:
             raise EvidenceUnavailable(f"index: entry {index} does not exist")
         try:
             sealed = canonical.decode(row.entry)["sensitive"][field]
-            blob = base64.b64decode(sealed, validate=True)
-        except (KeyError, TypeError, ValueError, CanonicalJSONInvalid):
+        except (KeyError, TypeError, CanonicalJSONInvalid):
             raise EvidenceUnavailable(f"field: entry {index} has no sensitive {field!r}") from None
-        aad = evidence_associated_data(self.origin, index, field)
-        try:
-            plaintext = evidence_key.decrypt(blob, associated_data=aad)
-        except DecryptionFailed:
-            raise EvidenceUnreadable(
-                f"field: {field!r} of entry {index} failed SM4-GCM authentication"
-            ) from None
-        return canonical.decode(plaintext)
+        if not isinstance(sealed, str):
+            raise EvidenceUnavailable(f"field: entry {index} has no sensitive {field!r}")
+        return unseal(evidence_key, origin=self.origin, index=index, field=field, sealed=sealed)
 
     def inclusion_proof(self, session: Session, index: int, tree_size: int) -> list[bytes]:
         """Return the audit path of entry ``index`` in the tree of ``tree_size`` entries.

@@ -11,17 +11,34 @@ signs what is actually stored.
 from __future__ import annotations
 
 import hmac
+import logging
 
 from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from crypto.sm import SM2PublicKey
 from privacy_ledger import canonical
 from privacy_ledger.audit_models import LOG_STATE_ID, AuditEntryRow, LogStateRow
-from privacy_ledger.errors import CanonicalJSONInvalid, LogNotInitialized, LogTampered
+from privacy_ledger.errors import (
+    CanonicalJSONInvalid,
+    LogKeyMismatch,
+    LogNotInitialized,
+    LogTampered,
+)
 from privacy_ledger.merkle import MerkleTree, TreeHasher
 
-__all__ = ["lock_state", "load_entry", "TreeCache", "AppendTail", "TAIL_KEY", "CHUNK"]
+__all__ = [
+    "lock_state",
+    "claim_state",
+    "load_entry",
+    "TreeCache",
+    "AppendTail",
+    "TAIL_KEY",
+    "CHUNK",
+]
+
+logger = logging.getLogger(__name__)
 
 CHUNK = 5000
 GENESIS_PREV = bytes(32)
@@ -84,6 +101,30 @@ def lock_state(session: Session) -> LogStateRow:
     if state is None:
         raise LogNotInitialized("log_state: state row missing; run privacy_ledger.db.upgrade")
     return state
+
+
+def claim_state(state: LogStateRow, *, origin: str, hash_name: str, key: SM2PublicKey) -> None:
+    """Record the log's origin and key on first use; later, refuse any other ones.
+
+    Raises
+    ------
+    LogKeyMismatch
+        When the stored log has another origin or signing key.
+    """
+    fingerprint = key.fingerprint()
+    if state.origin is None:
+        state.origin = origin
+        state.hash_name = hash_name
+        state.public_key_pem = key.to_pem()
+        state.key_fingerprint = fingerprint
+        logger.info("audit log %s opened with key %s", origin, fingerprint)
+        return
+    if state.origin != origin:
+        raise LogKeyMismatch(f"origin: database log is {state.origin!r}, not {origin!r}")
+    if state.key_fingerprint != fingerprint:
+        raise LogKeyMismatch(
+            f"signer: database log is signed by key {state.key_fingerprint}, not {fingerprint}"
+        )
 
 
 def load_entry(session: Session, index: int) -> AuditEntryRow | None:

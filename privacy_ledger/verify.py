@@ -17,7 +17,6 @@ whose ``entry_index`` names the first bad entry (or ``tree_size`` the bad head).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,20 +29,16 @@ from sqlalchemy.orm import Session
 from crypto import CryptoError
 from crypto.sm import SM2PublicKey
 from privacy_ledger.audit_models import LOG_STATE_ID, AuditEntryRow, LogStateRow, TreeHeadRow
-from privacy_ledger.checkpoint import Checkpoint, verify_head
+from privacy_ledger.checkpoint import Checkpoint
 from privacy_ledger.errors import (
     AuditParameterInvalid,
-    HeadsInconsistent,
-    HeadTampered,
-    LedgerError,
     LogKeyMismatch,
     LogNotInitialized,
     LogTampered,
-    ProofInvalid,
 )
 from privacy_ledger.merkle import SM3_HASHER, MerkleTree
-from privacy_ledger.proofs import consistency_proof, verify_consistency
 from privacy_ledger.verify_entries import EntryChecker
+from privacy_ledger.verify_heads import HeadWalker, check_heads, check_trusted
 
 __all__ = ["VerificationReport", "verify_log", "stored_public_key"]
 
@@ -122,116 +117,6 @@ def stored_public_key(bind: Engine | Session) -> SM2PublicKey | None:
             raise LogKeyMismatch(f"log_state: stored public key is unreadable ({exc})") from None
 
 
-def _check_heads(
-    rows: list[TreeHeadRow], state: LogStateRow, public_key: SM2PublicKey
-) -> list[Checkpoint]:
-    heads: list[Checkpoint] = []
-    for expected_seq, row in enumerate(rows, start=1):
-        if row.seq != expected_seq:
-            raise HeadTampered(
-                f"signed head #{expected_seq} is missing (next stored: size {row.tree_size})",
-                tree_size=row.tree_size,
-            )
-        try:
-            cp = verify_head(row.body, row.signature, public_key, origin=state.origin)
-        except LedgerError as exc:
-            raise HeadTampered(
-                f"signed head #{row.seq} (size {row.tree_size}) is invalid: {exc}",
-                tree_size=row.tree_size,
-            ) from None
-        if cp.tree_size != row.tree_size or not hmac.compare_digest(cp.root_hash, row.root_hash):
-            raise HeadTampered(
-                f"signed head #{row.seq} (size {cp.tree_size}): stored size/root differ from "
-                "its signed body",
-                tree_size=cp.tree_size,
-            )
-        if heads and cp.tree_size <= heads[-1].tree_size:
-            raise HeadsInconsistent(
-                f"signed head #{row.seq} has size {cp.tree_size} after a head of size "
-                f"{heads[-1].tree_size}",
-                tree_size=cp.tree_size,
-            )
-        heads.append(cp)
-    newest = heads[-1].tree_size if heads else 0
-    if newest != state.last_head_size:
-        raise HeadTampered(
-            f"log_state says the newest head has size {state.last_head_size}, stored: {newest}",
-            tree_size=state.last_head_size,
-        )
-    if len(heads) != state.head_count:
-        raise HeadTampered(
-            f"log_state counts {state.head_count} signed heads, {len(heads)} are stored",
-            tree_size=newest,
-        )
-    return heads
-
-
-class _HeadWalker:
-    """Compares each head with the recomputed tree once the tree reaches its size."""
-
-    def __init__(self, heads: list[Checkpoint]) -> None:
-        self._heads = heads
-        self._next = 0
-        self._previous: Checkpoint | None = None
-
-    def check_upto(self, tree: MerkleTree, size: int) -> None:
-        while self._next < len(self._heads) and self._heads[self._next].tree_size <= size:
-            head = self._heads[self._next]
-            if not hmac.compare_digest(tree.root(head.tree_size), head.root_hash):
-                start = self._previous.tree_size if self._previous else 0
-                raise LogTampered(
-                    f"entries [{start}, {head.tree_size}) do not match the signed head of size "
-                    f"{head.tree_size}; first entry that may be altered: {start}",
-                    entry_index=start,
-                    tree_size=head.tree_size,
-                )
-            if self._previous is not None:
-                self._check_consistent(tree, self._previous, head)
-            self._previous = head
-            self._next += 1
-
-    @staticmethod
-    def _check_consistent(tree: MerkleTree, old: Checkpoint, new: Checkpoint) -> None:
-        try:
-            proof = consistency_proof(tree, old.tree_size, new.tree_size)
-            verify_consistency(
-                tree.hasher, old.tree_size, new.tree_size, proof, old.root_hash, new.root_hash
-            )
-        except ProofInvalid as exc:
-            raise HeadsInconsistent(
-                f"heads of size {old.tree_size} and {new.tree_size} are inconsistent: {exc}",
-                tree_size=new.tree_size,
-            ) from None
-
-    def finish(self, size: int) -> None:
-        if self._next < len(self._heads):
-            head = self._heads[self._next]
-            raise LogTampered(
-                f"signed head of size {head.tree_size} covers entries the log lacks "
-                f"(only {size} stored); entry {size} is missing",
-                entry_index=size,
-                tree_size=head.tree_size,
-            )
-
-
-def _check_trusted(tree: MerkleTree, origin: str | None, trusted: Checkpoint) -> None:
-    if origin is not None and trusted.origin != origin:
-        raise LogKeyMismatch(f"trusted: head is for {trusted.origin!r}, the log is {origin!r}")
-    if trusted.tree_size > tree.size:
-        raise LogTampered(
-            f"the log has {tree.size} entries but a head of size {trusted.tree_size} was "
-            f"accepted earlier: entries from {tree.size} on were removed",
-            entry_index=tree.size,
-            tree_size=trusted.tree_size,
-        )
-    if not hmac.compare_digest(tree.root(trusted.tree_size), trusted.root_hash):
-        raise HeadsInconsistent(
-            f"the first {trusted.tree_size} entries differ from the head accepted earlier "
-            "(history rewritten and re-signed)",
-            tree_size=trusted.tree_size,
-        )
-
-
 def verify_log(
     bind: Engine | Session,
     *,
@@ -285,8 +170,8 @@ def verify_log(
                 f"public_key: {fingerprint} is not the log's key {state.key_fingerprint}"
             )
         rows = list(session.scalars(select(TreeHeadRow).order_by(TreeHeadRow.seq)))
-        heads = _check_heads(rows, state, public_key)
-        walker = _HeadWalker(heads)
+        heads = check_heads(rows, state, public_key)
+        walker = HeadWalker(heads)
         checker = EntryChecker(MerkleTree(hasher=SM3_HASHER))
         start = 0
         while True:
@@ -322,7 +207,7 @@ def verify_log(
                 entry_index=first,
             )
         if trusted is not None:
-            _check_trusted(checker.tree, state.origin, trusted)
+            check_trusted(checker.tree, state.origin, trusted)
         latest = heads[-1].tree_size if heads else 0
         logger.info("verified audit log: %d entries, %d heads", size, len(heads))
         return VerificationReport(
