@@ -22,9 +22,11 @@ go through a float that may have rounded down.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
 from typing import Any
 
 from privacy_ledger.errors import AccountantNotAllowed
@@ -35,6 +37,7 @@ __all__ = [
     "REFUSED_ACCOUNTANTS",
     "EPSILON_QUANTUM",
     "PRV_MAX_GRID_POINTS",
+    "RDP_ORDERS",
     "HistoryEntry",
     "check_accountant",
     "compose",
@@ -56,30 +59,48 @@ _PRV_EPS_ERROR = 0.01
 HistoryEntry = tuple[float, float, int]
 
 
-def _rdp_orders() -> list[float]:
-    from opacus.accountants import RDPAccountant
+#: Opacus' ``RDPAccountant.DEFAULT_ALPHAS`` (a test checks they stay equal).
+RDP_ORDERS: tuple[float, ...] = tuple(
+    [1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)]
+)
 
-    return [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
+
+@functools.cache
+def _opacus_rdp() -> Any:
+    """Opacus' RDP analysis module, without importing torch when possible.
+
+    ``opacus/accountants/analysis/rdp.py`` needs only numpy and scipy, but
+    importing it through the package runs ``opacus/__init__`` (torch, seconds
+    per process). Load that one file directly; fall back to a normal import.
+    """
+    spec = importlib.util.find_spec("opacus")
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "accountants/analysis/rdp.py"
+        file_spec = importlib.util.spec_from_file_location("privacy_ledger._opacus_rdp", path)
+        if file_spec is not None and file_spec.loader is not None:
+            module = importlib.util.module_from_spec(file_spec)
+            file_spec.loader.exec_module(module)
+            return module
+    from opacus.accountants.analysis import rdp  # pragma: no cover - unusual installs
+
+    return rdp  # pragma: no cover
 
 
 @functools.lru_cache(maxsize=4096)
 def _rdp_one_step(sample_rate: float, noise_multiplier: float) -> tuple[float, ...]:
-    from opacus.accountants.analysis import rdp
-
-    values = rdp.compute_rdp(
-        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=_rdp_orders()
+    values = _opacus_rdp().compute_rdp(
+        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(RDP_ORDERS)
     )
     return tuple(float(v) for v in values)
 
 
 def _rdp_epsilon(history: Sequence[HistoryEntry], delta: float) -> float:
     import numpy as np
-    from opacus.accountants.analysis import rdp
 
-    total: Any = np.zeros(len(_rdp_orders()))
+    total: Any = np.zeros(len(RDP_ORDERS))
     for noise_multiplier, sample_rate, steps in history:
         total = total + np.asarray(_rdp_one_step(sample_rate, noise_multiplier)) * steps
-    eps, _ = rdp.get_privacy_spent(orders=_rdp_orders(), rdp=total, delta=delta)
+    eps, _ = _opacus_rdp().get_privacy_spent(orders=list(RDP_ORDERS), rdp=total, delta=delta)
     return float(eps)
 
 

@@ -85,3 +85,9 @@ def test_prv_falls_back_to_rdp_instead_of_allocating_gigabytes() -> None:
     tiny = [event(sigma=0.05, q=0.01, steps=1000)]
     assert epsilon(tiny, delta=DELTA, accountant="prv") == epsilon(
         tiny, delta=DELTA, accountant="rdp")
+
+
+def test_rdp_orders_are_opacus_defaults() -> None:
+    from privacy_ledger.accountant import RDP_ORDERS
+
+    assert list(RDP_ORDERS) == [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
