@@ -7,8 +7,10 @@ exactly when epsilon(committed + reserved + request) exceeds the limit.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from decimal import Decimal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,19 +26,31 @@ plans = st.lists(
         st.sampled_from([0.7, 1.0, 1.5, 3.0]),  # noise multiplier
         st.sampled_from([0.005, 0.01, 0.05]),  # sample rate
         st.integers(min_value=1, max_value=3000),  # steps
-        st.sampled_from(["commit", "abort", "leave"]),
+        st.sampled_from(["commit", "abort", "leave", "expire"]),
     ),
     min_size=1,
     max_size=8,
 )
 
 
+@pytest.fixture
+def clocked(db_url: str) -> Iterator[tuple[PrivacyLedger, list[float]]]:
+    now = [1_000_000.0]
+    ledger = PrivacyLedger.from_url(db_url, clock=lambda: now[0])
+    try:
+        yield ledger, now
+    finally:
+        ledger.engine.dispose()
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plans=plans, limit=st.sampled_from(["0.5", "2", "3.7", "8"]))
 def test_committed_epsilon_never_exceeds_limit(
-    ledger: PrivacyLedger, plans: list[tuple[float, float, int, str]], limit: str
+    clocked: tuple[PrivacyLedger, list[float]], plans: list[tuple[float, float, int, str]],
+    limit: str,
 ) -> None:
+    ledger, now = clocked
     pid = f"p{next(_ids)}"
     ledger.register_participant(pid, institution="Prop", kind="other")
     ledger.register_asset(pid, "a")
@@ -47,7 +61,7 @@ def test_committed_epsilon_never_exceeds_limit(
         planned = event(sigma, q, steps)
         projected = epsilon([*committed, *reserved, planned], delta=1e-5, accountant="rdp")
         try:
-            reservation = ledger.reserve(pid, "a", planned)
+            reservation = ledger.reserve(pid, "a", planned, ttl_seconds=60)
         except BudgetExceeded as exc:
             assert projected > Decimal(limit)
             assert exc.spent + exc.reserved + exc.requested == projected
@@ -58,6 +72,10 @@ def test_committed_epsilon_never_exceeds_limit(
                 committed.append(planned)
             elif action == "abort":
                 ledger.abort(reservation.id)
+            elif action == "expire":
+                now[0] += 61  # every open reservation of this participant passes its deadline
+                ledger.expire_reservations()
+                reserved.clear()
             else:
                 reserved.append(planned)
         status = ledger.budget_status(pid, "a")
