@@ -9,11 +9,14 @@ the newest signed head; ``export-head --out DIR`` writes ``head.txt``,
     openssl dgst -sm3 -verify pub.pem -signature head.sig \
         -sigopt distid:1234567812345678 head.txt
 
-``verify --trusted-head DIR`` also checks that the log still contains a head
-exported earlier (a truncation of entries together with their heads is
-invisible in the database alone). The log's public key is read from the
-database unless ``--public-key`` pins it; a warning says so, because whoever
-can write the database could also replace that key. The database URL comes from ``--db`` or
+``checkpoint --signing-key PEM`` signs the entries not yet under a head (the
+service normally does it as it appends). ``verify --trusted-head DIR`` also
+checks that the log still contains a head exported earlier (a truncation of
+entries together with their heads is invisible in the database alone).
+
+The log's public key is read from the database unless ``--public-key`` pins
+it; a warning says so, because whoever can write the database could also
+replace that key. The database URL comes from ``--db`` or
 :meth:`api.settings.Settings.resolved_database_url`.
 """
 
@@ -33,8 +36,9 @@ from sqlalchemy.orm import Session
 
 from api.settings import Settings
 from crypto.errors import CryptoError
-from crypto.sm import SM2PublicKey
-from privacy_ledger.audit_models import TreeHeadRow
+from crypto.sm import SM2PrivateKey, SM2PublicKey
+from privacy_ledger.audit import AuditLog
+from privacy_ledger.audit_models import LOG_STATE_ID, LogStateRow, TreeHeadRow
 from privacy_ledger.checkpoint import (
     MAX_BODY_BYTES,
     MAX_SIGNATURE_BYTES,
@@ -217,3 +221,60 @@ def export_head(
     (out / "pub.pem").write_bytes(key.to_pem())
     typer.echo(f"wrote head of size {row.tree_size} to {out}; check it with:\n"
                f"  cd {out} && {OPENSSL_COMMAND}")
+
+
+def _signing_key(path: Path) -> SM2PrivateKey:
+    pem = _read(path, _MAX_PEM)
+    passphrase: bytes | None = None
+    if b"ENCRYPTED PRIVATE KEY" in pem:
+        try:
+            configured = Settings().key_passphrase
+        except ValidationError as exc:
+            _fail(f"invalid settings: {exc.errors()[0]['msg']}")
+        if configured is not None:
+            passphrase = configured.get_secret_value().encode("utf-8")
+        else:
+            passphrase = str(typer.prompt("Key passphrase", hide_input=True)).encode("utf-8")
+    else:
+        typer.echo("warning: this signing key is not encrypted at rest", err=True)
+    try:
+        return SM2PrivateKey.from_pem(pem, passphrase=passphrase)
+    except CryptoError as exc:
+        _fail(f"{path}: {exc}")
+
+
+@ledger_app.command("checkpoint")
+def checkpoint(
+    signing_key: Annotated[Path, typer.Option(
+        "--signing-key", help="The log's SM2 private key (PKCS#8 PEM, from 'secure-fed keys "
+        "generate'); passphrase from SECURE_FED_KEY_PASSPHRASE or a prompt.")],
+    db: DbOption = None,
+) -> None:
+    """Sign a head over the entries not yet signed (after the same consistency checks)."""
+    key = _signing_key(signing_key)
+    engine = _engine(db)
+    try:
+        origin = _stored_origin(engine)
+        log = AuditLog(signer=key, origin=origin)
+        with Session(engine) as session:
+            head = log.checkpoint(session, force=True)
+            session.commit()
+    except LedgerError as exc:
+        _fail(str(exc), 1)
+    finally:
+        engine.dispose()
+    if head is None:
+        typer.echo("nothing to sign: every entry is under a signed head")
+        return
+    typer.echo(f"signed head of size {head.tree_size}, root {head.root_hash.hex()}")
+
+
+def _stored_origin(engine: Engine) -> str:
+    with Session(engine) as session:
+        try:
+            state = session.get(LogStateRow, LOG_STATE_ID)
+        except Exception as exc:  # noqa: BLE001 - missing tables, translated for the operator
+            _fail(f"cannot read log_state ({type(exc).__name__}); run the migrations")
+    if state is None or state.origin is None:
+        _fail("the audit log has no entries yet")
+    return state.origin

@@ -263,6 +263,8 @@ class AuditLog:
         HeadSigningRefused
             When the stored entries do not extend the last signed head (the log
             never signs two inconsistent heads), or a stored row is altered.
+        LogKeyMismatch
+            When the database's log has another origin or signing key.
         """
         with self._lock:
             tail = session.info.get(TAIL_KEY)
@@ -270,6 +272,8 @@ class AuditLog:
                 state = tail.state  # already locked by an append of this transaction
             else:
                 state = lock_state(session)
+            if state.origin is not None:
+                self._claim(session, state)  # another key or origin is refused even if idle
             unsigned = state.tree_size - state.last_head_size
             if unsigned <= 0:
                 return None
@@ -277,7 +281,6 @@ class AuditLog:
             age = math.inf if state.last_head_at is None else now - state.last_head_at
             if not (force or unsigned >= self.checkpoint_every or age >= self.checkpoint_seconds):
                 return None
-            self._claim(session, state)
             return self._signer.sign(session, state, now)
 
     # -- reading -------------------------------------------------------------------------

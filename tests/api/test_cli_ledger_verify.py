@@ -144,3 +144,24 @@ def test_trusted_head_reveals_a_truncation(
     forged = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem),
                                  "--trusted-head", str(out)])
     assert forged.exit_code == 2 and "LEDGER_CHECKPOINT_SIGNATURE_INVALID" in forged.stderr
+
+
+def test_checkpoint_signs_the_unsigned_tail(
+    ledger_db: tuple[str, SM2PrivateKey, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, key, pem = ledger_db
+    key_file = tmp_path / "log-key.pem"
+    key_file.write_bytes(key.to_pem(passphrase=b"correct horse battery"))
+    monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "correct horse battery")
+    args = ["ledger", "checkpoint", "--db", url, "--signing-key", str(key_file)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "signed head of size 10, root " in result.stdout
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "nothing to sign" in again.stdout
+    report = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
+    assert "4 signed heads checked (latest size 10, 0 entries not yet signed)" in report.stdout
+    other = tmp_path / "other.pem"
+    other.write_bytes(SM2PrivateKey.generate().to_pem(passphrase=b"correct horse battery"))
+    refused = runner.invoke(app, ["ledger", "checkpoint", "--db", url, "--signing-key", str(other)])
+    assert refused.exit_code == 1 and "LEDGER_LOG_KEY_MISMATCH" in refused.stderr
