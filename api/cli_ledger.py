@@ -3,8 +3,10 @@
 ``budget show`` prints a participant's limit, spent, reserved and remaining
 epsilon and the epsilon after each committed round (a rich table, or JSON
 with decimals as strings); ``budget set`` lets an operator create or change a
-budget. The database URL comes from ``--db`` or
-:meth:`api.settings.Settings.resolved_database_url`.
+budget; with ``--audit-key`` (the log's SM2 signing key) the change is written
+to the tamper-evident audit log in the same transaction, otherwise a warning
+says it was not audited (production refuses that). The database URL comes
+from ``--db`` or :meth:`api.settings.Settings.resolved_database_url`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import select
 
 from api.settings import Settings
-from privacy_ledger import BudgetStatus, LedgerError, PrivacyLedger
+from crypto.errors import CryptoError
+from crypto.sm import SM2PrivateKey
+from privacy_ledger import AuditLog, BudgetStatus, LedgerError, PrivacyLedger
+from privacy_ledger.audit_models import LOG_STATE_ID, LogStateRow
 
 budget_app = typer.Typer(help="Show and set epsilon budgets.", no_args_is_help=True)
 
@@ -36,19 +42,66 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+_MAX_PEM = 1 << 16
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        _fail(f"invalid settings: {exc.errors()[0]['msg']}", 2)
+
+
 def _open(db: str | None) -> PrivacyLedger:
     if db is None:
-        try:
-            settings = Settings()
-        except ValidationError as exc:
-            _fail(f"invalid settings: {exc.errors()[0]['msg']}", 2)
-        db = settings.resolved_database_url()
+        db = _settings().resolved_database_url()
         if db.startswith("sqlite:///"):
             Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         return PrivacyLedger.from_url(db)
     except LedgerError as exc:
         _fail(str(exc), 2)
+
+
+def _signing_key(path: Path) -> SM2PrivateKey:
+    try:
+        with path.open("rb") as handle:
+            pem = handle.read(_MAX_PEM + 1)
+    except OSError as exc:
+        _fail(f"cannot read audit key {path}: {exc.strerror}", 2)
+    if len(pem) > _MAX_PEM:
+        _fail(f"audit key {path} is larger than {_MAX_PEM} bytes", 2)
+    passphrase: bytes | None = None
+    if b"ENCRYPTED PRIVATE KEY" in pem:
+        configured = _settings().key_passphrase
+        text = (configured.get_secret_value() if configured is not None
+                else str(typer.prompt("Key passphrase", hide_input=True)))
+        passphrase = text.encode("utf-8")
+    try:
+        return SM2PrivateKey.from_pem(pem, passphrase=passphrase)
+    except CryptoError as exc:
+        _fail(f"audit key {path}: {exc}", 2)
+
+
+def _audited(ledger: PrivacyLedger, key_path: Path | None, origin: str | None) -> PrivacyLedger:
+    """Return ``ledger`` writing to the audit log whose key is at ``key_path``."""
+    if key_path is None:
+        if _settings().environment == "production":
+            _fail("production refuses unaudited budget changes: pass --audit-key", 2)
+        typer.echo("warning: budget change not audited (no --audit-key)", err=True)
+        return ledger
+    key = _signing_key(key_path)
+    with ledger.engine.connect() as conn:
+        state = conn.execute(select(LogStateRow.origin).where(
+            LogStateRow.id == LOG_STATE_ID)).scalar_one_or_none()
+    origin = state or origin
+    if origin is None:
+        _fail("the audit log has no entries yet: pass --audit-origin to name it", 2)
+    try:
+        log = AuditLog(signer=key, origin=origin)
+    except LedgerError as exc:
+        _fail(str(exc), 2)
+    return PrivacyLedger(ledger.engine, audit=log)
 
 
 def _status_json(status: BudgetStatus) -> dict[str, object]:
@@ -115,10 +168,16 @@ def set_budget(
     institution: Annotated[str | None, typer.Option(
         "--institution", help="Register the participant with this name first.")] = None,
     kind: Annotated[str, typer.Option("--kind", help="hospital, bank or other.")] = "other",
+    audit_key: Annotated[Path | None, typer.Option(
+        "--audit-key", help="The audit log's SM2 private key (PKCS#8 PEM); passphrase from "
+        "SECURE_FED_KEY_PASSPHRASE or a prompt.")] = None,
+    audit_origin: Annotated[str | None, typer.Option(
+        "--audit-origin", help="Origin of a new audit log (an existing log keeps its own).")]
+    = None,
     db: DbOption = None,
 ) -> None:
     """Create or change a budget (registers participant and asset with --institution)."""
-    ledger = _open(db)
+    ledger = _audited(_open(db), audit_key, audit_origin)
     try:
         if institution is not None:
             ledger.register_participant(participant, institution=institution, kind=kind)

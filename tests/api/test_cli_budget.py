@@ -84,3 +84,44 @@ def test_set_changes_the_limit(db: str) -> None:
                                  "--epsilon", "8.5", "--accountant", "prv", "--db", db])
     assert result.exit_code == 0, result.output
     assert "limit 8.5" in result.output and "(prv)" in result.output
+
+
+def test_set_with_audit_key_writes_a_verifiable_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crypto.sm import SM2PrivateKey
+    from privacy_ledger import verify_log
+
+    monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "correct horse battery")
+    key = SM2PrivateKey.generate()
+    key_path = tmp_path / "audit.pem"
+    key_path.write_bytes(key.to_pem(passphrase=b"correct horse battery"))
+    url = f"sqlite:///{tmp_path / 'audited.db'}"
+    base = ["budget", "set", "--participant", "b1", "--asset", "loans", "--db", url,
+            "--audit-key", str(key_path)]
+    first = runner.invoke(app, [*base, "--epsilon", "3", "--institution", "Bank B",
+                                "--kind", "bank", "--audit-origin", "bank-b.example/audit"])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, [*base, "--epsilon", "2.5"])  # origin read from the log
+    assert second.exit_code == 0, second.output
+    ledger = PrivacyLedger.from_url(url)
+    try:
+        report = verify_log(ledger.engine, public_key=key.public_key)
+        assert report.tree_size == 2 and report.origin == "bank-b.example/audit"
+    finally:
+        ledger.engine.dispose()
+
+
+def test_set_without_audit_key_warns_and_production_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    args = ["budget", "set", "--participant", "b1", "--asset", "loans", "--epsilon", "3",
+            "--institution", "Bank B", "--kind", "bank", "--db", url]
+    plain = runner.invoke(app, args)
+    assert plain.exit_code == 0 and "not audited" in plain.output
+    monkeypatch.setenv("SECURE_FED_ENVIRONMENT", "production")
+    monkeypatch.setenv("SECURE_FED_DATABASE_URL", "postgresql+psycopg://u@db.example/ledger")
+    monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "a long enough passphrase")
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "refuses unaudited" in refused.output
