@@ -194,6 +194,8 @@ class AuditLog:
             raise AuditParameterInvalid("fields: must be a mapping")
         canonical.encode(dict(fields))  # validate before taking the lock
         sealed_values = dict(sensitive or {})
+        if not all(isinstance(key, str) and key for key in sealed_values):
+            raise CanonicalJSONInvalid("sensitive: field names must be non-empty strings")
         if sealed_values and self._evidence_key is None:
             raise EvidenceUnavailable("sensitive: this AuditLog was built without an evidence key")
         plaintexts = {key: canonical.encode(value) for key, value in sealed_values.items()}

@@ -154,6 +154,10 @@ def test_bad_appends_are_refused_before_locking(engine: Engine, log: AuditLog) -
             log.append(session, event="budget.spent", subject="s", fields={})
         with pytest.raises(CanonicalJSONInvalid, match="float 0.5 not allowed"):
             log.append(session, event="budget.set", subject="s", fields={"epsilon": 0.5})
+        with pytest.raises(CanonicalJSONInvalid, match="sensitive: field names"):
+            log.append(session, event="budget.set", subject="s", fields={}, sensitive={1: "x"})
+        with pytest.raises(CanonicalJSONInvalid, match=r"\$: float 1.5"):
+            log.append(session, event="budget.set", subject="s", fields={}, sensitive={"a": 1.5})
         with pytest.raises(AuditParameterInvalid, match="subject"):
             log.append(session, event="budget.set", subject="", fields={})
         assert log.size(session) == 0
