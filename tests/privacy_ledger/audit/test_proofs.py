@@ -13,7 +13,7 @@ from privacy_ledger.errors import (
     ProofSizeInvalid,
     RootMismatch,
 )
-from privacy_ledger.merkle import MerkleTree, sha256_hasher
+from privacy_ledger.merkle import SM3_HASHER, MerkleTree, TreeHasher, sha256_hasher
 from privacy_ledger.proofs import (
     consistency_proof,
     inclusion_proof,
@@ -210,19 +210,23 @@ def test_generation_rejects_bad_ranges() -> None:
         consistency_proof(tree, 1, 9)
 
 
+@pytest.mark.parametrize("hasher", [H, SM3_HASHER], ids=["sha256", "sm3"])
 @settings(max_examples=40, deadline=None)
-@given(st.integers(min_value=1, max_value=300), st.data())
-def test_all_proofs_for_random_sizes_verify(size: int, data: st.DataObject) -> None:
-    tree = MerkleTree(hasher=H)
+@given(size=st.integers(min_value=1, max_value=300), data=st.data())
+def test_all_proofs_for_random_sizes_verify(
+    hasher: TreeHasher, size: int, data: st.DataObject
+) -> None:
+    tree = MerkleTree(hasher=hasher)
     for i in range(size):
         tree.append_data(i.to_bytes(4, "big"))
     for n in data.draw(st.lists(st.integers(1, size), min_size=1, max_size=4), label="sizes"):
         root = tree.root(n)
         for index in {0, n - 1, data.draw(st.integers(0, n - 1), label="index")}:
             proof = inclusion_proof(tree, index, n)
-            verify_inclusion(H, index, n, tree.leaf_hash(index), proof, root)
+            verify_inclusion(hasher, index, n, tree.leaf_hash(index), proof, root)
         old = data.draw(st.integers(0, n), label="old")
-        verify_consistency(H, old, n, consistency_proof(tree, old, n), tree.root(old), root)
+        proof = consistency_proof(tree, old, n)
+        verify_consistency(hasher, old, n, proof, tree.root(old), root)
 
 
 def test_all_proofs_exhaustive_small_trees() -> None:
