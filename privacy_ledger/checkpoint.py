@@ -3,15 +3,15 @@ r"""Signed tree heads as C2SP checkpoints, signed with SM2 (GB/T 32918, explicit
 The checkpoint body follows the C2SP ``tlog-checkpoint`` specification
 (https://c2sp.org/tlog-checkpoint)::
 
-    <origin>\\n
-    <tree size, decimal>\\n
-    <base64(root hash)>\\n
+    <origin>\n
+    <tree size, decimal>\n
+    <base64(root hash)>\n
 
 The signature is a plain DER SM2-with-SM3 signature over those exact bytes
 with the standard ID ``1234567812345678``, so an auditor verifies a head with
 OpenSSL alone::
 
-    openssl dgst -sm3 -verify pub.pem -signature head.sig \\
+    openssl dgst -sm3 -verify pub.pem -signature head.sig \
         -sigopt distid:1234567812345678 head.txt
 
 (The C2SP *signed-note* envelope has no SM2 algorithm; the body and the DER
@@ -86,7 +86,7 @@ def parse_checkpoint(body: bytes, *, hash_size: int = 32) -> Checkpoint:
     Raises
     ------
     CheckpointMalformed
-        When the bytes are not exactly ``origin\\nsize\\nbase64(root)\\n``.
+        When the bytes are not exactly ``origin\nsize\nbase64(root)\n``.
     """
     if not isinstance(body, bytes) or len(body) > MAX_BODY_BYTES:
         raise CheckpointMalformed(f"body: must be bytes of at most {MAX_BODY_BYTES}")
