@@ -166,7 +166,7 @@ def _fashion_mnist() -> tuple[np.ndarray, np.ndarray, bool]:
             raise DatasetUnavailable(f"{FASHION_PACKAGE} lacks the {prefix} idx files")
         xs.append(read_idx(images, offset=16, shape=(28, 28)))
         ys.append(read_idx(labels, offset=8, shape=()))
-    x = np.concatenate(xs).astype(np.float64) / 255.0
+    x = np.concatenate(xs).astype(np.float32) / np.float32(255.0)
     return x.reshape(-1, 1, 28, 28), np.concatenate(ys).astype(np.int64), False
 
 
@@ -228,8 +228,8 @@ def load_task(
     order = np.random.default_rng(seed).permutation(n)
     n_pub, n_test = int(round(n * public_fraction)), int(round(n * test_fraction))
     pub, test, priv = order[:n_pub], order[n_pub : n_pub + n_test], order[n_pub + n_test :]
-    x = x.astype(np.float64)
     if standardize:  # statistics of the public rows only
+        x = x.astype(np.float64)
         mean, std = x[pub].mean(axis=0), x[pub].std(axis=0)
         x = (x - mean) / np.where(std > 0, std, 1.0)
     _, labels = np.unique(y, return_inverse=True)

@@ -302,3 +302,24 @@ def test_from_torch_dataset_errors():
         from_torch_dataset(TensorDataset(torch.full((2, 2), float("nan")), torch.tensor([0, 1])))
     with pytest.raises(TabularDataInvalid, match="non-scalar labels"):
         from_torch_dataset(TensorDataset(torch.zeros(2, 2), torch.zeros(2, 2)))
+
+
+def test_fashion_mnist_from_installed_idx_files(tmp_path, monkeypatch):
+    """The whole Fashion-MNIST path on small idx files laid out as the package installs them."""
+    import secure_fed.data as data
+
+    rng = np.random.default_rng(0)
+    files = []
+    for prefix, count in (("train", 40), ("t10k", 10)):
+        pixels = rng.integers(0, 256, size=count * 28 * 28, dtype=np.uint8).tobytes()
+        labels = bytes(int(v) for v in np.arange(count) % 10)
+        files.append(_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", 0x803, count, pixels))
+        files.append(_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", 0x801, count, labels))
+    monkeypatch.setattr(data, "_installed_files", lambda package: files)
+    task = load_task("fashion_mnist", seed=0, public_fraction=0.2, test_fraction=0.2)
+    assert task.input_shape == (1, 28, 28) and task.num_classes == 10
+    assert len(task.public_x) + len(task.private_x) + len(task.test_x) == 50
+    assert task.private_x.dtype == np.float32 and 0 <= task.private_x.min() <= 1
+    monkeypatch.setattr(data, "_installed_files", lambda package: files[:2])
+    with pytest.raises(DatasetUnavailable, match="lacks the t10k idx files"):
+        load_task("fashion_mnist", seed=0)
