@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import multiprocessing
 import threading
+from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal
 
 import pytest
@@ -30,6 +32,7 @@ from privacy_ledger.merkle import SM3_HASHER
 from privacy_ledger.proofs import verify_consistency, verify_inclusion
 from privacy_ledger.verify import stored_public_key, verify_log
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
+from tests.privacy_ledger.audit.workers import append_many
 
 
 def _heads(engine: Engine) -> list[TreeHeadRow]:
@@ -321,3 +324,16 @@ def test_rolled_back_head_is_not_remembered(engine: Engine, log: AuditLog) -> No
         assert head is not None and head.tree_size == 1
         session.commit()
     assert verify_log(engine, public_key=log.public_key).heads_checked == 1
+
+
+@pytest.mark.slow
+def test_concurrent_processes_append_contiguously(
+    engine: Engine, audit_url: str, signer: SM2PrivateKey
+) -> None:
+    pem = signer.to_pem_unencrypted_insecure()
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(append_many, audit_url, pem, ORIGIN, w, 12) for w in range(4)]
+        indexes = sorted(i for f in futures for i in f.result())
+    assert indexes == list(range(48))
+    report = verify_log(engine, public_key=signer.public_key)
+    assert report.tree_size == 48 and report.heads_checked >= 2
