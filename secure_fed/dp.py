@@ -315,8 +315,10 @@ class PrivateTrainer:
     steps_per_round
         Alternative to ``epochs_per_round``: exact number of DP-SGD steps.
     seed
-        Seed for reproducible shuffling of nothing private: DP noise and
-        Poisson sampling always use fresh ``secrets`` randomness.
+        Kept for symmetry with the baselines (``self.seed``) but deliberately
+        unused: the only randomness of private training is the DP noise and
+        the Poisson sampling, and both come from ``secrets`` so that nobody
+        who knows the (public) run seed can reproduce them.
     clipping
         ``"flat"`` (one norm ``C_k``) or ``"per_layer"`` (norms from
         :func:`per_layer_clipping_norms`, same total).
