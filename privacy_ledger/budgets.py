@@ -35,6 +35,7 @@ from privacy_ledger.budget_types import AuditSink, Reservation
 from privacy_ledger.db import create_ledger_engine, current_revision, head_revision, upgrade
 from privacy_ledger.errors import (
     BudgetExceeded,
+    LedgerError,
     LedgerParameterInvalid,
     ParticipantSuspended,
     ReservationExpired,
@@ -202,41 +203,48 @@ class PrivacyLedger(BudgetQueries):
                 0 < ttl_seconds < 1e9):
             raise LedgerParameterInvalid(f"ttl_seconds: must be > 0, got {ttl_seconds!r}")
         now = self._clock()
-        refusal: BudgetExceeded | None = None
         with self._transaction() as session:
             budget = self._lock_budget(session, participant_id, asset_id)
             participant = session.get(Participant, participant_id)
             if participant is not None and participant.status != "active":
-                raise ParticipantSuspended(f"participant {participant_id!r} is suspended")
-            self._expire_locked(session, budget, now)
-            committed = self._rows(session, budget, "committed")
-            reserved = self._rows(session, budget, "reserved")
-            spent, held = self._totals(budget, committed, reserved)
-            projected = self._eps(budget, [*committed, *reserved, event])
-            limit = Decimal(budget.epsilon_limit)
-            fields: dict[str, Any] = {
-                "round": round_id, "limit": limit, "spent": spent, "reserved": held,
-                "epsilon_projected": audit_value(projected), **event_fields(event)}
-            if projected > limit:
-                requested = projected - spent - held
-                refusal = BudgetExceeded(
-                    f"participant {participant_id!r}, asset {asset_id!r}: projected epsilon "
-                    f"{projected} exceeds limit {limit} (spent {spent}, reserved {held}, "
-                    f"requested {requested})",
-                    limit=limit, spent=spent, reserved=held, requested=requested)
-                self._emit(session, "budget.refused", self._subject(budget), fields)
+                self._emit(session, "budget.refused", self._subject(budget), {
+                    "round": round_id, "reason": "participant suspended", **event_fields(event)})
+                outcome: Reservation | LedgerError = ParticipantSuspended(
+                    f"participant {participant_id!r} is suspended")
             else:
-                row = new_row(budget, event, round_id, projected, now, ttl_seconds)
-                session.add(row)
-                budget.version += 1
-                session.flush()
-                self._emit(session, "budget.reserved", self._subject(budget),
-                           {"reservation": row.id, **fields})
-                result = reservation_of(row)
-        if refusal is not None:
-            logger.info("refused: %s", refusal.message)
-            raise refusal
-        return result
+                outcome = self._reserve_locked(session, budget, event, round_id, now, ttl_seconds)
+        if isinstance(outcome, LedgerError):  # refusals commit their audit entry, then raise
+            logger.info("refused: %s", outcome.message)
+            raise outcome
+        return outcome
+
+    def _reserve_locked(self, session: Session, budget: Budget, event: MechanismEvent,
+                        round_id: str | None, now: float,
+                        ttl_seconds: float) -> Reservation | BudgetExceeded:
+        self._expire_locked(session, budget, now)
+        committed = self._rows(session, budget, "committed")
+        reserved = self._rows(session, budget, "reserved")
+        spent, held = self._totals(budget, committed, reserved)
+        projected = self._eps(budget, [*committed, *reserved, event])
+        limit = Decimal(budget.epsilon_limit)
+        fields: dict[str, Any] = {
+            "round": round_id, "limit": limit, "spent": spent, "reserved": held,
+            "epsilon_projected": audit_value(projected), **event_fields(event)}
+        if projected > limit:
+            requested = projected - spent - held
+            self._emit(session, "budget.refused", self._subject(budget), fields)
+            return BudgetExceeded(
+                f"participant {budget.participant_id!r}, asset {budget.asset_id!r}: projected "
+                f"epsilon {projected} exceeds limit {limit} (spent {spent}, reserved {held}, "
+                f"requested {requested})",
+                limit=limit, spent=spent, reserved=held, requested=requested)
+        row = new_row(budget, event, round_id, projected, now, ttl_seconds)
+        session.add(row)
+        budget.version += 1
+        session.flush()
+        self._emit(session, "budget.reserved", self._subject(budget),
+                   {"reservation": row.id, **fields})
+        return reservation_of(row)
 
     # -- resolution -------------------------------------------------------------
 

@@ -138,9 +138,13 @@ def test_audit_events_share_the_transaction(db_url: str) -> None:
         with pytest.raises(BudgetExceeded):
             ledger.reserve("h1", "ct", event(steps=10_000))
         ledger.abort(ledger.reserve("h1", "ct", event(sigma=5.0, steps=1)).id)
+        ledger.set_participant_status("h1", "suspended")
+        with pytest.raises(ParticipantSuspended):
+            ledger.reserve("h1", "ct", event(sigma=5.0, steps=1))
         names = [name for name, _, _ in sink.entries]
         assert names == ["budget.set", "budget.reserved", "budget.committed", "budget.refused",
-                         "budget.reserved", "budget.aborted"]
+                         "budget.reserved", "budget.aborted", "budget.refused"]
+        assert sink.entries[-1][2]["reason"] == "participant suspended"
         assert all(subject == "participant:h1/asset:ct" for _, subject, _ in sink.entries)
         reserved = sink.entries[1][2]
         assert reserved["steps"] == 100 and reserved["noise_multiplier"] == Decimal("1.0")
