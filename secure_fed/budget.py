@@ -32,6 +32,7 @@ import numpy as np
 from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as rdp_analysis
 
+from privacy_ledger.errors import BudgetExceeded, CalibrationImpossible, ParticipantSuspended
 from privacy_ledger.mechanism import MechanismEvent
 from secure_fed.errors import BudgetRefused, LearningParameterInvalid, ReservationUnknown
 
@@ -383,17 +384,11 @@ def refusal_errors() -> tuple[type[Exception], ...]:
     """Exception types meaning "the budget refused; nothing was spent".
 
     :class:`~secure_fed.errors.BudgetRefused` (in-memory gate) and the
-    ledger's ``BudgetExceeded`` / ``CalibrationImpossible`` (looked up by name
-    so this module does not depend on the ledger's release order).
+    ledger's ``BudgetExceeded``, ``CalibrationImpossible`` and
+    ``ParticipantSuspended``. Other ledger errors (no budget set, database
+    failures) are configuration or infrastructure faults and propagate.
     """
-    import privacy_ledger.errors as ledger_errors
-
-    found: list[type[Exception]] = [BudgetRefused]
-    for name in ("BudgetExceeded", "CalibrationImpossible"):
-        cls = getattr(ledger_errors, name, None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            found.append(cls)
-    return tuple(found)
+    return (BudgetRefused, BudgetExceeded, CalibrationImpossible, ParticipantSuspended)
 
 
 def reservation_id_of(reservation: object) -> str:

@@ -215,6 +215,12 @@ def test_private_training_with_the_real_ledger(task, tmp_path):
     assert not report.trained and "LEDGER_" in report.refused_reason
     assert _same(before, _weights(other))
     assert float(ledger.epsilon_spent("p1", "digits")) == pytest.approx(second.epsilon_spent)
+    # a suspended participant is refused too
+    ledger.set_budget("p1", "digits", epsilon="8", delta=1e-5)
+    ledger.set_participant_status("p1", "suspended")
+    report = _trainer(other, task, ledger).train_round("r4")
+    assert not report.trained and "LEDGER_PARTICIPANT_SUSPENDED" in report.refused_reason
+    assert _same(before, _weights(other))
 
 
 def test_hopeless_noise_is_refused(task):
