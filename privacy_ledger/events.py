@@ -121,7 +121,6 @@ _BUILTIN = {
     "key.generated": "A key pair (SM2, CKKS context or SM4 evidence key) was generated.",
     "key.rotated": "A key was replaced by a new one; both fingerprints are recorded.",
     "access.denied": "A caller was refused access to a resource or operation.",
-    "log.opened": "The audit log recorded its origin and signing-key fingerprint.",
 }
 
 for _name, _description in _BUILTIN.items():
