@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
@@ -80,6 +81,10 @@ def _opacus_rdp() -> Any:
         if file_spec is not None and file_spec.loader is not None:
             module = importlib.util.module_from_spec(file_spec)
             file_spec.loader.exec_module(module)
+            # "Optimal order is the smallest/largest alpha": the bound stays valid
+            # (only looser); silenced for this private copy only, not for Opacus.
+            warnings.filterwarnings("ignore", message="Optimal order is",
+                                    module=r"privacy_ledger\._opacus_rdp")
             return module
     from opacus.accountants.analysis import rdp  # pragma: no cover - unusual installs
 
