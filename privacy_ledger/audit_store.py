@@ -145,20 +145,37 @@ class TreeCache:
         self.hasher = hasher
         self.tree = MerkleTree(hasher=hasher)
 
-    def _tip_is_stored(self, session: Session) -> bool:
-        tree = self.tree
-        if tree.size == 0:
+    def _stored_matches(self, session: Session, size: int) -> bool:
+        """Whether the database's leaf ``size - 1`` equals the cached one (prefix, by the chain)."""
+        if size == 0:
             return True
         stored = session.scalar(
-            select(AuditEntryRow.leaf_hash).where(AuditEntryRow.entry_index == tree.size - 1)
+            select(AuditEntryRow.leaf_hash).where(AuditEntryRow.entry_index == size - 1)
         )
-        return stored is not None and hmac.compare_digest(stored, tree.leaf_hash(tree.size - 1))
+        return stored is not None and hmac.compare_digest(stored, self.tree.leaf_hash(size - 1))
+
+    def _rewind(self, session: Session) -> None:
+        """Drop cached leaves the database no longer has (rolled back), by binary search.
+
+        Each leaf hashes its predecessor's hash (``prev``), so if leaf ``k - 1``
+        matches, the whole prefix of ``k`` leaves does.
+        """
+        if self._stored_matches(session, self.tree.size):
+            return
+        good, bad = 0, self.tree.size
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            if self._stored_matches(session, middle):
+                good = middle
+            else:
+                bad = middle
+        self.tree.truncate(good)
 
     def sync(self, session: Session, size: int) -> MerkleTree:
         """Return the tree, extended with stored entries up to at least ``size``.
 
-        A cached tree that no longer matches the database (rolled-back
-        entries) is rebuilt. Every newly read entry is re-hashed and checked
+        Cached leaves that the database no longer has (rolled-back entries)
+        are dropped first. Every newly read entry is re-hashed and checked
         against its stored leaf hash, its index and the ``prev`` chain.
 
         Raises
@@ -166,8 +183,7 @@ class TreeCache:
         LogTampered
             When a stored entry is missing, altered or out of chain.
         """
-        if not self._tip_is_stored(session):
-            self.tree = MerkleTree(hasher=self.hasher)
+        self._rewind(session)
         tree = self.tree
         while tree.size < size:
             start = tree.size
