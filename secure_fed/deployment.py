@@ -18,7 +18,7 @@ from functools import partial
 
 from crypto.ckks import PublicContext
 from crypto.shares import ShareMacKey
-from secure_fed.aggregation import get_mode
+from secure_fed.aggregation import SecureAggregator, UploadEncoder, get_mode
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.helper_party import HelperParty
 from secure_fed.key_authority import CentralDP, KeyAuthority
@@ -79,7 +79,7 @@ class SecureDeployment:
         return dep
 
     def encoder_kwargs(self, participant_id: str) -> dict[str, object]:
-        """What a participant's encoder factory needs (public material and its own secrets)."""
+        """Return what a participant's encoder factory needs (public material, own secrets)."""
         if self.mode == "ckks":
             return {"public_context": self.public_context}
         if self.mode == "shares":
@@ -90,7 +90,7 @@ class SecureDeployment:
         return {}
 
     def aggregator_kwargs(self) -> dict[str, object]:
-        """What the aggregator factory needs (never a CKKS secret key or a helper secret)."""
+        """Return what the aggregator factory needs (never a CKKS secret or helper secret)."""
         extra: dict[str, object] = {} if self.scoring is None else {"scoring": self.scoring}
         if self.mode == "ckks":
             assert self.authority is not None  # noqa: S101
@@ -98,7 +98,8 @@ class SecureDeployment:
                     **extra}
         if self.mode == "shares":
             assert self.authority is not None and self.helper is not None  # noqa: S101
-            dealer = partial(self.authority.deal, key_aggregator=self.server_keys["dealer-aggregator"],
+            dealer = partial(self.authority.deal,
+                             key_aggregator=self.server_keys["dealer-aggregator"],
                              key_helper=self.server_keys["dealer-helper"])
             return {"secrets": {p: s["aggregator"] for p, s in self.participant_secrets.items()},
                     "helper": self.helper.handle, "dealer": dealer,
@@ -106,12 +107,12 @@ class SecureDeployment:
                     "channel_key": self.server_keys["channel"], **extra}
         return {}
 
-    def encoder(self, participant_id: str, *, bound: float):  # noqa: ANN201
+    def encoder(self, participant_id: str, *, bound: float) -> UploadEncoder:
         """Build a participant's encoder."""
         return get_mode(self.mode).encoder(shape=self.shape, bound=bound,
                                            **self.encoder_kwargs(participant_id))
 
-    def aggregator(self, *, bound: float):  # noqa: ANN201
+    def aggregator(self, *, bound: float) -> SecureAggregator:
         """Build the aggregator."""
         return get_mode(self.mode).aggregator(shape=self.shape, bound=bound,
                                               **self.aggregator_kwargs())

@@ -148,7 +148,8 @@ class EnvelopeVerifier:
         return head, upload
 
     def _check_binding(self, head: dict[str, object], upload: bytes) -> None:
-        if head.get("upload_bytes") != len(upload) or head.get("upload_sm3") != sm3_digest(upload).hex():
+        digest = sm3_digest(upload).hex()
+        if head.get("upload_bytes") != len(upload) or head.get("upload_sm3") != digest:
             raise UploadMalformed("envelope size or digest does not match the upload")
         if head.get("params") != self.params:
             raise UploadMalformed(f"envelope params {head.get('params')!r} are not {self.params!r}")

@@ -136,7 +136,8 @@ class HelperParty:
         secret = self.secrets[pid]
         label = ShareLabel(round_id=0, participant_id=pid, tensor=f"pred-{uid}")
         try:
-            blob = SM4GCM(seal_key(secret)).decrypt(payload, associated_data=f"{pid}|{uid}".encode())
+            blob = SM4GCM(seal_key(secret)).decrypt(payload,
+                                                    associated_data=f"{pid}|{uid}".encode())
             bundle = ShareBundle.parse(blob, key=ShareMacKey.derive(secret, recipient="helper"),
                                        label=label, party=1, seeded=True,
                                        count=self.shape[0] * self.shape[1])  # fmt: skip
@@ -145,13 +146,14 @@ class HelperParty:
         self._seeds[uid] = (pid, bundle)
         return {"ok": True}, b""
 
-    def _shares(self, uids: object) -> list[np.ndarray]:
-        if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
+    def _shares(self, raw: object) -> tuple[list[str], list[np.ndarray]]:
+        if not isinstance(raw, list) or not all(isinstance(u, str) for u in raw):
             raise AuthorityRequestMalformed("request needs a list of upload ids")
+        uids = [str(u) for u in raw]
         missing = [u for u in uids if u not in self._seeds]
         if missing:
             raise AuthorityRequestMalformed(f"helper holds no share of uploads {missing}")
-        return [self._seeds[u][1].values().reshape(self.shape) for u in uids]
+        return uids, [self._seeds[u][1].values().reshape(self.shape) for u in uids]
 
     def _who(self, uids: list[str]) -> list[str]:
         return [self._seeds[u][0] for u in uids]
@@ -182,48 +184,51 @@ class HelperParty:
     # -- linear openings ----------------------------------------------------------------
 
     def _linear(self, header: dict[str, object], payload: bytes) -> tuple[dict[str, object], bytes]:
-        uids, weights = header.get("uids"), header.get("weights")
+        weights = header.get("weights")
         purpose, round_id = str(header.get("purpose", "aggregate")), _int(header, "round_id")
-        shares = self._shares(uids)
+        uids, shares = self._shares(header.get("uids"))
         if (not isinstance(weights, list) or len(weights) != len(shares)
                 or not all(isinstance(w, int | float) and 0 < w <= 1 for w in weights)):
             raise OpeningRefused("linear openings need one weight in (0, 1] per upload")
-        self._guard(purpose, list(uids), round_id)  # type: ignore[arg-type]
+        self._guard(purpose, uids, round_id)
         out = weighted_share(shares, [float(w) for w in weights])
-        self._release(purpose, list(uids), round_id, out.shape, len(shares))  # type: ignore[arg-type]
+        self._release(purpose, uids, round_id, out.shape, len(shares))
         meta, raw = encode_array(out, "u8")
         return {"array": meta}, raw
 
     # -- Beaver products: moments and scores -------------------------------------------
 
     def _open(self, header: dict[str, object], payload: bytes) -> tuple[dict[str, object], bytes]:
-        kind, op_id, round_id = header.get("kind"), str(header.get("op_id")), _int(header, "round_id")
-        uids = header.get("uids")
-        shares = self._shares(uids)
+        kind, op_id = header.get("kind"), str(header.get("op_id"))
+        round_id = _int(header, "round_id")
+        uids, shares = self._shares(header.get("uids"))
         center_raw, matrix_raw, triples = split_parts(header, payload)
         center = decode_array(header.get("center"), center_raw)
         if kind == "moments":
-            self._guard("moments", list(uids), round_id)  # type: ignore[arg-type]
+            self._guard("moments", uids, round_id)
             samples = _int(header, "samples")
             deltas = [center_shares(s[:samples], center[:samples], party=1) for s in shares]
             x, y = pair_factors(deltas)
             meta = {"samples": samples, "pairs": deltas[0].shape[1] * (deltas[0].shape[1] + 1) // 2}
         elif kind == "score":
-            g, fz = _int(header, "g"), _int(header, "fz")
+            g, fz, rows = _int(header, "g"), _int(header, "fz"), _int(header, "samples")
             plan = ScorePlan(matrix=decode_array(header.get("matrix"), matrix_raw), g=g, fz=fz)
-            z = np.concatenate([whiten_shares(center_shares(s, center, party=1), plan, party=1)
-                                .reshape(-1) for s in shares])  # fmt: skip
+            z = np.concatenate([whiten_shares(center_shares(s[:rows], center[:rows], party=1),
+                                              plan, party=1).reshape(-1) for s in shares])
             x, y, meta = z, z, {"fz": fz}
         else:
-            raise AuthorityRequestMalformed(f"Beaver kind {kind!r} is unknown; allowed: moments, score")
-        label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=str(header.get("tensor")))
+            raise AuthorityRequestMalformed(
+                f"Beaver kind {kind!r} is unknown; allowed: moments, score")
+        label = ShareLabel(round_id=round_id, participant_id="beaver",
+                           tensor=str(header.get("tensor")))
         try:
-            triple = TripleShare.parse(triples, key=self.dealer_key, label=label, party=1, count=x.size)
+            triple = TripleShare.parse(triples, key=self.dealer_key, label=label, party=1,
+                                       count=x.size)
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"triples refused: {exc}") from exc
         party = BeaverParty(triples=triple, channel_key=self.channel_key)
         message = party.open(x, y)
-        self._pending[op_id] = _Pending(party, str(kind), list(uids), meta)  # type: ignore[arg-type]
+        self._pending[op_id] = _Pending(party, str(kind), uids, meta)
         return {"op_id": op_id}, message
 
     def _finish(self, header: dict[str, object], payload: bytes) -> tuple[dict[str, object], bytes]:

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
@@ -170,7 +171,7 @@ class KeyAuthority:
         header, payload = decode_frame(request, REQUEST_MAGIC, max_bytes=self.max_request_bytes)
         round_id, purpose, ids, shape = _parse_request(header)
         self._emit("decryption.requested", round_id, purpose, shape, ids)
-        kind = "score" if purpose == "score" else "aggregate"
+        kind: Literal["score", "aggregate"] = "score" if purpose == "score" else "aggregate"
         self._check_policy(round_id, purpose, shape, ids)
         try:
             matrix = load_encrypted(self._keys().public_context, payload, kind=kind,
@@ -226,13 +227,14 @@ class KeyAuthority:
         bound, max_weight = header.get("bound"), header.get("max_weight")
         if not (isinstance(bound, int | float) and isinstance(max_weight, int | float)
                 and bound > 0 and 0 < max_weight <= 1):
-            raise AuthorityRequestMalformed("central DP needs 'bound' > 0 and 'max_weight' in (0, 1]")
+            raise AuthorityRequestMalformed(
+                "central DP needs 'bound' > 0 and 'max_weight' in (0, 1]")
         # Replacing one participant's matrix moves the weighted sum by at most
         # max_weight * 2 * bound per value: L2 sensitivity over all N*C values.
         sensitivity = float(max_weight) * 2.0 * float(bound) * math.sqrt(values.size)
         event = MechanismEvent(noise_multiplier=dp.noise_multiplier, sample_rate=1.0, steps=1,
                                delta=dp.delta, max_grad_norm=sensitivity, mechanism="gaussian")
-        held = []
+        held: list[Any] = []
         try:
             for pid in ids:
                 held.append(gate.reserve(pid, dp.asset_id, event, round_id=f"r{round_id}-central"))
@@ -240,7 +242,8 @@ class KeyAuthority:
             for r in held:
                 gate.abort(r.reservation_id)
             raise
-        noisy = values + dp.noise_multiplier * sensitivity * csprng_normal(values.size).reshape(values.shape)
+        noise = csprng_normal(values.size).reshape(values.shape)
+        noisy = values + dp.noise_multiplier * sensitivity * noise
         for r in held:
             gate.commit(r.reservation_id)
         return noisy

@@ -127,7 +127,7 @@ def whitening(cov: np.ndarray, *, ridge: float) -> np.ndarray:
     if not (np.isfinite(values).all() and values.min() > 0):
         raise ScoringInvalid("projected covariance is not positive definite")
     inv_sqrt = (vectors / np.sqrt(values)) @ vectors.T
-    return inv_sqrt @ h
+    return np.asarray(inv_sqrt @ h, dtype=np.float64)
 
 
 def quadratic_scores(predictions: Mapping[str, np.ndarray], center: np.ndarray,
@@ -156,9 +156,9 @@ class ScoringBackend(Protocol):
         """Revealed ``C x C`` sum of ``(p - c)(p - c)^T`` over ``ids`` and the first ``samples``."""
         ...
 
-    def scores(self, ids: Sequence[str], center: np.ndarray,
-               whiten: np.ndarray) -> dict[str, float]:  # fmt: skip
-        """Revealed ``mean_i ||W (p_ki - center_i)||^2``, one scalar per id."""
+    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
+               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+        """Revealed ``mean_{i<samples} ||W (p_ki - center_i)||^2``, one scalar per id."""
         ...
 
 
@@ -168,11 +168,13 @@ class PlainBackend:
     def __init__(self, predictions: Mapping[str, np.ndarray]) -> None:
         self.predictions = {p: np.asarray(m, dtype=np.float64) for p, m in predictions.items()}
 
-    def mean(self, ids: Sequence[str]) -> np.ndarray:  # noqa: D102
-        return np.mean([self.predictions[p] for p in ids], axis=0)
+    def mean(self, ids: Sequence[str]) -> np.ndarray:
+        """Equal-weight mean over ``ids``."""
+        return np.asarray(np.mean([self.predictions[p] for p in ids], axis=0), dtype=np.float64)
 
     def second_moment(self, ids: Sequence[str], samples: int,
-                      center: np.ndarray) -> np.ndarray:  # noqa: D102  # fmt: skip
+                      center: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Centred second moment over ``ids`` and the first ``samples`` samples."""
         c = np.asarray(center, dtype=np.float64)[:samples]
         out = np.zeros((c.shape[1], c.shape[1]))
         for pid in ids:
@@ -180,9 +182,12 @@ class PlainBackend:
             out += d.T @ d
         return out
 
-    def scores(self, ids: Sequence[str], center: np.ndarray,
-               whiten: np.ndarray) -> dict[str, float]:  # noqa: D102  # fmt: skip
-        return quadratic_scores({p: self.predictions[p] for p in ids}, center, whiten)
+    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
+               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+        """Mean whitened squared distance per id over the first ``samples`` samples."""
+        rows = slice(0, samples)
+        return quadratic_scores({p: self.predictions[p][rows] for p in ids},
+                                np.asarray(center)[rows], whiten)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,10 +261,12 @@ def pooled_mahalanobis(backend: ScoringBackend, ids: Sequence[str], *, num_sampl
     """Score every participant in ``ids``, robustly.
 
     With ``c_steps = 0`` the mean and covariance are pooled over everybody. With
-    ``c_steps >= 1`` a first pass ranks participants by their Euclidean distance
-    from the mean in the sum-zero subspace (``W = H``, no covariance needed),
-    then each C-step re-estimates mean and covariance from the ``h`` lowest of
-    the previous ranking and rescores everyone with the Mahalanobis metric.
+    ``c_steps >= 1`` a cheap first pass ranks participants by their mean squared
+    Euclidean distance from the mean over the first ``S`` samples (``W = I``, no
+    covariance needed; in CKKS one ciphertext run, no plaintext multiplies
+    beyond 1.0), then each C-step re-estimates mean and covariance from the
+    ``h`` lowest of the previous ranking and rescores everyone on all ``N``
+    samples with the Mahalanobis metric.
 
     Raises
     ------
@@ -274,8 +281,8 @@ def pooled_mahalanobis(backend: ScoringBackend, ids: Sequence[str], *, num_sampl
     subset = order
     if cfg.c_steps:
         mean = backend.mean(order)
-        first = helmert_basis(mean.shape[1])
-        subset = _lowest(backend.scores(order, mean, first), cfg.subset_size(len(order)))
+        first = backend.scores(order, mean, np.eye(mean.shape[1]), samples)
+        subset = _lowest(first, cfg.subset_size(len(order)))
     for step in range(max(cfg.c_steps, 1)):
         mean = backend.mean(subset)
         moment = backend.second_moment(subset, samples, mean)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -172,14 +173,15 @@ class CkksAggregator(SecureAggregator):
 
     def mean(self, ids: Sequence[str]) -> np.ndarray:
         """Decrypted equal-weight mean over ``ids`` (an aggregate)."""
-        matrix = ckks_weighted_sum([self._handles[p].matrix for p in ids], [1.0 / len(ids)] * len(ids))
+        weights = [1.0 / len(ids)] * len(ids)
+        matrix = ckks_weighted_sum([self._handles[p].matrix for p in ids], weights)
         return self._decrypt("mean", list(ids), matrix, self.shape)
 
     def _pairs(self) -> list[tuple[int, int]]:
         c = self.shape[1]
         return [(a, b) for a in range(c) for b in range(a, c)]
 
-    def _centered_products(self, pid: str, center: np.ndarray) -> list:
+    def _centered_products(self, pid: str, center: np.ndarray) -> list[Any]:
         up = self._handles[pid].matrix
         diffs = [up.vectors[up.layout.index(c, 0)] - center[: self.samples, c].tolist()
                  for c in range(self.shape[1])]
@@ -207,21 +209,43 @@ class CkksAggregator(SecureAggregator):
                                  fingerprint=self.public.fingerprint, layout=layout,
                                  vectors=[s.sum() for s in sums], contributors=len(ids))
         flat = self._decrypt("moments", list(ids), matrix, (1, len(pairs)))[0]
+        # TenSEAL labels the rescaled product with scale Delta although SEAL divided
+        # by the prime q: the decrypted value is Delta/q times the true one.
+        flat = flat * self.public.preset.rescale_factor(self.public.preset.data_primes)
         out = np.zeros((self.shape[1], self.shape[1]))
         for (a, b), v in zip(pairs, flat, strict=True):
             out[a, b] = out[b, a] = v
         return out
 
-    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray) -> dict[str, float]:  # noqa: E501
-        """Encrypted ``sum_i ||W (p_i - center_i)||^2`` per id; one decrypted scalar each."""
+    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
+               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+        """Encrypted ``mean_i ||W (p_i - c_i)||^2`` per id; one decrypted scalar each.
+
+        ``samples`` is ``None`` (all ``N``) or the first ciphertext run (a view of
+        the upload's first ciphertext per class, no new encryption).
+        """
+        if samples is not None and samples != self.samples:
+            raise ScoringInvalid(f"ckks scores use all samples or the first {self.samples}")
+        rows = self.shape[0] if samples is None else samples
         c = self.shape[1]
         square = np.zeros((c, c))
         square[: whiten.shape[0]] = whiten  # zero rows are skipped by quadratic_score
         out = {}
         for pid in ids:
-            enc = quadratic_score(self._handles[pid].matrix, center, square)
-            out[pid] = float(self._decrypt("score", [pid], enc, self.shape)[0])
+            upload = self._handles[pid].matrix if samples is None else self._first_run(pid)
+            try:
+                enc = quadratic_score(upload, center[:rows], square)
+            except CryptoError as exc:
+                raise ScoringInvalid(f"encrypted score of {pid!r} refused: {exc}") from exc
+            out[pid] = float(self._decrypt("score", [pid], enc, (rows, c))[0])
         return out
+
+    def _first_run(self, pid: str) -> EncryptedMatrix:
+        up = self._handles[pid].matrix
+        layout = Layout(n_samples=self.samples, n_classes=self.shape[1], slots=up.layout.slots)
+        vectors = [up.vectors[up.layout.index(c, 0)] for c in range(self.shape[1])]
+        return EncryptedMatrix(kind="upload", preset=up.preset, fingerprint=up.fingerprint,
+                               layout=layout, vectors=vectors)
 
     def _decrypt(self, purpose: str, ids: list[str], matrix: EncryptedMatrix,
                  shape: tuple[int, int], **extra: object) -> np.ndarray:  # fmt: skip

@@ -71,8 +71,9 @@ class SharesEncoder(UploadEncoder):
     """Participant side: encode, split, tag the aggregator's share, seal the helper's seed."""
 
     def __init__(self, *, shape: tuple[int, int], bound: float, participant_id: str | None = None,
-                 secrets_by_party: Mapping[str, bytes] | None = None, **_: object) -> None:  # fmt: skip
-        if not participant_id or not secrets_by_party or set(secrets_by_party) != {"aggregator", "helper"}:
+                 secrets_by_party: Mapping[str, bytes] | None = None,
+                 **_: object) -> None:  # fmt: skip
+        if not participant_id or secrets_by_party is None or set(secrets_by_party) != {"aggregator", "helper"}:  # noqa: E501
             raise ModeSetupInvalid("shares encoder needs participant_id and secrets for "
                                    "'aggregator' and 'helper'")
         if bound > CODEC.clip_bound:
@@ -91,12 +92,15 @@ class SharesEncoder(UploadEncoder):
         ring = CODEC.encode_clipped(np.clip(arr, -self.bound, self.bound)).reshape(-1)
         share0, seed = split_with_seed(ring, label=label)
         f = CODEC.frac_bits
-        blob0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f).to_bytes(self._agg_key)
+        bundle0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f)
+        blob0 = bundle0.to_bytes(self._agg_key)
         helper_key = ShareMacKey.derive(self._helper_secret, recipient="helper")
-        blob1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f).to_bytes(helper_key)
+        bundle1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f)
+        blob1 = bundle1.to_bytes(helper_key)
         sealed = SM4GCM(seal_key(self._helper_secret)).encrypt(
             blob1, associated_data=f"{self.pid}|{uid}".encode())
-        head = {"participant_id": self.pid, "upload_id": uid, "parts": [len(blob0), len(sealed)]}
+        head: dict[str, object] = {"participant_id": self.pid, "upload_id": uid,
+                                   "parts": [len(blob0), len(sealed)]}
         return encode_frame(UPLOAD_MAGIC, head, blob0 + sealed)
 
 
@@ -137,7 +141,8 @@ class SharesAggregator(SecureAggregator):
                  dealer: Dealer | None = None, dealer_key: ShareMacKey | None = None,
                  channel_key: ShareMacKey | None = None, scoring: ScoringConfig | None = None,
                  round_id: int = 0, **_: object) -> None:  # fmt: skip
-        if not secrets or helper is None or dealer is None or dealer_key is None or channel_key is None:
+        if (not secrets or helper is None or dealer is None or dealer_key is None
+                or channel_key is None):
             raise ModeSetupInvalid("shares aggregator needs secrets, helper, dealer, dealer_key "
                                    "and channel_key")
         self.shape, self.bound = shape, bound
@@ -158,12 +163,15 @@ class SharesAggregator(SecureAggregator):
     def load(self, payload: bytes) -> UploadHandle:
         """Verify the aggregator's share tag and hand the sealed seed to the helper."""
         try:
-            head, body = decode_frame(payload, UPLOAD_MAGIC, max_bytes=16 * self.shape[0] * self.shape[1] + (1 << 16))
+            limit = 16 * self.shape[0] * self.shape[1] + (1 << 16)
+            head, body = decode_frame(payload, UPLOAD_MAGIC, max_bytes=limit)
         except Exception as exc:
             raise UploadMalformed(f"shares upload frame refused: {exc}") from exc
         pid, uid, parts = head.get("participant_id"), head.get("upload_id"), head.get("parts")
-        if pid not in self._keys or not isinstance(uid, str) or not isinstance(parts, list) or len(parts) != 2:
-            raise UploadMalformed(f"shares upload names an unknown participant {pid!r} or bad parts")
+        if pid not in self._keys or not isinstance(uid, str):
+            raise UploadMalformed(f"shares upload names an unknown participant {pid!r}")
+        if not isinstance(parts, list) or len(parts) != 2:
+            raise UploadMalformed("shares upload needs two parts")
         if not all(isinstance(p, int) and p >= 0 for p in parts) or sum(parts) != len(body):
             raise UploadMalformed("shares upload parts do not match the payload")
         label = ShareLabel(round_id=0, participant_id=str(pid), tensor=f"pred-{uid}")
@@ -178,7 +186,7 @@ class SharesAggregator(SecureAggregator):
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, _ShareUpload]:
         for pid, h in handles.items():
             if not isinstance(h, _ShareUpload) or h.pid != pid:
-                raise AggregationInvalid(f"handle of {pid!r} is not that participant's shares upload")
+                raise AggregationInvalid(f"handle of {pid!r} is not that participant's upload")
         return dict(handles)  # type: ignore[arg-type]
 
     def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
@@ -214,14 +222,15 @@ class SharesAggregator(SecureAggregator):
     # -- ScoringBackend --------------------------------------------------------------
 
     def mean(self, ids: Sequence[str]) -> np.ndarray:
-        """Opened equal-weight mean over ``ids``."""
+        """Open the equal-weight mean over ``ids``."""
         w = [1.0 / len(ids)] * len(ids)
         agg = _ShareAggregate([self._handles[p].uid for p in ids], w,
                               weighted_share([self._handles[p].share for p in ids], w))
         return self._open_linear(agg, "mean")
 
     def _beaver(self, kind: str, ids: Sequence[str], x: np.ndarray, y: np.ndarray,
-                extra: dict[str, object], center: np.ndarray, matrix: bytes = b"") -> np.ndarray:  # fmt: skip
+                extra: dict[str, object], center: np.ndarray,
+                matrix: bytes = b"") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         self._ops += 1
         tensor, op_id = f"{kind}-{self._ops}", f"op{self._ops}"
         blob_a, blob_h = self.dealer(round_id=self.round_id, tensor=tensor, count=x.size)
@@ -239,7 +248,7 @@ class SharesAggregator(SecureAggregator):
         return product, np.asarray(other, dtype=np.uint64)
 
     def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
-        """Opened centred second moment (Beaver products, summed before opening)."""
+        """Open the centred second moment (Beaver products, summed before opening)."""
         deltas = [center_shares(self._handles[p].share[:samples], center[:samples], party=0)
                   for p in ids]  # fmt: skip
         x, y = pair_factors(deltas)
@@ -249,20 +258,25 @@ class SharesAggregator(SecureAggregator):
         mine = moment_sums(product, count=len(ids), pairs=pairs, samples=samples)
         flat = CODEC.decode(mine + other, frac_bits=2 * CODEC.frac_bits)
         out = np.zeros((c, c))
-        for v, (a, b) in zip(flat, [(a, b) for a in range(c) for b in range(a, c)], strict=True):
+        pair_list = [(i, j) for i in range(c) for j in range(i, c)]
+        for v, (a, b) in zip(flat, pair_list, strict=True):
             out[a, b] = out[b, a] = v
         return out
 
-    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray) -> dict[str, float]:  # noqa: E501
-        """Per-participant ``mean_i ||W (p_i - c_i)||^2``; only the scalars are opened."""
-        plan = score_plan(whiten, n_samples=self.shape[0])
-        z = np.concatenate([whiten_shares(center_shares(self._handles[p].share, center, party=0),
+    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
+               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+        """Per-participant ``mean_{i<samples} ||W (p_i - c_i)||^2``; only scalars are opened."""
+        rows = self.shape[0] if samples is None else samples
+        plan = score_plan(whiten, n_samples=rows)
+        z = np.concatenate([whiten_shares(center_shares(self._handles[p].share[:rows],
+                                                        center[:rows], party=0),
                                           plan, party=0).reshape(-1) for p in ids])  # fmt: skip
         mmeta, mraw = encode_array(plan.matrix, "u8")
         product, other = self._beaver("score", ids, z, z, {"g": plan.g, "fz": plan.fz,
-                                                           "matrix": mmeta}, center, mraw)
+                                                           "matrix": mmeta, "samples": rows},
+                                      center, mraw)  # fmt: skip
         sums = CODEC.decode(score_sums(product, count=len(ids)) + other, frac_bits=2 * plan.fz)
-        return {p: float(s) / self.shape[0] for p, s in zip(ids, sums, strict=True)}
+        return {p: float(s) / rows for p, s in zip(ids, sums, strict=True)}
 
 
 #: The ``shares`` mode; factories need the enrolment secrets, helper and dealer channels.

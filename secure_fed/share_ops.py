@@ -29,7 +29,7 @@ _SIGNED_BITS = 62
 
 
 def weighted_share(shares: list[np.ndarray], weights: list[float]) -> np.ndarray:
-    """This party's share of ``sum_k w_k x_k`` with ``f + 16`` fractional bits."""
+    """Return this party's share of ``sum_k w_k x_k`` (``f + 16`` fractional bits)."""
     out = np.zeros_like(shares[0])
     encoded = RING_WEIGHTS.encode(np.asarray(weights, dtype=np.float64).reshape(-1))
     for share, w in zip(shares, encoded, strict=True):

@@ -8,7 +8,7 @@ import pytest
 from secure_fed.deployment import SecureDeployment
 from secure_fed.mahalanobis import PlainBackend, pooled_mahalanobis
 from secure_fed.outlier import OutlierPolicy
-from tests.secure_fed.secure.conftest import C, IDS, K, N
+from tests.secure_fed.secure.conftest import IDS, C, K, N
 from tests.secure_fed.secure.helpers import BOUND, population
 
 #: Scores: relative 1e-3 (CKKS noise and flooding 2^-11, ring resolution 2^-12).
@@ -28,7 +28,8 @@ def _run(dep: SecureDeployment, preds: dict[str, np.ndarray]) -> tuple[dict, set
 
 
 @pytest.mark.parametrize("mode", ["ckks", "shares"])
-def test_secure_modes_match_the_plaintext_reference(mode: str, request: pytest.FixtureRequest) -> None:
+def test_secure_modes_match_the_plaintext_reference(mode: str,
+                                                   request: pytest.FixtureRequest) -> None:
     preds = population(K, N, C, seed=11, attackers=1, attack="scaling")
     ref = pooled_mahalanobis(PlainBackend(preds), IDS, num_samples=N).scores
     ref_excluded = OutlierPolicy(dof=C - 1).decide(ref)

@@ -13,7 +13,7 @@ from secure_fed.errors import (
 )
 from secure_fed.key_authority import CentralDP, KeyAuthority, decryption_request
 from secure_fed.outlier import MemoryAuditSink
-from tests.secure_fed.secure.conftest import C, IDS, N
+from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import population
 
 

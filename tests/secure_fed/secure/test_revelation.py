@@ -17,7 +17,8 @@ def _check_log(log, min_participants: int) -> int:  # type: ignore[no-untyped-de
     released = [r for r in log if r.released]
     for r in released:
         if r.purpose in AGGREGATE_PURPOSES or r.purpose == "aggregate":
-            assert r.contributors >= min_participants and len(set(r.participant_ids)) >= min_participants
+            assert r.contributors >= min_participants
+            assert len(set(r.participant_ids)) >= min_participants
         else:
             assert r.purpose == "score" and r.contributors == 1
             assert r.shape == (1,)  # one scalar, never a vector

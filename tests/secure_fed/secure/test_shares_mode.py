@@ -13,7 +13,7 @@ from secure_fed.errors import (
 from secure_fed.helper_party import HELPER_MAGIC
 from secure_fed.modes_shares import SharesAggregator, SharesEncoder
 from secure_fed.party_wire import decode_frame, encode_frame
-from tests.secure_fed.secure.conftest import C, IDS, N
+from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 
 
@@ -33,7 +33,8 @@ def test_tampered_share_and_sealed_seed_are_detected(shares) -> None:  # type: i
     payload = bytearray(_payload(dep, "p00", population(1, N, C)["p00"]))
     head, body = decode_frame(bytes(payload), b"SFSH", max_bytes=1 << 30)
     offset = len(payload) - len(body)
-    for position, fragment in ((offset + 100, "aggregator share"), (len(payload) - 5, "helper share")):
+    cases = ((offset + 100, "aggregator share"), (len(payload) - 5, "helper share"))
+    for position, fragment in cases:
         bad = bytearray(payload)
         bad[position] ^= 1
         with pytest.raises(UploadMalformed, match=fragment):

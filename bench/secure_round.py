@@ -1,0 +1,143 @@
+"""Benchmark one secure round's server side: filtering + aggregation in each mode.
+
+Prints one JSON document. Full run: K = 10 participants, 10,000 public samples,
+10 classes (synthetic clipped logits, 3 label-flip attackers), in the plaintext
+reference, ``ckks`` and ``shares`` modes, plus scaling over K = 5, 10, 20, 40 for
+the secure modes. ``--quick`` uses 2,000 samples and K = 5, 10.
+
+Measured per mode (all parties in this process; each party's time is taken
+inside its byte handler):
+
+* ``upload_bytes``: payload bytes of one participant's upload;
+* ``encode_seconds``: participant-side encryption / sharing, per participant;
+* ``load_seconds``: server-side validation of all K uploads;
+* ``server_seconds``: filtering (robust pooled Mahalanobis, C-step) plus the
+  weighted sum and its reveal, everything on the server side *including* the
+  key authority and helper time, which are also reported on their own;
+* ``ratio_to_plaintext`` of ``server_seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
+
+import secure_fed.aggregation  # noqa: E402
+import secure_fed.modes_ckks  # noqa: E402,F401  (registers "ckks")
+import secure_fed.modes_shares  # noqa: E402,F401  (registers "shares")
+from secure_fed.deployment import SecureDeployment  # noqa: E402
+from secure_fed.modes_plain import InsecureMahalanobisAggregator  # noqa: E402
+from secure_fed.outlier import OutlierPolicy  # noqa: E402
+
+BOUND = 8.0
+
+
+def population(k: int, n: int, c: int, *, attackers: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Synthetic clipped logits: shared signal, per-model deviation, label-flip attackers."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, c, size=n)
+    signal = rng.normal(0.0, 1.0, size=(n, c))
+    signal[np.arange(n), labels] += 4.0
+    out = {}
+    for j in range(k):
+        pred = signal + rng.normal(0.0, 0.2, size=(1, c)) + rng.normal(0.0, 0.4, size=(n, c))
+        if j >= k - attackers:
+            pred = np.roll(pred, 1, axis=1)
+        out[f"p{j:02d}"] = np.clip(pred, -BOUND, BOUND)
+    return out
+
+
+class _Timed:
+    """Wrap a byte handler and add up the seconds spent inside it."""
+
+    def __init__(self, fn: Callable[..., object]) -> None:
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        t = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
+    """Encode, load, filter and aggregate one round in ``mode``; return the figures."""
+    ids = sorted(preds)
+    n, c = next(iter(preds.values())).shape
+    t = time.perf_counter()
+    dep = SecureDeployment.create(mode=mode, shape=(n, c), participant_ids=ids,
+                                  min_participants=max(2, len(ids) // 2))
+    setup = time.perf_counter() - t
+    ka = helper = dealer = None
+    if mode == "plaintext":
+        agg = InsecureMahalanobisAggregator(shape=(n, c), bound=BOUND)
+        encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
+    else:
+        kwargs = dep.aggregator_kwargs()
+        if mode == "ckks":
+            ka = _Timed(kwargs["authority"])
+            kwargs["authority"] = ka
+        else:
+            helper, dealer = _Timed(kwargs["helper"]), _Timed(kwargs["dealer"])
+            kwargs["helper"], kwargs["dealer"] = helper, dealer
+        agg = secure_fed.aggregation.get_mode(mode).aggregator(shape=(n, c), bound=BOUND, **kwargs)
+        encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
+    t = time.perf_counter()
+    payloads = {p: encoders[p].encode(preds[p]) for p in ids}
+    encode = (time.perf_counter() - t) / len(ids)
+    t = time.perf_counter()
+    handles = {p: agg.load(payloads[p]) for p in ids}
+    load = time.perf_counter() - t
+    load_helper = helper.seconds if helper else 0.0
+    t = time.perf_counter()
+    scores = agg.score(handles, None)
+    excluded = OutlierPolicy(dof=c - 1).decide(scores)
+    kept = {p: h for p, h in handles.items() if p not in excluded}
+    agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}))
+    server = time.perf_counter() - t
+    return {
+        "mode": mode, "K": len(ids), "N": n, "C": c, "setup_seconds": round(setup, 3),
+        "upload_bytes": len(payloads[ids[0]]), "encode_seconds": round(encode, 4),
+        "load_seconds": round(load, 3), "server_seconds": round(server, 3),
+        "key_authority_seconds": round((ka.seconds if ka else 0.0)
+                                       + (dealer.seconds if dealer else 0.0), 3),
+        "helper_seconds": round((helper.seconds - load_helper) if helper else 0.0, 3),
+        "excluded": sorted(excluded),
+    }
+
+
+def main() -> None:
+    """Run the benchmark and print JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 samples, K = 5 and 10")
+    args = parser.parse_args()
+    n = 2000 if args.quick else 10_000
+    ks = (5, 10) if args.quick else (5, 10, 20, 40)
+    preds = population(10, n, 10, attackers=3)
+    main_runs = {m: run_mode(m, preds) for m in ("plaintext", "ckks", "shares")}
+    base = float(main_runs["plaintext"]["server_seconds"]) or 1e-9
+    for r in main_runs.values():
+        r["ratio_to_plaintext"] = round(float(r["server_seconds"]) / base, 1)
+    scaling = {m: [run_mode(m, population(k, n, 10, attackers=k * 3 // 10)) for k in ks]
+               for m in ("ckks", "shares")}
+    print(json.dumps({
+        "machine": {"python": platform.python_version(), "processor": platform.machine()},
+        "quick": args.quick, "round": main_runs,
+        "scaling": {m: [{k: r[k] for k in ("K", "server_seconds", "key_authority_seconds",
+                                           "helper_seconds", "load_seconds")} for r in runs]
+                    for m, runs in scaling.items()},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Gross attacks by a colluding minority are excluded; no honest participant is (fixed seeds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from secure_fed.attacks import ATTACK_REGISTRY
+from secure_fed.deployment import SecureDeployment
+from secure_fed.mahalanobis import PlainBackend, pooled_mahalanobis
+from secure_fed.outlier import OutlierPolicy
+from tests.secure_fed.secure.helpers import BOUND, population
+
+K, N, C, ATTACKERS = 10, 400, 10, 3
+ATTACKS = ["label_flip", "sign_flip", "scaling", "constant", "gaussian"]
+
+
+def test_every_registered_attack_is_covered() -> None:
+    assert set(ATTACKS) <= set(ATTACK_REGISTRY)
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_reference_filter_excludes_exactly_the_attackers(attack: str, seed: int) -> None:
+    preds = population(K, N, C, seed=seed, attackers=ATTACKERS, attack=attack)
+    scores = pooled_mahalanobis(PlainBackend(preds), sorted(preds), num_samples=N).scores
+    excluded = OutlierPolicy(dof=C - 1).decide(scores)
+    assert excluded == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_shares_mode_excludes_exactly_the_attackers(attack: str) -> None:
+    preds = population(K, N, C, seed=7, attackers=ATTACKERS, attack=attack)
+    dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=sorted(preds),
+                                  min_participants=5)
+    agg = dep.aggregator(bound=BOUND)
+    handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
+    excluded = OutlierPolicy(dof=C - 1).decide(agg.score(handles, None))
+    assert excluded == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}
