@@ -417,6 +417,13 @@ class PrivateTrainer:
         PrivateTrainingFailed
             Opacus built a sampling plan different from the one reserved
             (the reservation is aborted first).
+
+        Notes
+        -----
+        If training fails, or the gate refuses the commit (e.g. the ledger's
+        ``LEDGER_RESERVATION_EXPIRED``: "do not release anything"), the model's
+        weights are restored to their state before the round, so nothing derived
+        from an uncharged mechanism can leave the participant; the error propagates.
         """
         refused = refusal_errors()
         remaining = self.goal.rounds - self.rounds_trained
@@ -453,15 +460,22 @@ class PrivateTrainer:
                            round_id, exc)
             return self._report(round_id, trained=False, refused_reason=str(exc), sigma=0.0)
         reservation_id = reservation_id_of(reservation)
+        snapshot = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         try:
             loss = self._run(sigma)
         except BaseException:
+            self.model.load_state_dict(snapshot)  # nothing trained may be released later
             try:
                 self.budget.abort(reservation_id, released_anything=False)
             except Exception:  # keep the original error; the ledger expires the hold
                 logger.exception("abort of reservation %s failed", reservation_id)
             raise
-        self.budget.commit(reservation_id)
+        try:
+            self.budget.commit(reservation_id)
+        except BaseException:
+            # Uncharged training must not be released: roll the model back.
+            self.model.load_state_dict(snapshot)
+            raise
         self.rounds_trained += 1
         return self._report(round_id, trained=True, refused_reason=None, sigma=sigma, loss=loss)
 

@@ -17,7 +17,12 @@ from secure_fed.dp import (
     per_layer_clipping_norms,
     train_nonprivate,
 )
-from secure_fed.errors import LearningParameterInvalid, ModelUnsupported, PrivateTrainingFailed
+from secure_fed.errors import (
+    LearningParameterInvalid,
+    ModelUnsupported,
+    PrivateTrainingFailed,
+    ReservationUnknown,
+)
 from secure_fed.models import MODEL_REGISTRY, build_model, parameter_count
 
 GOAL = DPGoal(epsilon=8.0, delta=1e-5, rounds=3)
@@ -288,4 +293,42 @@ def test_sampling_plan_mismatch_aborts(task):
         trainer.train_round("r1")
     assert e.value.code == "LEARNING_PRIVATE_TRAINING_FAILED"
     assert _same(before, _weights(model))
+    assert gate.epsilon_spent("p1", "digits") == 0.0 and not gate._held
+
+
+class _CommitRefusingGate(InMemoryBudgetGate):
+    """A real gate whose commit fails, as the ledger's does for an expired reservation."""
+
+    def commit(self, reservation_id):
+        self.abort(reservation_id)
+        raise ReservationUnknown(f"reservation {reservation_id!r} expired")
+
+
+def test_failed_commit_rolls_the_model_back(task):
+    gate = _CommitRefusingGate(epsilon=8.0, delta=1e-5)
+    model = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=1)
+    before = _weights(model)
+    with pytest.raises(ReservationUnknown, match="expired"):
+        _trainer(model, task, gate).train_round("r1")
+    assert _same(before, _weights(model)) and gate.epsilon_spent("p1", "digits") == 0.0
+
+
+def test_failure_during_training_rolls_the_model_back(task):
+    gate = InMemoryBudgetGate(epsilon=8.0, delta=1e-5)
+    model = _Exploding()
+    trainer = _trainer(model, task, gate, steps_per_round=3)
+    calls = {"n": 0}
+    original = model.forward
+
+    def flaky(x):
+        calls["n"] += 1
+        if calls["n"] == 3:  # fail after two real steps changed the weights
+            raise RuntimeError("out of memory")
+        return original(x)
+
+    model.forward = flaky
+    before = _weights(model)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trainer.train_round("r1")
+    assert calls["n"] == 3 and _same(before, _weights(model))
     assert gate.epsilon_spent("p1", "digits") == 0.0 and not gate._held
