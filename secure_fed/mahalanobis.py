@@ -5,9 +5,10 @@ algebra every mode runs, so the plaintext, CKKS and secret-share modes differ
 only in *where* each step happens:
 
 1. reveal the equal-weight mean ``p̄_i`` of a participant set (an aggregate);
-2. reveal the pooled second moment ``M = sum_k sum_{i<S} p_ki p_ki^T`` (``C x C``,
-   an aggregate over participants and the first ``S`` public samples) and form
-   the pooled covariance ``Σ = M / (K S) - (1/S) sum_{i<S} p̄_i p̄_i^T``;
+2. reveal the centred pooled second moment
+   ``M = sum_k sum_{i<S} (p_ki - p̄_i)(p_ki - p̄_i)^T`` (``C x C``, an aggregate over
+   participants and the first ``S`` public samples; centring on the revealed
+   mean avoids the cancellation of ``E[pp^T] - p̄p̄^T``) and form ``Σ = M / (K S)``;
 3. whiten: ``W = (H Σ H^T + ρ I)^(-1/2) H`` with ``H`` the ``(C-1) x C`` Helmert
    basis of the sum-zero subspace;
 4. per participant, under encryption or on shares: ``z_i = W (p_ki - p̄_i)``,
