@@ -210,6 +210,8 @@ def load_task(
         The dataset's files are not installed.
     LearningParameterInvalid
         The fractions are out of range.
+    SplitImpossible
+        A part would be empty.
     """
     if name not in DATASET_REGISTRY:
         raise UnknownDataset(
@@ -228,6 +230,11 @@ def load_task(
     order = np.random.default_rng(seed).permutation(n)
     n_pub, n_test = int(round(n * public_fraction)), int(round(n * test_fraction))
     pub, test, priv = order[:n_pub], order[n_pub : n_pub + n_test], order[n_pub + n_test :]
+    if min(len(pub), len(test), len(priv)) == 0:
+        raise SplitImpossible(
+            f"{name}: {n} rows give {len(pub)} public, {len(priv)} private and {len(test)} "
+            "test rows; every part needs at least one row"
+        )
     if standardize:  # statistics of the public rows only
         x = x.astype(np.float64)
         mean, std = x[pub].mean(axis=0), x[pub].std(axis=0)

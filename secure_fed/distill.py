@@ -200,6 +200,14 @@ def _public_training(model: nn.Module) -> Iterator[nn.Module]:
                     delattr(p, attribute)
 
 
+def _check_classes(student: nn.Module, public_x: np.ndarray, targets: torch.Tensor) -> None:
+    classes = predict_logits(student, public_x[:1]).shape[-1]
+    if classes != targets.shape[1]:
+        raise LearningParameterInvalid(
+            f"the model predicts {classes} classes but soft_targets have {targets.shape[1]}"
+        )
+
+
 def _check_targets(public_x: np.ndarray, soft_targets: np.ndarray) -> torch.Tensor:
     t = np.asarray(soft_targets, dtype=np.float64)
     if t.ndim != 2 or len(t) != len(public_x) or len(t) == 0:
@@ -225,6 +233,7 @@ def kl_to_targets(
     """``T**2 * KL(soft_targets || softmax(model(x) / T))`` averaged over the public set."""
     check_positive(temperature=temperature)
     targets = _check_targets(public_x, soft_targets)
+    _check_classes(_plain(model), public_x, targets)
     logits = torch.as_tensor(predict_logits(_plain(model), public_x))
     return float(_kl_loss(logits, targets, temperature))
 
@@ -292,6 +301,7 @@ def distill(
         raise LearningParameterInvalid(f"weight must be finite and >= 0, got {weight!r}")
     targets = _check_targets(public_x, soft_targets)
     with _public_training(model) as student:
+        _check_classes(student, public_x, targets)
         if weight > 0:
             _kl_epochs(student, public_x, targets, temperature, weight, int(epochs), lr,
                        int(batch_size), seed)

@@ -82,6 +82,11 @@ def test_bad_fractions(pub, test, fragment):
         load_task("digits", seed=0, public_fraction=pub, test_fraction=test)
 
 
+def test_every_part_needs_a_row():
+    with pytest.raises(SplitImpossible, match="every part needs at least one row"):
+        load_task("breast_cancer", seed=0, public_fraction=0.0005, test_fraction=0.2)
+
+
 @pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg")
 def test_fashion_mnist_needs_debian_package():
     import subprocess

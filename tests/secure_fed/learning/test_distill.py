@@ -158,6 +158,7 @@ def test_zero_weight_trains_nothing(task):
         (None, {"weight": -1.0}, "weight"),
         (None, {"epochs": 0}, "epochs"),
         ("neg", {}, "probability vectors"),
+        (np.full((359, 3), 1 / 3), {}, "predicts 10 classes but soft_targets have 3"),
     ],
 )
 def test_distill_validation(task, targets, kwargs, fragment):
