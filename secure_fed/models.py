@@ -164,7 +164,8 @@ class _TinyTransformer(nn.Module):
         h = self.embed(tokens) + self.position(positions)
         h = h + self.attention(self.norm1(h))
         h = h + self.mlp(self.norm2(h))
-        return self.head(self.norm_out(h).mean(dim=1))
+        logits: torch.Tensor = self.head(self.norm_out(h).mean(dim=1))
+        return logits
 
 
 def _transformer(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
