@@ -64,9 +64,9 @@ class FederationConfig:
     mode: str = "plaintext"
     seed: int = 0
     architectures: tuple[str, ...] = ("mlp", "cnn", "transformer", "logreg")
-    epochs_per_round: int = 2
-    lr: float = 0.2
-    batch_size: int = 32
+    epochs_per_round: int = 8
+    lr: float = 0.3
+    batch_size: int = 128
     distill: DistillSettings = field(default_factory=DistillSettings)
     weighting_alpha: float = 5.0
     weighting_beta: float = 0.5
