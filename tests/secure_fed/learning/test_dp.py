@@ -211,6 +211,11 @@ def test_private_training_with_the_real_ledger(task, tmp_path):
     assert first.trained and second.trained
     assert 0 < first.epsilon_spent < second.epsilon_spent <= 4.0
     assert float(ledger.epsilon_spent("p1", "digits")) == pytest.approx(second.epsilon_spent)
+    stored = ledger.events("p1", "digits", states=("committed",))
+    assert [e.round_id for e in stored] == ["r1", "r2"]
+    assert stored[0].event.versions["secure_rng"] == "false"
+    assert stored[0].event.max_grad_norm == pytest.approx(clipping_norm(model))
+    assert stored[0].event.sample_rate == pytest.approx(1 / 8) and stored[0].event.steps == 2
     # once the ledger's budget is used up, another trainer is refused and spends nothing
     ledger.set_budget("p1", "digits", epsilon=ledger.epsilon_spent("p1", "digits"), delta=1e-5)
     other = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=2)
