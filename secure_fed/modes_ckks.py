@@ -173,8 +173,21 @@ class CkksAggregator(SecureAggregator):
 
     def mean(self, ids: Sequence[str]) -> np.ndarray:
         """Decrypted equal-weight mean over ``ids`` (an aggregate)."""
-        weights = [1.0 / len(ids)] * len(ids)
-        matrix = ckks_weighted_sum([self._handles[p].matrix for p in ids], weights)
+        ups = [self._handles[p].matrix for p in ids]
+        preset = self.public.preset
+        if preset.weight_encoding != "scalar" or len(ups) < 2:
+            matrix = ckks_weighted_sum(ups, [1.0 / len(ids)] * len(ids))
+        else:  # equal weights: add first, then one scalar multiply per ciphertext
+            factor = preset.rescale_factor(preset.data_primes) / len(ups)
+            vectors = []
+            for pos in range(ups[0].layout.count):
+                acc = ups[0].vectors[pos] + ups[1].vectors[pos]
+                for up in ups[2:]:
+                    acc.add_(up.vectors[pos])
+                vectors.append(acc * factor)
+            matrix = EncryptedMatrix(kind="aggregate", preset=preset,
+                                     fingerprint=self.public.fingerprint, layout=ups[0].layout,
+                                     vectors=vectors, contributors=len(ups))
         return self._decrypt("mean", list(ids), matrix, self.shape)
 
     def _pairs(self) -> list[tuple[int, int]]:
