@@ -8,10 +8,13 @@ Policy (defaults in :class:`OutlierConfig`, documented in docs/secure-aggregatio
   honest spread is driven by model heterogeneity, not by sampling, so the
   per-sample quantile is used as a deliberately loose cut: an average sample
   as far out as the 0.999 extreme of a single one;
-* history: the decision uses an exponential moving average of a participant's
-  scores across rounds, so one noisy round does not exclude an honest one;
-  a raw score above ``hard_factor`` times the exclusion threshold excludes at
-  once (gross attacks need no history);
+* history: exclusion needs both the exponential moving average of a
+  participant's scores across rounds *and* this round's score above the
+  threshold, so one noisy round does not exclude an honest participant and one
+  good round readmits it; a raw score above ``hard_factor`` times the
+  exclusion threshold excludes at once (gross attacks need no history);
+* at most a minority is excluded in a round, never leaving fewer than
+  ``min_keep``; the highest scores go first, the rest are down-weighted;
 * between the down-weight and the exclusion thresholds the weight factor falls
   linearly from 1 to ``min_factor`` (NOTES.md section 6: prefer down-weighting
   when the evidence is weak); the factor multiplies the quality fed to
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from scipy.stats import chi2
@@ -141,10 +144,15 @@ class OutlierPolicy:
         Thresholds and smoothing.
     audit
         Sink for ``outlier.decision`` events (optional).
+    min_keep
+        Never exclude so many that fewer remain (the round's ``min_participants``).
     """
 
     def __init__(self, *, dof: int, config: OutlierConfig | None = None,
-                 audit: AuditSink | None = None) -> None:  # fmt: skip
+                 audit: AuditSink | None = None, min_keep: int = 1) -> None:  # fmt: skip
+        if not isinstance(min_keep, int) or min_keep < 1:
+            raise OutlierConfigInvalid(f"min_keep must be an integer >= 1, got {min_keep!r}")
+        self.min_keep = min_keep
         self.config = config or OutlierConfig()
         self.low, self.high = self.config.thresholds(dof)
         self.audit = audit
@@ -163,19 +171,31 @@ class OutlierPolicy:
         for pid, s in scores.items():
             if not (isinstance(s, int | float) and math.isfinite(s) and s >= 0):
                 raise OutlierConfigInvalid(f"score of {pid!r} must be finite and >= 0, got {s!r}")
-        out = {}
-        for pid in sorted(scores):
-            out[pid] = self._decide(pid, float(scores[pid]))
+        out = {pid: self._decide(pid, float(scores[pid])) for pid in sorted(scores)}
+        self._cap(out)
+        for pid in sorted(out):
             self._audit(out[pid], round_id)
         self.last = out
         return out
+
+    def _cap(self, out: dict[str, Decision]) -> None:
+        """Exclude at most a minority, and never below ``min_keep`` (highest scores go first).
+
+        A filter that removes a majority is no longer robust statistics but a
+        takeover (NOTES.md section 6); the others are down-weighted instead.
+        """
+        excluded = sorted((d for d in out.values() if d.action == "exclude"),
+                          key=lambda d: (-d.score, d.participant_id))  # fmt: skip
+        limit = max(0, min((len(out) - 1) // 2, len(out) - self.min_keep))
+        for d in excluded[limit:]:
+            out[d.participant_id] = replace(d, action="downweight", factor=self.config.min_factor)
 
     def _decide(self, pid: str, score: float) -> Decision:
         cfg = self.config
         old = self.history.get(pid)
         smoothed = score if old is None else cfg.ema * old + (1 - cfg.ema) * score
         self.history[pid] = smoothed
-        if smoothed > self.high or score > cfg.hard_factor * self.high:
+        if score > cfg.hard_factor * self.high or (smoothed > self.high and score > self.high):
             action, factor = "exclude", 0.0
         elif smoothed > self.low:
             frac = (smoothed - self.low) / max(self.high - self.low, 1e-12)

@@ -26,24 +26,37 @@ def test_one_noisy_round_does_not_exclude_an_honest_participant() -> None:
 
 def test_gross_attack_is_excluded_at_once_and_persistent_drift_later() -> None:
     policy = OutlierPolicy(dof=9)
-    policy.decide_all({"a": 9.0, "b": 9.0})
-    assert policy.decide({"a": 500.0, "b": 9.0}) == {"a"}  # hard factor: 500 > 3 * 27.9
-    assert policy.decide({"a": 9.0, "b": 45.0}) == {"a"}  # a's history: EMA 131.75
+    honest = {f"h{i}": 9.0 for i in range(5)}
+    policy.decide_all({"a": 9.0, "b": 9.0, **honest})
+    assert policy.decide({"a": 500.0, "b": 9.0, **honest}) == {"a"}  # hard: 500 > 3 * 27.9
+    assert policy.decide({"a": 9.0, "b": 45.0, **honest}) == set()  # a behaves: readmitted
+    assert policy.last["a"].smoothed > 27.9  # although its history is still high
     assert policy.last["b"].action == "downweight"  # EMA of b: 27.0, below 27.9
-    assert policy.decide({"a": 9.0, "b": 45.0}) == {"a", "b"}  # b: EMA 36 > 27.9
+    assert policy.decide({"a": 9.0, "b": 45.0, **honest}) == {"b"}  # b: EMA 36 and 45 > 27.9
+
+
+def test_only_a_minority_is_excluded_and_never_below_min_keep() -> None:
+    scores = {"a": 900.0, "b": 800.0, "c": 700.0, "d": 9.0, "e": 8.0}
+    policy = OutlierPolicy(dof=9)
+    assert policy.decide(scores) == {"a", "b"}  # (5 - 1) // 2 = 2; c is down-weighted
+    assert policy.last["c"].action == "downweight" and policy.last["c"].factor == 0.05
+    strict = OutlierPolicy(dof=9, min_keep=4)
+    assert strict.decide(scores) == {"a"}
+    with pytest.raises(OutlierConfigInvalid, match="min_keep"):
+        OutlierPolicy(dof=9, min_keep=0)
 
 
 def test_every_decision_is_audited_with_score_and_thresholds() -> None:
     sink = MemoryAuditSink()
     policy = OutlierPolicy(dof=4, audit=sink)
     policy.round_id = 3
-    policy.decide({"x": 1.0, "y": 100.0})
+    policy.decide({"x": 1.0, "y": 100.0, "z": 2.0})
     events = sink.named("outlier.decision")
-    assert [e["participant_id"] for e in events] == ["x", "y"]
+    assert [e["participant_id"] for e in events] == ["x", "y", "z"]
     assert events[1]["action"] == "exclude" and events[1]["round_id"] == 3
     assert events[1]["exclude_threshold"] == pytest.approx(chi2.ppf(0.999, 4))
     assert events[0]["score"] == 1.0 and "downweight_threshold" in events[0]
-    assert policy.factors() == {"x": 1.0, "y": 0.0}
+    assert policy.factors() == {"x": 1.0, "y": 0.0, "z": 1.0}
 
 
 @pytest.mark.parametrize("field,value", [("exclude_quantile", 1.0), ("downweight_quantile", 0.9995),
