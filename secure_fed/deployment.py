@@ -78,6 +78,15 @@ class SecureDeployment:
                 dealer_key=dep.server_keys["dealer-helper"], channel_key=dep.server_keys["channel"])
         return dep
 
+    @property
+    def params(self) -> str:
+        """Crypto parameters uploads declare in their signed envelope."""
+        if self.mode == "ckks" and self.public_context is not None:
+            return self.public_context.preset.name
+        if self.mode == "shares":
+            return "Z2^64/f12"
+        return "float32"
+
     def encoder_kwargs(self, participant_id: str) -> dict[str, object]:
         """Return what a participant's encoder factory needs (public material, own secrets)."""
         if self.mode == "ckks":

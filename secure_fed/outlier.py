@@ -92,6 +92,11 @@ class OutlierConfig:
         history; ``>= 1``.
     min_factor
         Weight factor reached at the exclusion threshold, in ``[0, 1]``.
+    exclude
+        When False, never exclude: everything above the down-weight threshold is
+        down-weighted (factor ``min_factor`` at and above the exclusion threshold).
+        The federation's default (NOTES.md section 6; see docs/secure-aggregation.md
+        for the false positives measured on heterogeneous DP-trained models).
     """
 
     exclude_quantile: float = 0.999
@@ -99,6 +104,7 @@ class OutlierConfig:
     ema: float = 0.5
     hard_factor: float = 3.0
     min_factor: float = 0.05
+    exclude: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -107,6 +113,7 @@ class OutlierConfig:
             ("ema", 0 <= self.ema < 1),
             ("hard_factor", math.isfinite(self.hard_factor) and self.hard_factor >= 1),
             ("min_factor", 0 <= self.min_factor <= 1),
+            ("exclude", isinstance(self.exclude, bool)),
         ]
         for name, ok in checks:
             if not ok:
@@ -196,7 +203,7 @@ class OutlierPolicy:
         smoothed = score if old is None else cfg.ema * old + (1 - cfg.ema) * score
         self.history[pid] = smoothed
         if score > cfg.hard_factor * self.high or (smoothed > self.high and score > self.high):
-            action, factor = "exclude", 0.0
+            action, factor = ("exclude", 0.0) if cfg.exclude else ("downweight", cfg.min_factor)
         elif smoothed > self.low:
             frac = (smoothed - self.low) / max(self.high - self.low, 1e-12)
             action, factor = "downweight", 1.0 - frac * (1.0 - cfg.min_factor)

@@ -46,6 +46,13 @@ def test_only_a_minority_is_excluded_and_never_below_min_keep() -> None:
         OutlierPolicy(dof=9, min_keep=0)
 
 
+def test_down_weight_only_policy_never_excludes() -> None:
+    policy = OutlierPolicy(dof=9, config=OutlierConfig(exclude=False))
+    assert policy.decide({"a": 900.0, "b": 9.0, "c": 8.0, "d": 25.0}) == set()
+    assert policy.last["a"].action == "downweight" and policy.last["a"].factor == 0.05
+    assert policy.last["d"].action == "downweight" and 0.05 < policy.last["d"].factor < 1
+
+
 def test_every_decision_is_audited_with_score_and_thresholds() -> None:
     sink = MemoryAuditSink()
     policy = OutlierPolicy(dof=4, audit=sink)
@@ -60,7 +67,8 @@ def test_every_decision_is_audited_with_score_and_thresholds() -> None:
 
 
 @pytest.mark.parametrize("field,value", [("exclude_quantile", 1.0), ("downweight_quantile", 0.9995),
-                                         ("ema", 1.0), ("hard_factor", 0.5), ("min_factor", 2.0)])
+                                         ("ema", 1.0), ("hard_factor", 0.5), ("min_factor", 2.0),
+                                         ("exclude", "no")])
 def test_config_is_validated(field: str, value: float) -> None:
     with pytest.raises(OutlierConfigInvalid, match=field):
         OutlierConfig(**{field: value})
