@@ -109,10 +109,20 @@ def demo(
         with progress:
             task = progress.add_task("rounds", total=rounds)
 
+            reported: set[str] = set()
+
             def on_round(result: RoundResult) -> None:
                 progress.advance(task)
-                if not as_json:
-                    progress.console.print(round_table(result))
+                if as_json:
+                    return
+                progress.console.print(round_table(result))
+                for row in result.rows:
+                    stopped = row.private_training.startswith("stopped")
+                    if stopped and row.participant_id not in reported:
+                        reported.add(row.participant_id)
+                        progress.console.print(
+                            f"[yellow]{row.participant_id}: private training {row.private_training}"
+                        )
 
             results = run_demo(config, on_round=on_round)
     except (SecureFedError, LedgerError, CryptoError) as exc:

@@ -244,7 +244,7 @@ class Federation:
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
         parts = dirichlet_split(
             task.private_y, parts=config.participants, alpha=config.alpha, seed=config.seed,
-            min_size=max(8, config.batch_size // 2),
+            min_size=16,
         )  # fmt: skip
         self.members = [
             self._build(planned, idx, k, shape)
@@ -255,12 +255,17 @@ class Federation:
     def _trainer(self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate,
                  seed: int) -> LocalTrainer:  # fmt: skip
         c = self.config
+        # At least 4 batches per epoch: with a batch as large as the data, Poisson sampling
+        # gives q = 1 and DP-SGD loses its privacy amplification by subsampling.
+        # The learning rate follows the batch (linear scaling rule, Goyal et al. 2017).
+        batch = max(4, min(c.batch_size, len(x) // 4))
+        lr = c.lr * batch / c.batch_size
         if not c.private:
-            return NonPrivateTrainer(model=model, x=x, y=y, epochs=c.epochs_per_round, lr=c.lr,
-                                     batch_size=c.batch_size, seed=seed)  # fmt: skip
+            return NonPrivateTrainer(model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr,
+                                     batch_size=batch, seed=seed)  # fmt: skip
         return PrivateTrainer(
             model=model, x=x, y=y, goal=DPGoal(epsilon=c.epsilon, delta=c.delta, rounds=c.rounds),
-            budget=gate, participant_id=pid, asset_id=ASSET_ID, batch_size=c.batch_size, lr=c.lr,
+            budget=gate, participant_id=pid, asset_id=ASSET_ID, batch_size=batch, lr=lr,
             epochs_per_round=c.epochs_per_round, seed=seed,
         )  # fmt: skip
 

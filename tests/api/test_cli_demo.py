@@ -56,6 +56,16 @@ def test_table_output_and_refusal_to_overwrite(tmp_path: Path) -> None:
     assert "attacker" in third.output
 
 
+def test_budget_refusal_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    args = ["demo", "--rounds", "2", "--participants", "2", "--epsilon", "0.01",
+            "--out", str(tmp_path / "d")]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    stops = [line for line in result.output.splitlines() if ": private training stopped: " in line]
+    assert len(stops) == 2 and all("[LEDGER_CALIBRATION_IMPOSSIBLE]" in line for line in stops)
+    assert "round 2: published" in result.output
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
