@@ -1,0 +1,60 @@
+"""Real predictions (digits, DP-SGD, mixed architectures) through all three modes.
+
+DP-SGD noise is not reproducible between runs, so the three modes get the very
+same predictions: those of one trained federation's participants.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from secure_fed.budget import InMemoryBudgetGate
+from secure_fed.data import load_task
+from secure_fed.deployment import SecureDeployment
+from secure_fed.distill import PUBLIC_LOGIT_BOUND, predict_public
+from secure_fed.federation import Federation, FederationConfig
+from secure_fed.modes_plain import InsecureMahalanobisAggregator
+from secure_fed.outlier import OutlierPolicy
+from secure_fed.participant import DistillSettings
+from secure_fed.round_store import JsonFileRoundStore
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def _decide(agg, preds):  # type: ignore[no-untyped-def]
+    handles = {p: agg.load(enc.encode(m)) for p, (enc, m) in preds.items()}
+    scores = agg.score(handles, None)
+    excluded = OutlierPolicy(dof=9, min_keep=2).decide(scores)
+    kept = {p: h for p, h in handles.items() if p not in excluded}
+    labels = agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}))
+    return scores, excluded, labels
+
+
+def test_real_predictions_give_the_same_decisions_in_every_mode(tmp_path: Path) -> None:
+    task = load_task("digits", seed=0)
+    config = FederationConfig(participants=5, rounds=1, architectures=("logreg", "mlp", "cnn"),
+                              distill=DistillSettings(epochs=1), baseline=False)
+    fed = Federation(config=config, task=task, budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
+                     store=JsonFileRoundStore(directory=tmp_path / "rounds"))
+    assert fed.run_round().stage == "published"
+    preds = {m.participant.participant_id: predict_public(m.participant.model, task.public_x)
+             for m in fed.members}
+    shape = next(iter(preds.values())).shape
+    results = {}
+    for mode in ("plaintext", "ckks", "shares"):
+        dep = SecureDeployment.create(mode=mode, shape=shape, participant_ids=sorted(preds),
+                                      min_participants=2)
+        agg = (InsecureMahalanobisAggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND)
+               if mode == "plaintext" else dep.aggregator(bound=PUBLIC_LOGIT_BOUND))
+        encoded = {p: (dep.encoder(p, bound=PUBLIC_LOGIT_BOUND), m) for p, m in preds.items()}
+        results[mode] = _decide(agg, encoded)
+    ref_scores, ref_excluded, ref_labels = results["plaintext"]
+    for mode in ("ckks", "shares"):
+        scores, excluded, labels = results[mode]
+        assert excluded == ref_excluded
+        for p in preds:
+            assert scores[p] == pytest.approx(ref_scores[p], rel=1e-3)
+        np.testing.assert_allclose(labels, ref_labels, atol=5e-3)
