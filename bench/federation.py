@@ -129,7 +129,7 @@ def case(task: TaskData, k: int, rounds: int, seed: int, tmp: Path,
         "dataset": task.name, "participants": k, "rounds": rounds, "alpha": 0.5,
         "epsilon": 8.0, "delta": base.delta, "architectures": dp["architecture"],
         "n_public": len(task.public_x), "n_private": len(task.private_y),
-        "n_test": len(task.test_y), "epochs_per_round": base.epochs_per_round,
+        "n_test": len(task.test_y), "epochs_per_round": base.epochs_per_round, "lr": base.lr,
         "distill_epochs": base.distill.epochs, "accuracy": accs, "mean_accuracy": means,
         "epsilon_spent": dp["epsilon"], "fd_dp_mean_per_round": dp["per_round_mean_federated"],
         "seconds": {"fd_dp_with_twins": dp["seconds"], "fd_nonprivate": nondp["seconds"]},
@@ -156,18 +156,21 @@ def main() -> None:
                         help="comma-separated subset of digits,fashion_mnist")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="nominal local learning rate (default: FederationConfig's)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/secure-fed-bench-federation"))
     args = parser.parse_args()
     started = time.perf_counter()
     rounds = 3 if args.quick else args.rounds
     tag = time.strftime("%Y%m%d-%H%M%S")
+    extra: dict[str, object] = {} if args.lr is None else {"lr": args.lr}
     tmp = args.workdir / tag
     cases: list[dict[str, object]] = []
     wanted = set(args.datasets.split(","))
     if "digits" in wanted:
         digits = load_task("digits", seed=args.seed)
         for k in ([4] if args.quick else [4, 10]):
-            cases.append(case(digits, k, rounds, args.seed, tmp))
+            cases.append(case(digits, k, rounds, args.seed, tmp, **extra))
     fashion = _fashion_status()
     if not args.quick and "fashion_mnist" in wanted:
         try:
@@ -180,7 +183,7 @@ def main() -> None:
             small = subsample(full, public=500, private=2000, test=1000, seed=args.seed)
             cases.append(case(small, 4, rounds, args.seed, tmp,
                               architectures=("mlp", "cnn", "logreg"), epochs_per_round=2,
-                              distill=DistillSettings(epochs=3)))  # fmt: skip
+                              distill=DistillSettings(epochs=3), **extra))  # fmt: skip
     print(json.dumps({
         "benchmark": "federation", "fashion_mnist": fashion, "cases": cases,
         "wall_seconds": round(time.perf_counter() - started, 1),
