@@ -70,7 +70,7 @@ class FederationConfig:
     distill: DistillSettings = field(default_factory=DistillSettings)
     weighting_alpha: float = 5.0
     weighting_beta: float = 0.5
-    sharpen_temperature: float = 1.0
+    sharpen_temperature: float = 0.5
     min_participants: int | None = None
     baseline: bool = True
     round_timeout: float = 600.0
