@@ -57,6 +57,8 @@ _log = logging.getLogger(__name__)
 
 REQUEST_MAGIC = b"SFKR"
 RESPONSE_MAGIC = b"SFKA"
+_CT_MAGIC = b"SFCKCT"  # crypto.ckks.wire: magic (6) | version (1) | kind (1) | ...
+_UPLOAD_KIND = 0  # index of "upload" in crypto.ckks.packing.KINDS
 #: Purposes whose ciphertext must be an aggregate over >= min_participants.
 AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
 
@@ -173,6 +175,9 @@ class KeyAuthority:
         self._emit("decryption.requested", round_id, purpose, shape, ids)
         kind: Literal["score", "aggregate"] = "score" if purpose == "score" else "aggregate"
         self._check_policy(round_id, purpose, shape, ids)
+        if payload[:6] == _CT_MAGIC and len(payload) > 7 and payload[7] == _UPLOAD_KIND:
+            self._refuse(round_id, purpose, shape, ids, "a single participant's upload is "
+                         "never decrypted")  # fmt: skip
         try:
             matrix = load_encrypted(self._keys().public_context, payload, kind=kind,
                                     n_samples=shape[0], n_classes=shape[1])  # fmt: skip

@@ -47,8 +47,10 @@ def test_single_upload_and_small_aggregates_are_refused(ckks, uploads) -> None: 
     dep, sink = ckks
     _, ups = uploads
     one = ups["p00"].to_bytes()
-    with pytest.raises(AuthorityRequestMalformed, match="kind"):
+    with pytest.raises(DecryptionRefused, match="single participant's upload"):
         dep.authority.handle(_request("aggregate", IDS[:3], one))  # an upload is not an aggregate
+    with pytest.raises(DecryptionRefused, match="single participant's upload"):
+        dep.authority.handle(_request("score", ["p00"], one))
     two = weighted_sum([ups["p00"], ups["p01"]], [0.5, 0.5]).to_bytes()
     with pytest.raises(DecryptionRefused, match="2 < 3"):
         dep.authority.handle(_request("mean", ["p00", "p01"], two))
