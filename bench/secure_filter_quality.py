@@ -43,9 +43,10 @@ ATTACKS = ("label_flip", "sign_flip", "scaling", "constant", "gaussian")
 K, ATTACKERS = 10, 3
 
 
-def trained_predictions(alpha: float, rounds: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:  # noqa: E501
+def trained_predictions(dataset: str, alpha: float, rounds: int,
+                        seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:  # fmt: skip
     """Train one federation; return every participant's test-set logits and the labels."""
-    task = load_task("digits", seed=seed)
+    task = load_task(dataset, seed=seed)
     config = FederationConfig(participants=K, rounds=rounds, alpha=alpha, seed=seed,
                               baseline=False)  # fmt: skip
     fed = Federation(config=config, task=task, budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
@@ -91,14 +92,15 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds, alpha 0.5 only")
+    parser.add_argument("--dataset", default="digits", help="digits (default) or fashion_mnist")
     args = parser.parse_args()
     alphas = (0.5,) if args.quick else (100.0, 0.5)
     rounds = 2 if args.quick else 3
-    out: dict[str, object] = {"dataset": "digits", "K": K, "attackers": ATTACKERS,
+    out: dict[str, object] = {"dataset": args.dataset, "K": K, "attackers": ATTACKERS,
                               "rounds_trained": rounds, "results": []}
     for alpha in alphas:
         t = time.perf_counter()
-        preds, labels = trained_predictions(alpha, rounds, seed=0)
+        preds, labels = trained_predictions(args.dataset, alpha, rounds, seed=0)
         train_seconds = round(time.perf_counter() - t, 1)
         ids = sorted(preds, key=lambda p: int(p.split("-")[1]))
         attackers = set(ids[-ATTACKERS:])
