@@ -255,10 +255,10 @@ class Federation:
     def _trainer(self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate,
                  seed: int) -> LocalTrainer:  # fmt: skip
         c = self.config
-        # At least 4 batches per epoch: with a batch as large as the data, Poisson sampling
+        # At least 3 batches per epoch: with a batch as large as the data, Poisson sampling
         # gives q = 1 and DP-SGD loses its privacy amplification by subsampling.
         # The learning rate follows the batch (linear scaling rule, Goyal et al. 2017).
-        batch = max(4, min(c.batch_size, len(x) // 4))
+        batch = max(4, min(c.batch_size, len(x) // 3))
         lr = c.lr * batch / c.batch_size
         if not c.private:
             return NonPrivateTrainer(model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr,
