@@ -49,7 +49,7 @@ class DemoConfig:
     alpha: float = 0.5
     epsilon: float = 8.0
     attack: str | None = None
-    mode: str = "plaintext"
+    mode: str = "ckks"
     out: Path = Path("secure-fed-work/demo")
     seed: int = 0
     overwrite: bool = False

@@ -28,14 +28,22 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import nn
 
+import secure_fed.modes_ckks  # noqa: F401  (registers the "ckks" mode)
+import secure_fed.modes_shares  # noqa: F401  (registers the "shares" mode)
+from crypto.sm import SM2PrivateKey
 from secure_fed.aggregation import get_mode
 from secure_fed.attacks import AttackSpec, make_attack
 from secure_fed.budget import BudgetGate, InMemoryBudgetGate
 from secure_fed.data import TaskData, dirichlet_split
+from secure_fed.deployment import SecureDeployment
 from secure_fed.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.dp import DPGoal, PrivateTrainer, TrainReport, evaluate, train_nonprivate
+from secure_fed.envelope import EnvelopeVerifier, seal_upload
 from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
+from secure_fed.mahalanobis import ScoringConfig
 from secure_fed.models import MODEL_REGISTRY, build_model, check_private_compatible
+from secure_fed.modes_plain import InsecureMahalanobisAggregator
+from secure_fed.outlier import AuditSink, MemoryAuditSink, OutlierConfig, OutlierPolicy
 from secure_fed.participant import DistillSettings, LocalTrainer, Participant, public_set_digest
 from secure_fed.round_engine import RoundEngine
 from secure_fed.rounds import RoundConfig, RoundStore
@@ -74,6 +82,7 @@ class FederationConfig:
     min_participants: int | None = None
     baseline: bool = True
     round_timeout: float = 600.0
+    exclude_outliers: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -227,18 +236,41 @@ class Federation:
     """
 
     def __init__(self, *, config: FederationConfig, task: TaskData, budget: BudgetGate,
-                 store: RoundStore, clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 store: RoundStore, clock: Callable[[], float] = time.time,
+                 audit: AuditSink | None = None) -> None:  # fmt: skip
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         shape = (len(task.public_x), task.num_classes)
         self.output = OutputSpec(num_classes=task.num_classes, bound=PUBLIC_LOGIT_BOUND)
         self.contract = RoundSchema(major=1, output=self.output)
         self.registry = SchemaRegistry()
-        mode = get_mode(config.mode)
+        # Secure modes: key authority, helper and enrolment (secure_fed.deployment);
+        # every mode scores by robust pooled Mahalanobis and decides by OutlierPolicy.
+        self.audit = audit if audit is not None else MemoryAuditSink()
+        plan = plan_participants(config)
+        scoring = ScoringConfig(min_subset=config.quorum())
+        self.deployment = SecureDeployment.create(
+            mode=config.mode, shape=shape, participant_ids=[p.participant_id for p in plan],
+            min_participants=config.quorum(), audit=self.audit, scoring=scoring,
+        )  # fmt: skip
+        aggregator = (
+            InsecureMahalanobisAggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND, scoring=scoring)
+            if config.mode == "plaintext" else self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
+        )  # fmt: skip
+        self.policy = OutlierPolicy(
+            dof=task.num_classes - 1, audit=self.audit, min_keep=config.quorum(),
+            config=OutlierConfig(exclude=config.exclude_outliers),
+        )  # fmt: skip
         self.engine = RoundEngine(
-            store=store, aggregator=mode.aggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND),
-            mode=config.mode, registry=self.registry,
+            store=store, aggregator=aggregator, mode=config.mode, registry=self.registry,
             weighting=DynamicWeighting(alpha=config.weighting_alpha, beta=config.weighting_beta),
-            sharpen_temperature=config.sharpen_temperature, clock=clock,
+            outlier_filter=self.policy, sharpen_temperature=config.sharpen_temperature,
+            clock=clock,
+        )  # fmt: skip
+        self.signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
+        self.gate = EnvelopeVerifier(
+            keys={p: k.public_key for p, k in self.signing_keys.items()},
+            submit=self.engine.submit, params=self.deployment.params,
+            max_bytes=64 * 1024 * 1024, audit=self.audit,
         )  # fmt: skip
         self.public_sm3 = public_set_digest(task.public_x)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
@@ -292,7 +324,7 @@ class Federation:
             participant_id=planned.participant_id, model=model, schema=schema,
             trainer=self._trainer(model, x, y, planned.participant_id, self.budget, seed),
             public_x=t.public_x, num_samples=len(idx),
-            encoder=get_mode(c.mode).encoder(shape=shape, bound=PUBLIC_LOGIT_BOUND),
+            encoder=self.deployment.encoder(planned.participant_id, bound=PUBLIC_LOGIT_BOUND),
             mode=c.mode, distill_settings=c.distill, attack=attack, seed=seed,
         )  # fmt: skip
         return _Member(participant, planned.architecture, planned.attacker, twin, twin_model)
@@ -326,12 +358,18 @@ class Federation:
         self.round_id += 1
         rid = self.round_id
         config = self.round_config(rid)
+        if hasattr(self.engine.aggregator, "round_id"):
+            self.engine.aggregator.round_id = rid  # labels key-authority / helper requests
+        self.policy.round_id = rid
         self.engine.open(config)
         self.engine.start_collecting(rid)
         for member in self.members:
             self._train(member, rid)
             try:
-                self.engine.submit(member.participant.upload(config), round_id=rid)
+                pid = member.participant.participant_id
+                envelope = seal_upload(member.participant.upload(config),
+                                       key=self.signing_keys[pid], params=self.gate.params)
+                self.gate.accept(envelope, round_id=rid)
             except SecureFedError as exc:
                 _log.warning("upload of %s refused: %s", member.participant.participant_id, exc)
         reason = None
