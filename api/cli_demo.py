@@ -82,7 +82,7 @@ def demo(
     ] = None,
     mode: Annotated[
         str, typer.Option(help=f"Aggregation mode: {', '.join(sorted(MODE_REGISTRY))}.")
-    ] = "plaintext",
+    ] = "ckks",
     out: Annotated[
         Path | None, typer.Option(help="Working folder (results JSON, SQLite ledger).")
     ] = None,
