@@ -18,8 +18,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
+from crypto.sm import SM2PrivateKey
+from privacy_ledger import AuditLog
 from privacy_ledger.budgets import PrivacyLedger
 from secure_fed.attacks import parse_attack_spec
+from secure_fed.audit_sink import LedgerAuditSink
 from secure_fed.data import DATASET_REGISTRY, load_task
 from secure_fed.errors import FederationConfigInvalid, UnknownDataset
 from secure_fed.federation import (
@@ -36,7 +41,26 @@ __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 _log = logging.getLogger(__name__)
 
 #: Files and folders the demo owns inside its working folder.
-DEMO_FILES = ("ledger.db", "ledger.db-wal", "ledger.db-shm", "results.json")
+DEMO_FILES = (
+    "ledger.db", "ledger.db-wal", "ledger.db-shm", "results.json",
+    "log-signing-key.pem", "log-public-key.pem",
+)  # fmt: skip
+
+
+def _demo_audit_log(out: Path) -> AuditLog:
+    """Create the demo's audit log with a fresh SM2 tree-head signing key.
+
+    The demo keeps the signing key UNENCRYPTED (mode 0600) in its working folder
+    so that it runs with no passphrase; a deployment loads an encrypted PKCS#8
+    key instead. The public key is written beside it for ``secure-fed ledger
+    verify --public-key`` and for ``openssl``.
+    """
+    key = SM2PrivateKey.generate()
+    key_path = out / "log-signing-key.pem"
+    key_path.write_bytes(key.to_pem_unencrypted_insecure())
+    key_path.chmod(0o600)
+    (out / "log-public-key.pem").write_bytes(key.public_key.to_pem())
+    return AuditLog(signer=key, origin=f"secure-fed-demo/{out.name}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +169,8 @@ def run_demo(
     out = Path(config.out)
     _prepare_out(out, config.overwrite)
     url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
-    ledger = PrivacyLedger.from_url(url)
+    audit = _demo_audit_log(out)
+    ledger = PrivacyLedger.from_url(url, audit=audit)
     plan = plan_participants(fed_config)
     for p in plan:
         ledger.register_participant(p.participant_id, institution=p.institution, kind=p.kind)
@@ -156,6 +181,7 @@ def run_demo(
     federation = Federation(
         config=fed_config, task=task, budget=ledger,
         store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
+        audit=LedgerAuditSink(engine=ledger.engine, log=audit),
     )  # fmt: skip
     results = DemoResults(
         config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
@@ -172,6 +198,9 @@ def run_demo(
             "limit": float(status.limit), "spent": float(status.spent),
             "remaining": float(status.remaining),
         }  # fmt: skip
+    with Session(ledger.engine) as session:
+        audit.checkpoint(session, force=True)
+        session.commit()
     results.wall_seconds = time.perf_counter() - started
     (out / "results.json").write_text(json.dumps(results.to_dict(), indent=2), encoding="utf-8")
     _log.info("demo finished in %.1f s; results in %s", results.wall_seconds, out)

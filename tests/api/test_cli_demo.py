@@ -39,6 +39,14 @@ def test_small_demo_json(tmp_path: Path) -> None:
         uploads = db.execute("select count(*) from uploads").fetchone()[0]
     assert stages == [("demo:00000001", "published")]
     assert uploads == 3
+    # The demo writes a signed, verifiable audit log: budget, decryption and outlier events.
+    with sqlite3.connect(out / "ledger.db") as db:
+        events = {e for (e,) in db.execute("select distinct event from audit_entries")}
+    assert {"budget.set", "budget.committed", "decryption.released", "outlier.decision"} <= events
+    verified = runner.invoke(app, ["ledger", "verify", "--db", f"sqlite:///{out / 'ledger.db'}",
+                                   "--public-key", str(out / "log-public-key.pem")])
+    assert verified.exit_code == 0, verified.output
+    assert "OK" in verified.output
 
 
 def test_table_output_and_refusal_to_overwrite(tmp_path: Path) -> None:
