@@ -262,15 +262,19 @@ class AuthorityRequestMalformed(SecureFedError):
 
 
 class DecryptionRefused(SecureFedError):
-    """The key authority refused to decrypt: not an aggregate over enough participants
-    nor a single scalar score."""
+    """The key authority refused to decrypt a value.
+
+    It is neither an aggregate over enough participants nor a single scalar score.
+    """
 
     code: ClassVar[str] = "KEY_AUTHORITY_DECRYPTION_REFUSED"
 
 
 class OpeningRefused(SecureFedError):
-    """The shares-mode helper refused to release its share of a value that is neither an
-    aggregate over enough participants nor a single scalar score."""
+    """The shares-mode helper refused to release its share of a value.
+
+    It is neither an aggregate over enough participants nor a single scalar score.
+    """
 
     code: ClassVar[str] = "SHARES_OPENING_REFUSED"
 
