@@ -44,6 +44,7 @@ __all__ = [
     "UploadEncoder",
     "UploadHandle",
     "check_weights",
+    "normalized_weights",
     "get_mode",
     "register_mode",
 ]
@@ -127,6 +128,27 @@ def check_weights(handles: Mapping[str, object], weights: Mapping[str, float]) -
             raise AggregationInvalid(f"weight of {pid!r} must be finite and >= 0, got {w!r}")
     if sum(weights.values()) <= 0:
         raise AggregationInvalid("weights must not all be zero")
+
+
+def normalized_weights(
+    handles: Mapping[str, object], weights: Mapping[str, float]
+) -> tuple[list[str], list[float]]:
+    """Check ``weights``, drop zero weights and renormalise the rest to sum 1.
+
+    Returns
+    -------
+    ids, w
+        The participant ids with positive weight, sorted, and their weights.
+
+    Raises
+    ------
+    AggregationInvalid
+        As :func:`check_weights`.
+    """
+    check_weights(handles, weights)
+    ids = sorted(p for p in handles if weights[p] > 0)
+    total = sum(float(weights[p]) for p in ids)
+    return ids, [float(weights[p]) / total for p in ids]
 
 
 # --- the insecure plaintext reference -------------------------------------------------

@@ -48,6 +48,8 @@ __all__ = [
     "ScoreReport",
     "ScoringBackend",
     "ScoringConfig",
+    "class_pairs",
+    "symmetric_from_pairs",
     "helmert_basis",
     "pooled_covariance",
     "pooled_mahalanobis",
@@ -308,3 +310,16 @@ def pooled_mahalanobis(backend: ScoringBackend, ids: Sequence[str], *, num_sampl
 
 def _lowest(scores: Mapping[str, float], h: int) -> list[str]:
     return sorted(sorted(scores, key=lambda p: (scores[p], p))[:h])
+
+
+def class_pairs(num_classes: int) -> list[tuple[int, int]]:
+    """Class pairs ``(a, b)`` with ``a <= b`` in row-major order: the moment layout."""
+    return [(a, b) for a in range(num_classes) for b in range(a, num_classes)]
+
+
+def symmetric_from_pairs(values: np.ndarray, num_classes: int) -> np.ndarray:
+    """Fill a symmetric ``C x C`` matrix from values laid out as :func:`class_pairs`."""
+    out = np.zeros((num_classes, num_classes))
+    for v, (a, b) in zip(values, class_pairs(num_classes), strict=True):
+        out[a, b] = out[b, a] = v
+    return out

@@ -40,12 +40,17 @@ from secure_fed.aggregation import (
     SecureAggregator,
     UploadEncoder,
     UploadHandle,
-    check_weights,
+    normalized_weights,
     register_mode,
 )
 from secure_fed.errors import AggregationInvalid, ModeSetupInvalid, ScoringInvalid, UploadMalformed
 from secure_fed.key_authority import RESPONSE_MAGIC, decryption_request
-from secure_fed.mahalanobis import ScoringConfig, pooled_mahalanobis
+from secure_fed.mahalanobis import (
+    ScoringConfig,
+    class_pairs,
+    pooled_mahalanobis,
+    symmetric_from_pairs,
+)
 from secure_fed.party_wire import decode_array, decode_frame
 
 __all__ = ["CkksAggregator", "CkksEncoder", "CkksMode"]
@@ -140,11 +145,8 @@ class CkksAggregator(SecureAggregator):
 
     def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
         """Encrypted ``sum_k w_k X_k`` (weights renormalised to sum 1, zero weights dropped)."""
-        check_weights(handles, weights)
+        ids, w = normalized_weights(handles, weights)
         ups = self._uploads(handles)
-        ids = sorted(p for p in ups if weights[p] > 0)
-        total = sum(float(weights[p]) for p in ids)
-        w = [float(weights[p]) / total for p in ids]
         matrix = ckks_weighted_sum([ups[p].matrix for p in ids], w)
         return _CkksAggregate(matrix, ids, max(w))
 
@@ -191,8 +193,7 @@ class CkksAggregator(SecureAggregator):
         return self._decrypt("mean", list(ids), matrix, self.shape)
 
     def _pairs(self) -> list[tuple[int, int]]:
-        c = self.shape[1]
-        return [(a, b) for a in range(c) for b in range(a, c)]
+        return class_pairs(self.shape[1])
 
     def _centered_products(self, pid: str, center: np.ndarray) -> list[Any]:
         up = self._handles[pid].matrix
@@ -225,10 +226,7 @@ class CkksAggregator(SecureAggregator):
         # TenSEAL labels the rescaled product with scale Delta although SEAL divided
         # by the prime q: the decrypted value is Delta/q times the true one.
         flat = flat * self.public.preset.rescale_factor(self.public.preset.data_primes)
-        out = np.zeros((self.shape[1], self.shape[1]))
-        for (a, b), v in zip(pairs, flat, strict=True):
-            out[a, b] = out[b, a] = v
-        return out
+        return symmetric_from_pairs(flat, self.shape[1])
 
     def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
                samples: int | None = None) -> dict[str, float]:  # fmt: skip

@@ -40,12 +40,12 @@ from secure_fed.aggregation import (
     SecureAggregator,
     UploadEncoder,
     UploadHandle,
-    check_weights,
+    normalized_weights,
     register_mode,
 )
 from secure_fed.errors import AggregationInvalid, ModeSetupInvalid, UploadMalformed
 from secure_fed.helper_party import HELPER_MAGIC, reply_array, seal_key
-from secure_fed.mahalanobis import ScoringConfig, pooled_mahalanobis
+from secure_fed.mahalanobis import ScoringConfig, pooled_mahalanobis, symmetric_from_pairs
 from secure_fed.party_wire import decode_frame, encode_array, encode_frame
 from secure_fed.share_ops import (
     center_shares,
@@ -191,11 +191,8 @@ class SharesAggregator(SecureAggregator):
 
     def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
         """Local weighted sum of party 0's shares (weights renormalised, zeros dropped)."""
-        check_weights(handles, weights)
+        ids, w = normalized_weights(handles, weights)
         ups = self._uploads(handles)
-        ids = sorted(p for p in ups if weights[p] > 0)
-        total = sum(float(weights[p]) for p in ids)
-        w = [float(weights[p]) / total for p in ids]
         share = weighted_share([ups[p].share for p in ids], w)
         return _ShareAggregate([ups[p].uid for p in ids], w, share)
 
@@ -257,11 +254,7 @@ class SharesAggregator(SecureAggregator):
         product, other = self._beaver("moments", ids, x, y, {"samples": samples}, center)
         mine = moment_sums(product, count=len(ids), pairs=pairs, samples=samples)
         flat = CODEC.decode(mine + other, frac_bits=2 * CODEC.frac_bits)
-        out = np.zeros((c, c))
-        pair_list = [(i, j) for i in range(c) for j in range(i, c)]
-        for v, (a, b) in zip(flat, pair_list, strict=True):
-            out[a, b] = out[b, a] = v
-        return out
+        return symmetric_from_pairs(flat, c)
 
     def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
                samples: int | None = None) -> dict[str, float]:  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 from crypto.shares import RING_PREDICTIONS, RING_WEIGHTS
 from crypto.shares.linear import matmul_public, sub_public, sum_axis, truncate
 from secure_fed.errors import ScoringInvalid
+from secure_fed.mahalanobis import class_pairs
 
 __all__ = ["ScorePlan", "center_shares", "moment_sums", "pair_factors", "score_plan",
            "score_sums", "weighted_share", "whiten_shares"]
@@ -45,7 +46,7 @@ def center_shares(share: np.ndarray, center: np.ndarray, *, party: int) -> np.nd
 def pair_factors(deltas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Stack ``(d_a, d_b)`` for every class pair ``a <= b`` of every participant."""
     c = deltas[0].shape[1]
-    pairs = [(a, b) for a in range(c) for b in range(a, c)]
+    pairs = class_pairs(c)
     left = np.concatenate([d[:, [a for a, _ in pairs]].T.reshape(-1) for d in deltas])
     right = np.concatenate([d[:, [b for _, b in pairs]].T.reshape(-1) for d in deltas])
     return left, right
