@@ -36,13 +36,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from secure_fed.budget import InMemoryBudgetGate  # noqa: E402
-from secure_fed.data import TaskData, load_task  # noqa: E402
-from secure_fed.dp import evaluate, train_nonprivate  # noqa: E402
 from secure_fed.errors import DatasetUnavailable  # noqa: E402
-from secure_fed.federation import Federation, FederationConfig  # noqa: E402
-from secure_fed.models import build_model  # noqa: E402
-from secure_fed.round_store import JsonFileRoundStore  # noqa: E402
+from secure_fed.federation.federation import Federation, FederationConfig  # noqa: E402
+from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
+from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
+from secure_fed.learning.data import TaskData, load_task  # noqa: E402
+from secure_fed.learning.models import build_model  # noqa: E402
+from secure_fed.learning.private_training import evaluate, train_nonprivate  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
 

@@ -6,7 +6,7 @@ JSON document. ``--skip-audit`` runs only the reservation part.
 * :func:`reservation_latency`: one client, then 16 concurrent clients
   (threads, one ``PrivacyLedger`` and connection pool shared, as in a service),
   each doing reserve -> commit against PostgreSQL with the whole-history RDP
-  accounting and an SM2/SM3 :class:`~privacy_ledger.audit.AuditLog` in the same
+  accounting and an SM2/SM3 :class:`~privacy_ledger.audit.log.AuditLog` in the same
   transaction. Reported: median and p99 of reserve alone and of the full round
   trip, in milliseconds, and round trips per second. Two 16-client cases: every
   client on its own budget (the common case) and all on one budget (worst

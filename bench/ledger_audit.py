@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crypto.sm import SM4GCM, SM2PrivateKey  # noqa: E402
-from privacy_ledger.audit import AuditLog  # noqa: E402
+from privacy_ledger.audit.log import AuditLog  # noqa: E402
+from privacy_ledger.audit.verify.log import verify_log  # noqa: E402
 from privacy_ledger.db import create_ledger_engine, upgrade  # noqa: E402
-from privacy_ledger.verify import verify_log  # noqa: E402
 
 PG_BASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_APPENDS_PER_S = 2000

@@ -5,8 +5,9 @@ participants with mixed architectures (mlp, cnn, transformer, logreg; DP-SGD at
 epsilon 8) is trained for a few rounds on digits; then the last three
 participants become attackers: each registered attack is applied to their real
 predictions on the held-out test set, and the filter (scores of
-``secure_fed.mahalanobis``, the same in all three modes; decisions of
-``secure_fed.outlier``; weights of ``secure_fed.weighting``) is run on the ten
+``secure_fed.secure.scoring.mahalanobis``, the same in all three modes; decisions of
+``secure_fed.secure.scoring.outlier``; weights of ``secure_fed.federation.weighting``)
+is run on the ten
 prediction matrices, with exclusion on and with the down-weight-only default.
 
 Reported per (alpha, attack, policy): attacker uploads excluded or weighted
@@ -29,15 +30,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-from secure_fed.attacks import make_attack  # noqa: E402
-from secure_fed.budget import InMemoryBudgetGate  # noqa: E402
-from secure_fed.data import load_task  # noqa: E402
-from secure_fed.distill import PUBLIC_LOGIT_BOUND, predict_public  # noqa: E402
-from secure_fed.federation import Federation, FederationConfig  # noqa: E402
-from secure_fed.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis  # noqa: E402
-from secure_fed.outlier import OutlierConfig, OutlierPolicy  # noqa: E402
-from secure_fed.round_store import JsonFileRoundStore  # noqa: E402
-from secure_fed.weighting import DynamicWeighting, quality_from_scores  # noqa: E402
+from secure_fed.evaluation.attacks import make_attack  # noqa: E402
+from secure_fed.federation.federation import Federation, FederationConfig  # noqa: E402
+from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
+from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores  # noqa: E402
+from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
+from secure_fed.learning.data import load_task  # noqa: E402
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public  # noqa: E402
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis  # noqa: E402
+from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy  # noqa: E402
 
 ATTACKS = ("label_flip", "sign_flip", "scaling", "constant", "gaussian")
 K, ATTACKERS = 10, 3

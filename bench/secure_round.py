@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-import secure_fed.aggregation  # noqa: E402
-import secure_fed.modes_ckks  # noqa: E402,F401  (registers "ckks")
-import secure_fed.modes_shares  # noqa: E402,F401  (registers "shares")
-from secure_fed.deployment import SecureDeployment  # noqa: E402
-from secure_fed.modes_plain import InsecureMahalanobisAggregator  # noqa: E402
-from secure_fed.outlier import OutlierPolicy  # noqa: E402
+import secure_fed.secure.mode  # noqa: E402
+import secure_fed.secure.modes.ckks  # noqa: E402,F401  (registers "ckks")
+import secure_fed.secure.modes.shares  # noqa: E402,F401  (registers "shares")
+from secure_fed.secure.deployment import SecureDeployment  # noqa: E402
+from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator  # noqa: E402
+from secure_fed.secure.scoring.outlier import OutlierPolicy  # noqa: E402
 
 BOUND = 8.0
 
@@ -90,7 +90,7 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
         else:
             helper, dealer = _Timed(kwargs["helper"]), _Timed(kwargs["dealer"])
             kwargs["helper"], kwargs["dealer"] = helper, dealer
-        agg = secure_fed.aggregation.get_mode(mode).aggregator(shape=(n, c), bound=BOUND, **kwargs)
+        agg = secure_fed.secure.mode.get_mode(mode).aggregator(shape=(n, c), bound=BOUND, **kwargs)
         encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
     t = time.perf_counter()
     payloads = {p: encoders[p].encode(preds[p]) for p in ids}

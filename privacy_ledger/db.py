@@ -11,7 +11,7 @@ SQLite serializes writers: every transaction starts with ``BEGIN IMMEDIATE``
 (the pysqlite driver's own deferred ``BEGIN`` is switched off), so a
 check-then-reserve cannot interleave with another writer. PostgreSQL
 serializes reservations per budget with ``SELECT ... FOR UPDATE`` on the budget
-row (see :mod:`privacy_ledger.budgets`).
+row (see :mod:`privacy_ledger.budget.service`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: Model modules whose tables the migrations create (audit tables are optional).
-MODEL_MODULES = ("privacy_ledger.models", "privacy_ledger.audit_models")
+MODEL_MODULES = ("privacy_ledger.models", "privacy_ledger.audit.models")
 HEAD = "head"
 _PG_LOCK_KEY = 0x5EC0FED0  # advisory lock serializing concurrent migration runs
 

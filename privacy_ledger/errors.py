@@ -31,7 +31,7 @@ class LedgerError(Exception):
         return f"[{self.code}] {self.message}"
 
 
-# --- Audit log (privacy_ledger.audit, merkle, proofs, checkpoint, canonical, events) ---
+# --- Audit log (privacy_ledger.audit.log, merkle, proofs, checkpoint, canonical, events) ---
 
 
 class AuditParameterInvalid(LedgerError):

@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import sessionmaker
 
+from privacy_ledger.budget.participants import check_id
 from privacy_ledger.errors import LedgerParameterInvalid, RoundUnknown
 from privacy_ledger.models import DecryptionRequestRow, RoundRow, UploadRow
-from privacy_ledger.participants import check_id
 
 __all__ = ["RoundStore", "RoundRecord", "UploadRecord", "DecryptionRecord"]
 

@@ -3,9 +3,9 @@
 Loads a built-in task, registers every participant and its epsilon budget in
 a SQLite privacy ledger inside the working folder (round state lives in the
 same database), runs
-:class:`~secure_fed.federation.Federation` for the requested rounds, and
+:class:`~secure_fed.federation.federation.Federation` for the requested rounds, and
 writes ``results.json`` next to the ledger. The command line
-(``api/cli_demo.py``) only parses options and renders progress and tables.
+(``api/cli/demo.py``) only parses options and renders progress and tables.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog
-from privacy_ledger.budgets import PrivacyLedger
-from secure_fed.attacks import parse_attack_spec
-from secure_fed.audit_sink import LedgerAuditSink
-from secure_fed.data import DATASET_REGISTRY, load_task
+from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import FederationConfigInvalid, UnknownDataset
-from secure_fed.federation import (
+from secure_fed.evaluation.attacks import parse_attack_spec
+from secure_fed.federation.federation import (
     ASSET_ID,
     Federation,
     FederationConfig,
     RoundResult,
     plan_participants,
 )
-from secure_fed.round_store import LedgerRoundStore
+from secure_fed.federation.store import LedgerRoundStore
+from secure_fed.learning.data import DATASET_REGISTRY, load_task
+from secure_fed.secure.audit import LedgerAuditSink
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 

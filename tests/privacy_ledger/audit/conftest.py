@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM4GCM, SM2PrivateKey
-from privacy_ledger.audit import AuditLog
+from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.db import create_ledger_engine, upgrade
 
 PG_BASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -13,9 +13,12 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM4GCM, SM2PrivateKey
-from privacy_ledger import canonical
-from privacy_ledger.audit import AuditLog, evidence_associated_data
-from privacy_ledger.audit_models import AuditEntryRow, TreeHeadRow
+from privacy_ledger.audit import canonical
+from privacy_ledger.audit.log import AuditLog, evidence_associated_data
+from privacy_ledger.audit.merkle import SM3_HASHER
+from privacy_ledger.audit.models import AuditEntryRow, TreeHeadRow
+from privacy_ledger.audit.proofs import verify_consistency, verify_inclusion
+from privacy_ledger.audit.verify.log import stored_public_key, verify_log
 from privacy_ledger.db import create_ledger_engine
 from privacy_ledger.errors import (
     AuditParameterInvalid,
@@ -28,9 +31,6 @@ from privacy_ledger.errors import (
     ProofRangeInvalid,
     UnknownEventType,
 )
-from privacy_ledger.merkle import SM3_HASHER
-from privacy_ledger.proofs import verify_consistency, verify_inclusion
-from privacy_ledger.verify import stored_public_key, verify_log
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
 from tests.privacy_ledger.audit.workers import append_many
 

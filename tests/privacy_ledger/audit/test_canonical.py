@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from privacy_ledger.canonical import MAX_CANONICAL_BYTES, decimal_from_float, decode, encode
+from privacy_ledger.audit.canonical import MAX_CANONICAL_BYTES, decimal_from_float, decode, encode
 from privacy_ledger.errors import CanonicalJSONInvalid
 
 

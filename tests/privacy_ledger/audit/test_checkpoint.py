@@ -8,13 +8,18 @@ from pathlib import Path
 import pytest
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint, verify_head
+from privacy_ledger.audit.checkpoint import (
+    Checkpoint,
+    parse_checkpoint,
+    sign_checkpoint,
+    verify_head,
+)
+from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.errors import (
     AuditParameterInvalid,
     CheckpointMalformed,
     CheckpointSignatureInvalid,
 )
-from privacy_ledger.merkle import SM3_HASHER
 
 ROOT = SM3_HASHER.empty_root()
 B64 = base64.b64encode(ROOT)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 import privacy_ledger
+from privacy_ledger.audit.events import DEFAULT_REGISTRY, AuditEvent, EventRegistry, get_event
 from privacy_ledger.errors import AuditParameterInvalid, UnknownEventType
-from privacy_ledger.events import DEFAULT_REGISTRY, AuditEvent, EventRegistry, get_event
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "audit" / "events.md"
 REQUIRED = [

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from crypto.sm import SM4GCM
+from privacy_ledger.audit.evidence import evidence_associated_data, seal, unseal
 from privacy_ledger.errors import EvidenceUnreadable
-from privacy_ledger.evidence import evidence_associated_data, seal, unseal
 
 KEY = SM4GCM(SM4GCM.generate_key())
 

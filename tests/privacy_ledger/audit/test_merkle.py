@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from privacy_ledger.audit.merkle import SM3_HASHER, MerkleTree, TreeHasher, sha256_hasher
 from privacy_ledger.errors import AuditParameterInvalid, HashSizeInvalid, ProofRangeInvalid
-from privacy_ledger.merkle import SM3_HASHER, MerkleTree, TreeHasher, sha256_hasher
 from tests.privacy_ledger.audit.vectors import LEAVES, ROOTS, SHA256_EMPTY, SM3_EMPTY
 
 

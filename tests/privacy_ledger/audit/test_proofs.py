@@ -6,21 +6,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privacy_ledger.errors import (
-    HashSizeInvalid,
-    ProofInvalid,
-    ProofRangeInvalid,
-    ProofSizeInvalid,
-    RootMismatch,
-)
-from privacy_ledger.merkle import SM3_HASHER, MerkleTree, TreeHasher, sha256_hasher
-from privacy_ledger.proofs import (
+from privacy_ledger.audit.merkle import SM3_HASHER, MerkleTree, TreeHasher, sha256_hasher
+from privacy_ledger.audit.proofs import (
     consistency_proof,
     inclusion_proof,
     root_from_consistency_proof,
     root_from_inclusion_proof,
     verify_consistency,
     verify_inclusion,
+)
+from privacy_ledger.errors import (
+    HashSizeInvalid,
+    ProofInvalid,
+    ProofRangeInvalid,
+    ProofSizeInvalid,
+    RootMismatch,
 )
 from tests.privacy_ledger.audit.vectors import (
     CONSISTENCY,

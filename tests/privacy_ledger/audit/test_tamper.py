@@ -14,13 +14,13 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger import canonical
-from privacy_ledger.audit import AuditLog
-from privacy_ledger.audit_models import TreeHeadRow
-from privacy_ledger.checkpoint import Checkpoint, sign_checkpoint, verify_head
+from privacy_ledger.audit import canonical
+from privacy_ledger.audit.checkpoint import Checkpoint, sign_checkpoint, verify_head
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.audit.merkle import SM3_HASHER
+from privacy_ledger.audit.models import TreeHeadRow
+from privacy_ledger.audit.verify.log import verify_log
 from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogKeyMismatch, LogTampered
-from privacy_ledger.merkle import SM3_HASHER
-from privacy_ledger.verify import verify_log
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
 
 SIZE = 20

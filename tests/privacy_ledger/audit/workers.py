@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger.audit import AuditLog
+from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.db import create_ledger_engine
 
 

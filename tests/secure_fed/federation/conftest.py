@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from secure_fed.schema import SchemaRegistry
+from secure_fed.federation.schema import SchemaRegistry
 from tests.secure_fed.federation.helpers import schema
 
 

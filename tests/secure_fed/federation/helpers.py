@@ -5,10 +5,10 @@ import secrets
 import numpy as np
 
 from crypto.sm.sm3 import sm3_digest
-from secure_fed.aggregation import get_mode
-from secure_fed.messages import UploadHeader, encode_upload
-from secure_fed.rounds import RoundConfig
-from secure_fed.schema import ModelSchema, OutputSpec, RoundSchema, SemVer
+from secure_fed.federation.messages import UploadHeader, encode_upload
+from secure_fed.federation.schema import ModelSchema, OutputSpec, RoundSchema, SemVer
+from secure_fed.federation.stages import RoundConfig
+from secure_fed.secure.mode import get_mode
 
 N_PUB, C, BOUND = 12, 3, 8.0
 OUTPUT = OutputSpec(num_classes=C, representation="clipped_logits", bound=BOUND)

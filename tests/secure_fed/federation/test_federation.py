@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.attacks import AttackSpec
-from secure_fed.budget import InMemoryBudgetGate
-from secure_fed.data import TaskData, load_task
 from secure_fed.errors import FederationConfigInvalid, RoundConfigInvalid, UnknownMode
-from secure_fed.federation import Federation, FederationConfig, plan_participants
-from secure_fed.messages import decode_upload
-from secure_fed.participant import DistillSettings
-from secure_fed.round_store import JsonFileRoundStore
-from secure_fed.rounds import Stage
+from secure_fed.evaluation.attacks import AttackSpec
+from secure_fed.federation.federation import Federation, FederationConfig, plan_participants
+from secure_fed.federation.messages import decode_upload
+from secure_fed.federation.participant import DistillSettings
+from secure_fed.federation.stages import Stage
+from secure_fed.federation.store import JsonFileRoundStore
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.learning.data import TaskData, load_task
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from secure_fed.errors import UploadMalformed
-from secure_fed.messages import (
+from secure_fed.federation.messages import (
     Publication,
     UploadHeader,
     decode_publication,

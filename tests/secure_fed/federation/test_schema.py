@@ -3,7 +3,13 @@ from __future__ import annotations
 import pytest
 
 from secure_fed.errors import OutputSpecMismatch, SchemaInvalid, SchemaMajorMismatch, SchemaUnknown
-from secure_fed.schema import ModelSchema, OutputSpec, RoundSchema, SchemaRegistry, SemVer
+from secure_fed.federation.schema import (
+    ModelSchema,
+    OutputSpec,
+    RoundSchema,
+    SchemaRegistry,
+    SemVer,
+)
 from tests.secure_fed.federation.helpers import CONTRACT, OUTPUT, schema
 
 

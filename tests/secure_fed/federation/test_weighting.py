@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from secure_fed.errors import WeightingInvalid
-from secure_fed.weighting import (
+from secure_fed.federation.weighting import (
     DynamicWeighting,
     quality_from_scores,
     sharpen_logits,

@@ -10,14 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
-from secure_fed.data import (
-    DATASET_REGISTRY,
-    dirichlet_split,
-    from_torch_dataset,
-    load_tabular,
-    load_task,
-    read_idx,
-)
 from secure_fed.errors import (
     DatasetUnavailable,
     EmptyData,
@@ -27,6 +19,14 @@ from secure_fed.errors import (
     SplitImpossible,
     TabularDataInvalid,
     UnknownDataset,
+)
+from secure_fed.learning.data import (
+    DATASET_REGISTRY,
+    dirichlet_split,
+    from_torch_dataset,
+    load_tabular,
+    load_task,
+    read_idx,
 )
 
 
@@ -311,7 +311,7 @@ def test_from_torch_dataset_errors():
 
 def test_fashion_mnist_from_installed_idx_files(tmp_path, monkeypatch):
     """The whole Fashion-MNIST path on small idx files laid out as the package installs them."""
-    import secure_fed.data as data
+    import secure_fed.learning.data as data
 
     rng = np.random.default_rng(0)
     files = []

@@ -6,8 +6,9 @@ import torch
 from opacus.grad_sample import GradSampleModule
 from torch import nn
 
-from secure_fed.data import load_task
-from secure_fed.distill import (
+from secure_fed.errors import LearningParameterInvalid
+from secure_fed.learning.data import load_task
+from secure_fed.learning.distill import (
     PUBLIC_LOGIT_BOUND,
     distill,
     distill_weight,
@@ -16,8 +17,7 @@ from secure_fed.distill import (
     soft_labels_from_aggregate,
     temperature_schedule,
 )
-from secure_fed.errors import LearningParameterInvalid
-from secure_fed.models import MODEL_REGISTRY, build_model
+from secure_fed.learning.models import MODEL_REGISTRY, build_model
 
 
 @pytest.fixture(scope="module")

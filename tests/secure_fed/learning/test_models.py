@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from secure_fed.errors import LearningParameterInvalid, ModelUnsupported, UnknownModel
-from secure_fed.models import (
+from secure_fed.learning.models import (
     MODEL_REGISTRY,
     build_model,
     check_private_compatible,

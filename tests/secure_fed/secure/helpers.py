@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secure_fed.attacks import make_attack
+from secure_fed.evaluation.attacks import make_attack
 
 BOUND = 8.0
 
@@ -35,13 +35,19 @@ def population(k: int, n: int, c: int, *, seed: int = 0, spread: float = 0.4,
 import secrets as _secrets  # noqa: E402
 
 from crypto.sm import SM2PrivateKey, sm3_digest  # noqa: E402
-from secure_fed.envelope import EnvelopeVerifier, seal_upload  # noqa: E402
-from secure_fed.messages import UploadHeader, encode_upload  # noqa: E402
-from secure_fed.outlier import OutlierPolicy  # noqa: E402
-from secure_fed.round_engine import RoundEngine  # noqa: E402
-from secure_fed.round_store import JsonFileRoundStore  # noqa: E402
-from secure_fed.rounds import RoundConfig  # noqa: E402
-from secure_fed.schema import ModelSchema, OutputSpec, RoundSchema, SchemaRegistry, SemVer  # noqa: E402
+from secure_fed.federation.engine import RoundEngine  # noqa: E402
+from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload  # noqa: E402
+from secure_fed.federation.messages import UploadHeader, encode_upload  # noqa: E402
+from secure_fed.federation.schema import (  # noqa: E402
+    ModelSchema,
+    OutputSpec,
+    RoundSchema,
+    SchemaRegistry,
+    SemVer,
+)
+from secure_fed.federation.stages import RoundConfig  # noqa: E402
+from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
+from secure_fed.secure.scoring.outlier import OutlierPolicy  # noqa: E402
 
 
 class Clock:

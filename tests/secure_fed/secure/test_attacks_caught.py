@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from secure_fed.attacks import ATTACK_REGISTRY
-from secure_fed.deployment import SecureDeployment
-from secure_fed.mahalanobis import PlainBackend, pooled_mahalanobis
-from secure_fed.outlier import OutlierPolicy
+from secure_fed.evaluation.attacks import ATTACK_REGISTRY
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, pooled_mahalanobis
+from secure_fed.secure.scoring.outlier import OutlierPolicy
 from tests.secure_fed.secure.helpers import BOUND, population
 
 K, N, C, ATTACKERS = 10, 400, 10, 3

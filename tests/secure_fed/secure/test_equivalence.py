@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secure_fed.deployment import SecureDeployment
-from secure_fed.mahalanobis import PlainBackend, pooled_mahalanobis
-from secure_fed.outlier import OutlierPolicy
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, pooled_mahalanobis
+from secure_fed.secure.scoring.outlier import OutlierPolicy
 from tests.secure_fed.secure.conftest import IDS, C, K, N
 from tests.secure_fed.secure.helpers import BOUND, population
 

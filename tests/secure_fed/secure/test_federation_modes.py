@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.budget import InMemoryBudgetGate
-from secure_fed.data import load_task
-from secure_fed.deployment import SecureDeployment
-from secure_fed.distill import PUBLIC_LOGIT_BOUND, predict_public
-from secure_fed.federation import Federation, FederationConfig
-from secure_fed.modes_plain import InsecureMahalanobisAggregator
-from secure_fed.outlier import OutlierPolicy
-from secure_fed.participant import DistillSettings
-from secure_fed.round_store import JsonFileRoundStore
+from secure_fed.federation.federation import Federation, FederationConfig
+from secure_fed.federation.participant import DistillSettings
+from secure_fed.federation.store import JsonFileRoundStore
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.learning.data import load_task
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator
+from secure_fed.secure.scoring.outlier import OutlierPolicy
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 

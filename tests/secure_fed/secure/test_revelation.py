@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from secure_fed.deployment import SecureDeployment
-from secure_fed.key_authority import AGGREGATE_PURPOSES
-from secure_fed.outlier import MemoryAuditSink
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.parties.key_authority import AGGREGATE_PURPOSES
+from secure_fed.secure.scoring.outlier import MemoryAuditSink
 from tests.secure_fed.secure.helpers import Harness, population
 
 N, C, K, MIN = 200, 10, 5, 3

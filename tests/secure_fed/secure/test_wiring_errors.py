@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secure_fed.deployment import SecureDeployment
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     ModeSetupInvalid,
@@ -14,11 +13,12 @@ from secure_fed.errors import (
     UnknownMode,
     UploadMalformed,
 )
-from secure_fed.helper_party import HELPER_MAGIC, split_parts
-from secure_fed.mahalanobis import ScoringConfig
-from secure_fed.modes_ckks import CkksAggregator, CkksEncoder
-from secure_fed.party_wire import decode_array, decode_frame, encode_array, encode_frame
-from secure_fed.share_ops import score_plan
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksEncoder
+from secure_fed.secure.modes.share_ops import score_plan
+from secure_fed.secure.parties.helper import HELPER_MAGIC, split_parts
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.wire import decode_array, decode_frame, encode_array, encode_frame
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 

@@ -1,0 +1,115 @@
+"""Value types of the budget service and the audit interface it writes through.
+
+:class:`AuditSink` is the small interface (STYLE.md rule 1) the ledger needs
+from the audit log: ``privacy_ledger.audit.log.AuditLog`` implements it, and any
+object with the same ``append`` works. ``append`` must add rows to the
+caller's session *without committing*, so that a budget change and its audit
+entry commit in one transaction. A sink that signs tree heads in batches may
+also offer ``checkpoint(session)``; the ledger calls it after each append (in
+the same transaction) so heads are signed when due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import NamedTuple, Protocol
+
+from sqlalchemy.orm import Session
+
+from privacy_ledger.budget.mechanism import MechanismEvent
+
+__all__ = ["AuditSink", "BudgetStatus", "Reservation", "RoundEpsilon"]
+
+
+class AuditSink(Protocol):
+    """Where the ledger writes its audit events (``budget.set``, ``budget.reserved``...)."""
+
+    def append(
+        self,
+        session: Session,
+        *,
+        event: str,
+        subject: str,
+        fields: Mapping[str, object],
+        sensitive: Mapping[str, object] | None = None,
+    ) -> int:
+        """Add one audit entry to ``session`` without committing; return its index."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    """A privacy event as stored by the ledger (reserved, committed, aborted or expired).
+
+    Attributes
+    ----------
+    id
+        Reservation id (random, 32 hex characters).
+    participant_id, asset_id
+        Whose budget it draws on.
+    round_id
+        Federation round it belongs to, if any.
+    event
+        The mechanism inputs (noise multiplier, sample rate, steps, ...).
+    state
+        ``reserved``, ``committed``, ``aborted`` or ``expired``.
+    epsilon_projected
+        Epsilon of the whole history (committed + active reservations + this
+        one) when it was reserved, rounded up.
+    created_at, expires_at, resolved_at
+        Epoch seconds; ``resolved_at`` is ``None`` while reserved.
+    """
+
+    id: str
+    participant_id: str
+    asset_id: str
+    round_id: str | None
+    event: MechanismEvent
+    state: str
+    epsilon_projected: Decimal
+    created_at: float
+    expires_at: float
+    resolved_at: float | None = None
+
+
+class RoundEpsilon(NamedTuple):
+    """Cumulative epsilon of the committed history after one round (or unlabelled event).
+
+    A named tuple, so ``for round_id, epsilon_after in status.per_round`` works.
+    """
+
+    round_id: str | None
+    epsilon_after: Decimal
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetStatus:
+    """Budget of one participant's data asset, as shown to the API and reports.
+
+    Attributes
+    ----------
+    limit
+        Epsilon limit (exact decimal).
+    spent
+        Epsilon of the committed history (rounded up).
+    reserved
+        Extra epsilon held by active reservations: epsilon(committed + reserved)
+        minus ``spent``; epsilons compose sub-additively, so this is not a sum.
+    remaining
+        ``limit - (spent + reserved)``, never below zero.
+    per_round
+        Epsilon after each committed round, in commit order.
+    """
+
+    participant_id: str
+    asset_id: str
+    accountant: str
+    delta: float
+    limit: Decimal
+    spent: Decimal
+    reserved: Decimal
+    remaining: Decimal
+    active_reservations: int
+    per_round: list[RoundEpsilon] = field(default_factory=list)

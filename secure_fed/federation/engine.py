@@ -1,0 +1,335 @@
+"""The aggregator's round engine: drives :class:`~secure_fed.federation.stages.Stage` transitions.
+
+Implements steps 1 and 4 to 7 of ARCHITECTURE.md section 3 on the server side:
+open a round, validate and collect upload bytes (size, framing, round, replay,
+schema, mode, payload), close on deadline or demand (dropouts: the round
+completes with whoever uploaded if at least ``min_participants`` did, else it
+aborts), score every upload against a preliminary aggregate (the outlier-filter
+seam), aggregate with dynamic weights (seed article 001, section 3.1), and
+publish soft-label bytes. Every transition is persisted before it is reported,
+so :meth:`RoundEngine.recover` can resume or abort after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from crypto.sm.sm3 import sm3_digest
+from secure_fed.errors import (
+    RoundConfigInvalid,
+    RoundNotFound,
+    RoundOutOfOrder,
+    SchemaInvalid,
+    StaleRound,
+    TooFewParticipants,
+    UploadDuplicate,
+    UploadLate,
+    UploadMalformed,
+    UploadReplayed,
+)
+from secure_fed.federation.messages import Publication, decode_upload, encode_publication
+from secure_fed.federation.schema import SchemaRegistry
+from secure_fed.federation.stages import (
+    RoundConfig,
+    RoundState,
+    RoundStore,
+    Stage,
+    UploadRecord,
+    advance,
+)
+from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores, sharpen_logits
+from secure_fed.secure.mode import SecureAggregator, UploadHandle
+
+__all__ = ["KeepAll", "OutlierFilter", "RoundEngine"]
+
+_log = logging.getLogger(__name__)
+
+
+class OutlierFilter(Protocol):
+    """Decides exclusions from one scalar score per participant (filter seam)."""
+
+    def decide(self, scores: Mapping[str, float]) -> set[str]:
+        """Return the participant ids to exclude."""
+
+
+class KeepAll:
+    """Filter that excludes nobody; scores still feed the dynamic weights."""
+
+    def decide(self, scores: Mapping[str, float]) -> set[str]:
+        """Exclude nobody."""
+        return set()
+
+
+class RoundEngine:
+    """Drive rounds for one aggregator.
+
+    Parameters
+    ----------
+    store
+        Round-state persistence.
+    aggregator
+        Server side of the aggregation mode.
+    mode
+        The mode name uploads must declare.
+    registry
+        Known model schemas.
+    weighting
+        Dynamic weighting (its EMA history is restored by :meth:`recover`).
+    outlier_filter
+        Exclusion decisions from scores (default: keep all).
+    sharpen_temperature
+        DS-FL entropy reduction of the published aggregate; 1.0 disables it.
+    clock
+        Unix-time source (injectable for deadline tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: RoundStore,
+        aggregator: SecureAggregator,
+        mode: str,
+        registry: SchemaRegistry,
+        weighting: DynamicWeighting | None = None,
+        outlier_filter: OutlierFilter | None = None,
+        sharpen_temperature: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.aggregator, self.mode, self.registry = store, aggregator, mode, registry
+        self.weighting = weighting if weighting is not None else DynamicWeighting()
+        self.outlier_filter = outlier_filter if outlier_filter is not None else KeepAll()
+        sharpen_logits(np.zeros((1, 2)), temperature=sharpen_temperature)  # validates
+        self.sharpen_temperature = sharpen_temperature
+        self.clock = clock
+        self._states: dict[int, RoundState] = {}
+        self._handles: dict[int, dict[str, UploadHandle]] = {}
+
+    # -- bookkeeping ----------------------------------------------------------------
+
+    def state(self, round_id: int) -> RoundState:
+        """Return the live state of ``round_id`` (loading it from the store if needed).
+
+        Raises
+        ------
+        StaleRound, RoundNotFound
+            If the round is older than the newest one, or unknown.
+        """
+        if round_id in self._states:
+            return self._states[round_id]
+        loaded = self.store.load(round_id)
+        if loaded is None:
+            last = self.store.last_round_id()
+            if last is not None and round_id < last:
+                raise StaleRound(f"round {round_id} is older than the current round {last}")
+            raise RoundNotFound(f"round {round_id} was never opened")
+        self._states[round_id] = loaded
+        return loaded
+
+    def _move(self, state: RoundState, target: Stage, reason: str | None = None) -> None:
+        advance(state, target, at=self.clock(), reason=reason)
+        self.store.save(state)
+        _log.info("round %d -> %s", state.round_id, target.value)
+
+    def _require(self, state: RoundState, stage: Stage, step: str) -> None:
+        if state.stage is not stage:
+            raise RoundOutOfOrder(
+                f"round {state.round_id}: {step} needs stage {stage.value!r}, "
+                f"but the round is {state.stage.value!r}"
+            )
+
+    # -- steps ----------------------------------------------------------------------
+
+    def open(self, config: RoundConfig) -> RoundState:
+        """Open a round (stage ``open``); round ids must strictly increase.
+
+        Raises
+        ------
+        StaleRound
+            If ``config.round_id`` is not above every stored round.
+        RoundConfigInvalid
+            If the config names another mode.
+        """
+        last = self.store.last_round_id()
+        if last is not None and config.round_id <= last:
+            raise StaleRound(f"round {config.round_id} is not newer than round {last}")
+        if config.mode != self.mode:
+            raise RoundConfigInvalid(f"mode {config.mode!r} is not the engine's {self.mode!r}")
+        state = RoundState(config=config, weighting_history=dict(self.weighting.history))
+        state.log.append((Stage.OPEN.value, self.clock()))
+        self.store.save(state)
+        self._states[config.round_id] = state
+        self._handles[config.round_id] = {}
+        return state
+
+    def start_collecting(self, round_id: int) -> None:
+        """Start collecting uploads: ``open`` -> ``collecting``."""
+        state = self.state(round_id)
+        self._require(state, Stage.OPEN, "start_collecting")
+        self._move(state, Stage.COLLECTING)
+
+    def submit(self, message: bytes, *, round_id: int) -> str:
+        """Validate and store one upload for the round being collected; return its sender.
+
+        Checks, in order: size and framing, round id, stage, deadline, replay,
+        duplicate, mode, schema contract, payload. A refused upload leaves the
+        round untouched.
+
+        Raises
+        ------
+        UploadMalformed, StaleRound, RoundNotFound, RoundOutOfOrder, UploadLate,
+        UploadReplayed, UploadDuplicate, SchemaUnknown, SchemaMajorMismatch,
+        OutputSpecMismatch
+        """
+        state = self.state(round_id)
+        header, payload = decode_upload(message, max_bytes=state.config.max_upload_bytes)
+        if header.round_id != round_id:
+            if header.round_id < round_id:
+                raise StaleRound(f"upload for round {header.round_id}; collecting round {round_id}")
+            raise RoundNotFound(f"upload for round {header.round_id}, which is not open")
+        self._require(state, Stage.COLLECTING, "an upload")
+        now = self.clock()
+        if now > state.config.deadline:
+            raise UploadLate(f"upload from {header.participant_id!r} arrived after the deadline")
+        if header.nonce in state.seen_nonces():
+            raise UploadReplayed(f"nonce {header.nonce} was already used in round {round_id}")
+        if header.participant_id in state.uploads:
+            raise UploadDuplicate(f"{header.participant_id!r} already uploaded in round {round_id}")
+        if header.mode != self.mode:
+            raise UploadMalformed(f"upload mode {header.mode!r} differs from {self.mode!r}")
+        if header.schema_hash != state.config.schema.schema_hash():
+            raise SchemaInvalid("upload schema_hash does not match the round's contract")
+        self.registry.validate(header.schema, state.config.schema)
+        handle = self.aggregator.load(payload)
+        state.uploads[header.participant_id] = UploadRecord(
+            participant_id=header.participant_id, nonce=header.nonce,
+            num_samples=header.num_samples, model_id=header.schema.model_id,
+            version=str(header.schema.version), received_at=now, payload=payload,
+        )  # fmt: skip
+        try:
+            self.store.save(state)
+        except Exception:
+            del state.uploads[header.participant_id]  # a refused upload leaves no trace
+            raise
+        self._handles.setdefault(round_id, {})[header.participant_id] = handle
+        return header.participant_id
+
+    def close(self, round_id: int) -> RoundState:
+        """Close collection: ``collecting`` -> ``filtering``, or ``aborted`` if too few uploaded.
+
+        Raises
+        ------
+        TooFewParticipants
+            After persisting the abort, when fewer than ``min_participants`` uploaded.
+        """
+        state = self.state(round_id)
+        self._require(state, Stage.COLLECTING, "close")
+        got, need = len(state.uploads), state.config.min_participants
+        if got < need:
+            reason = f"only {got} of the required {need} participants uploaded"
+            self._move(state, Stage.ABORTED, reason=reason)
+            raise TooFewParticipants(f"round {round_id} aborted: {reason}")
+        self._move(state, Stage.FILTERING)
+        return state
+
+    def close_if_due(self, round_id: int) -> bool:
+        """Close the round if its deadline has passed; return whether it was closed."""
+        state = self.state(round_id)
+        if state.stage is Stage.COLLECTING and self.clock() > state.config.deadline:
+            self.close(round_id)
+            return True
+        return False
+
+    def _live_handles(self, state: RoundState) -> dict[str, UploadHandle]:
+        handles = self._handles.get(state.round_id)
+        if handles is None or set(handles) != set(state.uploads):
+            handles = {pid: self.aggregator.load(u.payload) for pid, u in state.uploads.items()}
+            self._handles[state.round_id] = handles
+        return handles
+
+    def filter(self, round_id: int) -> dict[str, float]:
+        """Score uploads against a sample-count-weighted aggregate; ``filtering`` -> ``aggregating``.
+
+        Aborts the round (and raises :class:`TooFewParticipants`) if the filter
+        leaves fewer than ``min_participants``.
+        """  # noqa: E501
+        state = self.state(round_id)
+        self._require(state, Stage.FILTERING, "filter")
+        handles = self._live_handles(state)
+        counts = {pid: float(u.num_samples) for pid, u in state.uploads.items()}
+        total = sum(counts.values())
+        reference = self.aggregator.weighted_sum(handles, {p: c / total for p, c in counts.items()})
+        state.scores = self.aggregator.score(handles, reference)
+        state.excluded = sorted(self.outlier_filter.decide(state.scores))
+        kept = len(state.uploads) - len(state.excluded)
+        if kept < state.config.min_participants:
+            reason = f"filter kept {kept} of the required {state.config.min_participants}"
+            self._move(state, Stage.ABORTED, reason=reason)
+            raise TooFewParticipants(f"round {round_id} aborted: {reason}")
+        self._move(state, Stage.AGGREGATING)
+        return dict(state.scores)
+
+    def publish(self, round_id: int) -> bytes:
+        """Aggregate the accepted uploads with dynamic weights; ``aggregating`` -> ``published``.
+
+        Returns the publication bytes (``secure_fed.federation.messages`` frame).
+        """
+        state = self.state(round_id)
+        self._require(state, Stage.AGGREGATING, "publish")
+        accepted = {p: h for p, h in self._live_handles(state).items() if p not in state.excluded}
+        scores = {p: state.scores[p] for p in accepted}
+        counts = {p: state.uploads[p].num_samples for p in accepted}
+        self.weighting.history = dict(state.weighting_history)
+        state.weights = self.weighting.update(counts, quality_from_scores(scores))
+        aggregate = self.aggregator.reveal(self.aggregator.weighted_sum(accepted, state.weights))
+        if self.sharpen_temperature < 1.0:
+            aggregate = sharpen_logits(aggregate, temperature=self.sharpen_temperature)
+        message = encode_publication(
+            Publication(round_id=round_id, aggregate=aggregate, weights=state.weights,
+                        excluded=tuple(state.excluded))
+        )  # fmt: skip
+        state.weighting_history = dict(self.weighting.history)
+        state.publication_sm3 = sm3_digest(message).hex()
+        self._move(state, Stage.PUBLISHED)
+        self._handles.pop(round_id, None)
+        return message
+
+    def abort(self, round_id: int, *, reason: str) -> None:
+        """Abort a non-terminal round, persisting ``reason``."""
+        state = self.state(round_id)
+        self._move(state, Stage.ABORTED, reason=reason)
+        self._handles.pop(round_id, None)
+
+    def recover(self) -> dict[int, str]:
+        """After a restart: resume or abort every stored open round.
+
+        ``open``/``collecting`` rounds before their deadline resume collecting;
+        past the deadline they close (completing or aborting on the
+        ``min_participants`` rule). ``filtering``/``aggregating`` rounds resume
+        from their persisted uploads. The EMA weighting history is restored
+        from the newest stored round. Returns ``{round_id: outcome}``.
+        """
+        outcomes: dict[int, str] = {}
+        last = self.store.last_round_id()
+        if last is not None:
+            newest = self.store.load(last)
+            if newest is not None:
+                self.weighting.history = dict(newest.weighting_history)
+        for stored in self.store.open_rounds():
+            self._states[stored.round_id] = stored
+            rid = stored.round_id
+            due = self.clock() > stored.config.deadline
+            if stored.stage in (Stage.OPEN, Stage.COLLECTING) and due:
+                if stored.stage is Stage.OPEN:
+                    self.start_collecting(rid)
+                try:
+                    self.close(rid)
+                except TooFewParticipants:
+                    outcomes[rid] = "aborted"
+                    continue
+            outcomes[rid] = f"resumed:{self.state(rid).stage.value}"
+        return outcomes

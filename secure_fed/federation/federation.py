@@ -1,0 +1,435 @@
+"""In-process orchestration of a heterogeneous federated-distillation run.
+
+Wires participants (different architectures, each with a DP-SGD trainer on a
+Dirichlet(alpha) share of the private data), an aggregator
+(:class:`~secure_fed.federation.engine.RoundEngine` over a registered aggregation
+mode) and a budget gate, and runs rounds in the order of ARCHITECTURE.md
+section 3: budget-checked DP-SGD, predictions on ``D_pub``, upload bytes,
+validation and aggregation, publication bytes, distillation (FedMD, Li and
+Wang 2019; FedDF, Lin et al. 2020). Parties exchange only bytes, so the
+services issue can move each into its own process.
+
+Every participant also has a *local-only twin*: the same architecture and
+initial weights, trained by the same DP-SGD goal on the same private rows,
+never federated. It is the baseline of the per-round table; its budget is an
+evaluation-only :class:`~secure_fed.learning.budget_gate.InMemoryBudgetGate`, never the
+real ledger.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import nn
+
+import secure_fed.secure.modes.ckks  # noqa: F401  (registers the "ckks" mode)
+import secure_fed.secure.modes.shares  # noqa: F401  (registers the "shares" mode)
+from crypto.sm import SM2PrivateKey
+from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
+from secure_fed.evaluation.attacks import AttackSpec, make_attack
+from secure_fed.federation.engine import RoundEngine
+from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
+from secure_fed.federation.participant import (
+    DistillSettings,
+    LocalTrainer,
+    Participant,
+    public_set_digest,
+)
+from secure_fed.federation.schema import (
+    ModelSchema,
+    OutputSpec,
+    RoundSchema,
+    SchemaRegistry,
+    SemVer,
+)
+from secure_fed.federation.stages import RoundConfig, RoundStore
+from secure_fed.federation.weighting import DynamicWeighting
+from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
+from secure_fed.learning.data import TaskData, dirichlet_split
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
+from secure_fed.learning.models import MODEL_REGISTRY, build_model, check_private_compatible
+from secure_fed.learning.private_training import (
+    DPGoal,
+    PrivateTrainer,
+    TrainReport,
+    evaluate,
+    train_nonprivate,
+)
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import get_mode
+from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.scoring.outlier import (
+    AuditSink,
+    MemoryAuditSink,
+    OutlierConfig,
+    OutlierPolicy,
+)
+
+__all__ = ["Federation", "FederationConfig", "ParticipantRound", "RoundResult"]
+
+_log = logging.getLogger(__name__)
+
+ASSET_ID = "private-train"
+KINDS = ("hospital", "bank")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FederationConfig:
+    """Everything a run needs, validated (the parameter is named in every error)."""
+
+    participants: int = 4
+    rounds: int = 5
+    alpha: float = 0.5
+    epsilon: float = 8.0
+    delta: float = 1e-5
+    private: bool = True
+    attack: AttackSpec | None = None
+    mode: str = "plaintext"
+    seed: int = 0
+    architectures: tuple[str, ...] = ("mlp", "cnn", "transformer", "logreg")
+    epochs_per_round: int = 8
+    lr: float = 0.3
+    batch_size: int = 128
+    distill: DistillSettings = field(default_factory=DistillSettings)
+    weighting_alpha: float = 5.0
+    weighting_beta: float = 0.5
+    sharpen_temperature: float = 0.5
+    min_participants: int | None = None
+    baseline: bool = True
+    round_timeout: float = 600.0
+    exclude_outliers: bool = False
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("participants", 2 <= self.participants <= 100, "an integer in [2, 100]"),
+            ("rounds", 1 <= self.rounds <= 1000, "an integer in [1, 1000]"),
+            ("alpha", math.isfinite(self.alpha) and self.alpha > 0, "a number > 0"),
+            ("epsilon", math.isfinite(self.epsilon) and self.epsilon > 0, "a number > 0"),
+            ("delta", 0 < self.delta < 1, "in (0, 1)"),
+            ("epochs_per_round", self.epochs_per_round >= 1, ">= 1"),
+            ("lr", math.isfinite(self.lr) and self.lr > 0, "> 0"),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("round_timeout", self.round_timeout > 0, "> 0"),
+        ]
+        for name, ok, what in checks:
+            if not ok:
+                raise FederationConfigInvalid(f"{name} must be {what}, got {getattr(self, name)!r}")
+        if not self.architectures:
+            raise FederationConfigInvalid("architectures must name at least one model")
+        unknown = [a for a in self.architectures if a not in MODEL_REGISTRY]
+        if unknown:
+            raise FederationConfigInvalid(
+                f"architectures {unknown} are not registered; registered: {sorted(MODEL_REGISTRY)}"
+            )
+        get_mode(self.mode)  # UnknownMode lists the registered names
+        if self.attack is not None and self.attack.count >= self.participants:
+            raise FederationConfigInvalid(
+                f"attack count {self.attack.count} leaves no honest participant"
+            )
+        quorum = self.min_participants
+        if quorum is not None and not 1 <= quorum <= self.participants:
+            raise FederationConfigInvalid(
+                f"min_participants must be in [1, participants], got {self.min_participants!r}"
+            )
+
+    def quorum(self) -> int:
+        """Minimum participants per round (default: half, rounded up, at least 2)."""
+        return self.min_participants or max(2, math.ceil(self.participants / 2))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParticipantRound:
+    """One participant's row of the per-round table."""
+
+    participant_id: str
+    architecture: str
+    attacker: bool
+    accuracy_federated: float
+    accuracy_local: float | None
+    epsilon_spent: float | None
+    weight: float | None
+    score: float | None
+    private_training: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundResult:
+    """Outcome of one round."""
+
+    round_id: int
+    stage: str
+    reason: str | None
+    rows: tuple[ParticipantRound, ...]
+    seconds: float
+
+    def mean_accuracy(self, *, honest_only: bool = True) -> tuple[float, float | None]:
+        """Mean (federated, local-only) accuracy over (honest) participants."""
+        rows = [r for r in self.rows if not (honest_only and r.attacker)]
+        fed = float(np.mean([r.accuracy_federated for r in rows]))
+        local = [r.accuracy_local for r in rows if r.accuracy_local is not None]
+        return fed, (float(np.mean(local)) if local else None)
+
+
+@dataclass
+class _Member:
+    participant: Participant
+    architecture: str
+    attacker: bool
+    twin: LocalTrainer | None
+    twin_model: nn.Module | None
+    epsilon: float | None = None
+    status: str = "pending"
+
+
+@dataclass(frozen=True)
+class PlannedParticipant:
+    """Identity of a participant before it is built (for ledger registration)."""
+
+    participant_id: str
+    institution: str
+    kind: str
+    architecture: str
+    attacker: bool
+
+
+def plan_participants(config: FederationConfig) -> list[PlannedParticipant]:
+    """Ids, institution kinds and architectures, in a fixed order (attackers last)."""
+    attackers = config.attack.count if config.attack is not None else 0
+    plan = []
+    for k in range(config.participants):
+        kind = KINDS[k % len(KINDS)]
+        plan.append(
+            PlannedParticipant(
+                participant_id=f"{kind}-{k + 1}",
+                institution=f"{kind.title()} {k + 1}",
+                kind=kind,
+                architecture=config.architectures[k % len(config.architectures)],
+                attacker=k >= config.participants - attackers,
+            )
+        )
+    return plan
+
+
+class NonPrivateTrainer:
+    """Trainer without DP, same interface as ``PrivateTrainer`` (baselines only)."""
+
+    def __init__(self, *, model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float,
+                 batch_size: int, seed: int) -> None:  # fmt: skip
+        self.model, self.x, self.y = model, x, y
+        self.epochs, self.lr, self.batch_size, self.seed = epochs, lr, batch_size, seed
+        self._calls = 0
+
+    def train_round(self, round_id: str) -> TrainReport:
+        """Train ``epochs`` epochs without noise; nothing is charged (no DP claim)."""
+        self._calls += 1
+        train_nonprivate(
+            self.model, self.x, self.y, epochs=self.epochs, lr=self.lr,
+            batch_size=self.batch_size, seed=self.seed * 1000 + self._calls,
+        )  # fmt: skip
+        return TrainReport(
+            round_id=round_id, trained=True, refused_reason=None, noise_multiplier=0.0,
+            sample_rate=1.0, steps=0, max_grad_norm=0.0, epsilon_spent=math.inf,
+        )  # fmt: skip
+
+
+class Federation:
+    """A whole federation in one process: participants, aggregator, budget.
+
+    Parameters
+    ----------
+    config
+        The run configuration.
+    task
+        Public / private / test data (``secure_fed.learning.data.load_task``).
+    budget
+        The real budget gate (a ``PrivacyLedger``); participants must already
+        be registered in it with their budgets (see :func:`plan_participants`).
+    store
+        Round-state persistence of the aggregator.
+    clock
+        Unix-time source for round deadlines.
+    """
+
+    def __init__(self, *, config: FederationConfig, task: TaskData, budget: BudgetGate,
+                 store: RoundStore, clock: Callable[[], float] = time.time,
+                 audit: AuditSink | None = None) -> None:  # fmt: skip
+        self.config, self.task, self.budget, self.clock = config, task, budget, clock
+        shape = (len(task.public_x), task.num_classes)
+        self.output = OutputSpec(num_classes=task.num_classes, bound=PUBLIC_LOGIT_BOUND)
+        self.contract = RoundSchema(major=1, output=self.output)
+        self.registry = SchemaRegistry()
+        # Secure modes: key authority, helper and enrolment (secure_fed.secure.deployment);
+        # every mode scores by robust pooled Mahalanobis and decides by OutlierPolicy.
+        self.audit = audit if audit is not None else MemoryAuditSink()
+        plan = plan_participants(config)
+        scoring = ScoringConfig(min_subset=config.quorum())
+        self.deployment = SecureDeployment.create(
+            mode=config.mode, shape=shape, participant_ids=[p.participant_id for p in plan],
+            min_participants=config.quorum(), audit=self.audit, scoring=scoring,
+        )  # fmt: skip
+        aggregator = (
+            InsecureMahalanobisAggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND, scoring=scoring)
+            if config.mode == "plaintext" else self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
+        )  # fmt: skip
+        self.policy = OutlierPolicy(
+            dof=task.num_classes - 1, audit=self.audit, min_keep=config.quorum(),
+            config=OutlierConfig(exclude=config.exclude_outliers),
+        )  # fmt: skip
+        self.engine = RoundEngine(
+            store=store, aggregator=aggregator, mode=config.mode, registry=self.registry,
+            weighting=DynamicWeighting(alpha=config.weighting_alpha, beta=config.weighting_beta),
+            outlier_filter=self.policy, sharpen_temperature=config.sharpen_temperature,
+            clock=clock,
+        )  # fmt: skip
+        self.signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
+        self.gate = EnvelopeVerifier(
+            keys={p: k.public_key for p, k in self.signing_keys.items()},
+            submit=self.engine.submit, params=self.deployment.params,
+            max_bytes=64 * 1024 * 1024, audit=self.audit,
+        )  # fmt: skip
+        self.public_sm3 = public_set_digest(task.public_x)
+        self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
+        parts = dirichlet_split(
+            task.private_y, parts=config.participants, alpha=config.alpha, seed=config.seed,
+            min_size=16,
+        )  # fmt: skip
+        self.members = [
+            self._build(planned, idx, k, shape)
+            for k, (planned, idx) in enumerate(zip(plan_participants(config), parts, strict=True))
+        ]
+        self.round_id = 0
+
+    def _trainer(self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate,
+                 seed: int) -> LocalTrainer:  # fmt: skip
+        c = self.config
+        # At least 3 batches per epoch: with a batch as large as the data, Poisson sampling
+        # gives q = 1 and DP-SGD loses its privacy amplification by subsampling.
+        # The learning rate follows the batch (linear scaling rule, Goyal et al. 2017).
+        batch = max(4, min(c.batch_size, len(x) // 3))
+        lr = c.lr * batch / c.batch_size
+        if not c.private:
+            return NonPrivateTrainer(model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr,
+                                     batch_size=batch, seed=seed)  # fmt: skip
+        return PrivateTrainer(
+            model=model, x=x, y=y, goal=DPGoal(epsilon=c.epsilon, delta=c.delta, rounds=c.rounds),
+            budget=gate, participant_id=pid, asset_id=ASSET_ID, batch_size=batch, lr=lr,
+            epochs_per_round=c.epochs_per_round, seed=seed,
+        )  # fmt: skip
+
+    def _build(self, planned: PlannedParticipant, idx: np.ndarray, k: int,
+               shape: tuple[int, int]) -> _Member:  # fmt: skip
+        c, t = self.config, self.task
+        model = build_model(planned.architecture, input_shape=t.input_shape,
+                            num_classes=t.num_classes, seed=c.seed * 100 + k)  # fmt: skip
+        check_private_compatible(model)
+        schema = ModelSchema(model_id=planned.architecture, version=SemVer(1, k % 3, 0),
+                             output=self.output)  # fmt: skip
+        self.registry.register(schema)
+        x, y = t.private_x[idx], t.private_y[idx]
+        seed = c.seed * 100 + k
+        twin_model = copy.deepcopy(model) if c.baseline else None
+        twin = None
+        if twin_model is not None:
+            twin = self._trainer(twin_model, x, y, planned.participant_id, self._baseline_gate,
+                                 seed)  # fmt: skip
+        attack = None
+        if planned.attacker and c.attack is not None:
+            attack = make_attack(c.attack.kind, bound=PUBLIC_LOGIT_BOUND, seed=c.seed + k)
+        participant = Participant(
+            participant_id=planned.participant_id, model=model, schema=schema,
+            trainer=self._trainer(model, x, y, planned.participant_id, self.budget, seed),
+            public_x=t.public_x, num_samples=len(idx),
+            encoder=self.deployment.encoder(planned.participant_id, bound=PUBLIC_LOGIT_BOUND),
+            mode=c.mode, distill_settings=c.distill, attack=attack, seed=seed,
+        )  # fmt: skip
+        return _Member(participant, planned.architecture, planned.attacker, twin, twin_model)
+
+    def round_config(self, round_id: int) -> RoundConfig:
+        """Return the config the aggregator opens round ``round_id`` with."""
+        return RoundConfig(
+            round_id=round_id, public_set_id=f"{self.task.name}-public",
+            public_set_sm3=self.public_sm3, schema=self.contract, mode=self.config.mode,
+            num_public=len(self.task.public_x), min_participants=self.config.quorum(),
+            deadline=self.clock() + self.config.round_timeout,
+            projection_seed=self.config.seed, max_upload_bytes=64 * 1024 * 1024,
+        )  # fmt: skip
+
+    def _train(self, member: _Member, round_id: int) -> None:
+        p = member.participant
+        report = p.train_private(f"r{round_id}")
+        if report is not None and report.trained:
+            member.status = "trained"
+            member.epsilon = report.epsilon_spent if self.config.private else None
+        elif p.stop_reason is not None:
+            member.status = f"stopped: {p.stop_reason}"
+        if member.twin is not None:
+            twin_report = member.twin.train_round(f"r{round_id}")
+            if not twin_report.trained:
+                member.twin = None  # the local-only twin's budget is spent as well
+
+    def run_round(self) -> RoundResult:
+        """Run the next round end to end and return its table rows."""
+        start = self.clock()
+        self.round_id += 1
+        rid = self.round_id
+        config = self.round_config(rid)
+        if hasattr(self.engine.aggregator, "round_id"):
+            self.engine.aggregator.round_id = rid  # labels key-authority / helper requests
+        self.policy.round_id = rid
+        self.engine.open(config)
+        self.engine.start_collecting(rid)
+        for member in self.members:
+            self._train(member, rid)
+            try:
+                pid = member.participant.participant_id
+                envelope = seal_upload(member.participant.upload(config),
+                                       key=self.signing_keys[pid], params=self.gate.params)
+                self.gate.accept(envelope, round_id=rid)
+            except SecureFedError as exc:
+                _log.warning("upload of %s refused: %s", member.participant.participant_id, exc)
+        reason = None
+        try:
+            self.engine.close(rid)
+            self.engine.filter(rid)
+            publication = self.engine.publish(rid)
+        except TooFewParticipants as exc:
+            reason = exc.message
+        else:
+            for member in self.members:
+                member.participant.learn(publication, round_index=rid - 1,
+                                         total_rounds=self.config.rounds)  # fmt: skip
+        return self._result(rid, reason, self.clock() - start)
+
+    def _result(self, rid: int, reason: str | None, seconds: float) -> RoundResult:
+        state = self.engine.state(rid)
+        t = self.task
+        rows = []
+        for m in self.members:
+            pid = m.participant.participant_id
+            rows.append(ParticipantRound(
+                participant_id=pid, architecture=m.architecture, attacker=m.attacker,
+                accuracy_federated=evaluate(m.participant.model, t.test_x, t.test_y),
+                accuracy_local=(evaluate(m.twin_model, t.test_x, t.test_y)
+                                if m.twin_model is not None else None),
+                epsilon_spent=m.epsilon, weight=state.weights.get(pid),
+                score=state.scores.get(pid), private_training=m.status,
+            ))  # fmt: skip
+        return RoundResult(round_id=rid, stage=state.stage.value, reason=reason,
+                           rows=tuple(rows), seconds=seconds)  # fmt: skip
+
+    def run(self, on_round: Callable[[RoundResult], None] | None = None) -> list[RoundResult]:
+        """Run ``config.rounds`` rounds, calling ``on_round`` after each."""
+        results = []
+        for _ in range(self.config.rounds):
+            result = self.run_round()
+            results.append(result)
+            if on_round is not None:
+                on_round(result)
+        return results

@@ -1,0 +1,190 @@
+"""A federated-distillation participant: DP-SGD locally, predictions out, soft labels in.
+
+One participant's side of a round (ARCHITECTURE.md section 3; FedMD, Li and
+Wang 2019; FedDF, Lin et al. 2020):
+
+1. private DP-SGD on its own data through a
+   :class:`~secure_fed.learning.private_training.PrivateTrainer`,
+   which reserves budget before every step; a refused reservation stops the
+   participant's private training for good, with the ledger's message, and
+   the participant keeps taking part through distillation on public data;
+2. predictions on the public set (centered logits clipped to the public
+   bound, ``secure_fed.learning.distill.predict_public``), optionally poisoned by an
+   evaluation attack, encoded by the mode's :class:`UploadEncoder` and framed
+   as upload bytes;
+3. on publication bytes: soft labels at the scheduled temperature, then
+   distillation with the decaying weight ``lambda_t``.
+
+Only bytes cross the boundary; the participant never sees another's upload.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from torch import nn
+
+from crypto.sm.sm3 import sm3_digest
+from secure_fed.errors import RoundConfigInvalid, UploadMalformed
+from secure_fed.evaluation.attacks import Attack
+from secure_fed.federation.messages import UploadHeader, decode_publication, encode_upload
+from secure_fed.federation.schema import ModelSchema
+from secure_fed.federation.stages import RoundConfig
+from secure_fed.learning.distill import (
+    distill,
+    distill_weight,
+    predict_public,
+    soft_labels_from_aggregate,
+    temperature_schedule,
+)
+from secure_fed.learning.private_training import TrainReport
+from secure_fed.secure.mode import UploadEncoder
+
+__all__ = ["DistillSettings", "LocalTrainer", "Participant", "public_set_digest"]
+
+_log = logging.getLogger(__name__)
+
+_MAX_PUBLICATION = 64 * 1024 * 1024
+
+
+class LocalTrainer(Protocol):
+    """Private training of one participant (``PrivateTrainer`` or a baseline)."""
+
+    def train_round(self, round_id: str) -> TrainReport:
+        """Train one round (reserving budget first when private)."""
+        ...
+
+
+def public_set_digest(public_x: np.ndarray) -> str:
+    """Hex SM3 of the public set (float32, C order, shape-prefixed)."""
+    arr = np.ascontiguousarray(public_x, dtype="<f4")
+    return sm3_digest(repr(arr.shape).encode("ascii") + arr.tobytes()).hex()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillSettings:
+    """Distillation knobs shared by all participants of a federation."""
+
+    epochs: int = 10
+    lr: float = 0.1
+    batch_size: int = 64
+
+
+class Participant:
+    """One party: its model, private trainer, public set, and upload encoder.
+
+    Parameters
+    ----------
+    participant_id
+        Unique id (also the ledger participant id).
+    model
+        Any Opacus-compatible torch module producing ``C`` logits.
+    schema
+        The declared model schema.
+    trainer
+        DP-SGD trainer on the private data, or None for no private training.
+    public_x
+        The public reference set.
+    num_samples
+        Private sample count, declared as the public weight.
+    encoder
+        Participant side of the aggregation mode.
+    mode
+        Mode name written into upload headers.
+    distill_settings
+        Distillation knobs.
+    attack
+        Evaluation-only poisoning of what is sent; None for an honest party.
+    seed
+        Seed for distillation shuffling.
+    """
+
+    def __init__(
+        self,
+        *,
+        participant_id: str,
+        model: nn.Module,
+        schema: ModelSchema,
+        trainer: LocalTrainer | None,
+        public_x: np.ndarray,
+        num_samples: int,
+        encoder: UploadEncoder,
+        mode: str,
+        distill_settings: DistillSettings | None = None,
+        attack: Attack | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.participant_id = participant_id
+        self.model, self.schema, self.trainer = model, schema, trainer
+        self.public_x = np.asarray(public_x, dtype=np.float32)
+        self.public_sm3 = public_set_digest(self.public_x)
+        self.num_samples, self.encoder, self.mode = num_samples, encoder, mode
+        self.settings = distill_settings if distill_settings is not None else DistillSettings()
+        self.attack, self.seed = attack, seed
+        self.stop_reason: str | None = None
+
+    @property
+    def private_training_stopped(self) -> bool:
+        """True once a budget refusal ended this participant's private training."""
+        return self.stop_reason is not None
+
+    def train_private(self, round_id: str) -> TrainReport | None:
+        """Run one round of DP-SGD (reserving budget first); None when stopped or absent."""
+        if self.trainer is None or self.stop_reason is not None:
+            return None
+        report = self.trainer.train_round(round_id)
+        if not report.trained:
+            self.stop_reason = report.refused_reason or "budget reservation refused"
+            _log.warning(
+                "participant %s stops private training: %s", self.participant_id, self.stop_reason
+            )
+        return report
+
+    def upload(self, config: RoundConfig) -> bytes:
+        """Predict on the public set and return signed-ready upload bytes for ``config``.
+
+        Raises
+        ------
+        RoundConfigInvalid
+            If the round names another public set (SM3 mismatch) or output spec.
+        """
+        if config.public_set_sm3 != self.public_sm3:
+            raise RoundConfigInvalid(
+                f"round {config.round_id} names public set {config.public_set_id!r} whose SM3 "
+                f"differs from the one {self.participant_id!r} holds"
+            )
+        preds = predict_public(self.model, self.public_x)
+        if self.attack is not None:
+            preds = self.attack(preds)
+        payload = self.encoder.encode(preds)
+        header = UploadHeader(
+            round_id=config.round_id, participant_id=self.participant_id, mode=self.mode,
+            schema=self.schema, schema_hash=config.schema.schema_hash(),
+            num_samples=self.num_samples, nonce=secrets.token_hex(16),
+            payload_sm3=sm3_digest(payload).hex(),
+        )  # fmt: skip
+        return encode_upload(header, payload)
+
+    def learn(self, publication: bytes, *, round_index: int, total_rounds: int) -> float:
+        """Distill from published soft labels; return the temperature used.
+
+        ``round_index`` counts from 0; the temperature follows the cosine
+        schedule and the distillation weight decays like ``1 / sqrt(t)``.
+        """
+        pub = decode_publication(publication, max_bytes=_MAX_PUBLICATION)
+        if pub.aggregate.shape[0] != len(self.public_x):
+            rows, expected = pub.aggregate.shape[0], len(self.public_x)
+            raise UploadMalformed(f"publication has {rows} rows, the public set {expected}")
+        temperature = temperature_schedule(round_index, total_rounds)
+        soft = soft_labels_from_aggregate(pub.aggregate, temperature=temperature)
+        distill(
+            self.model, self.public_x, soft, temperature=temperature,
+            weight=distill_weight(round_index), epochs=self.settings.epochs,
+            lr=self.settings.lr, batch_size=self.settings.batch_size,
+            seed=self.seed + round_index,
+        )  # fmt: skip
+        return float(temperature)

@@ -1,0 +1,295 @@
+"""The key authority: CKKS secret key holder, Beaver-triple dealer, gatekeeper of releases.
+
+ARCHITECTURE.md section 2: the key authority learns only what it is asked to
+decrypt, and it decrypts only
+
+* aggregates over at least ``min_participants`` distinct contributors
+  (the published aggregate, the scoring mean, the pooled second moments), and
+* single scalar scores, one participant at a time.
+
+Anything else (an upload, an aggregate over too few, a score that is not one
+scalar) is refused with :class:`~secure_fed.errors.DecryptionRefused` and an
+``access.denied`` audit event. Released values are noise-flooded by
+:mod:`crypto.ckks` (Li and Micciancio, EUROCRYPT 2021). Optional central DP adds
+Gaussian noise to the published aggregate and charges every contributor one
+participant-level Gaussian mechanism (Dwork and Roth 2014, Theorem A.1 via the
+ledger's RDP accountant). Every request and release is a ``decryption.*`` audit
+event and a row of :attr:`KeyAuthority.log`, which the revelation tests inspect.
+
+In shares mode the authority holds no shares; it deals Beaver triples
+(:func:`crypto.shares.deal_triples`) to the aggregator and the helper.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from crypto.ckks import (
+    KeyAuthorityKeys,
+    decrypt_aggregate,
+    decrypt_score,
+    generate_keys,
+    load_encrypted,
+)
+from crypto.ckks.flooding import csprng_normal
+from crypto.errors import CryptoError
+from crypto.shares import ShareLabel, ShareMacKey, deal_triples
+from privacy_ledger.budget.mechanism import MechanismEvent
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    DecryptionRefused,
+    KeyAuthorityConfigInvalid,
+)
+from secure_fed.learning.budget_gate import BudgetGate
+from secure_fed.secure.scoring.outlier import AuditSink
+from secure_fed.wire import decode_frame, encode_array, encode_frame
+
+__all__ = ["AGGREGATE_PURPOSES", "CentralDP", "DecryptionRecord", "KeyAuthority"]
+
+_log = logging.getLogger(__name__)
+
+REQUEST_MAGIC = b"SFKR"
+RESPONSE_MAGIC = b"SFKA"
+_CT_MAGIC = b"SFCKCT"  # crypto.ckks.wire: magic (6) | version (1) | kind (1) | ...
+_UPLOAD_KIND = 0  # index of "upload" in crypto.ckks.packing.KINDS
+#: Purposes whose ciphertext must be an aggregate over >= min_participants.
+AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CentralDP:
+    """Central Gaussian noise on the published aggregate (participant-level DP).
+
+    Parameters
+    ----------
+    noise_multiplier
+        ``z``: noise standard deviation over the L2 sensitivity (> 0).
+    delta
+        Delta recorded with the mechanism, in ``(0, 1)``.
+    asset_id
+        Ledger asset the mechanism is charged to.
+    """
+
+    noise_multiplier: float
+    delta: float = 1e-5
+    asset_id: str = "private-train"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
+            raise KeyAuthorityConfigInvalid(
+                f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
+        if not 0 < self.delta < 1:
+            raise KeyAuthorityConfigInvalid(f"delta must be in (0, 1), got {self.delta!r}")
+
+
+@dataclass(frozen=True)
+class DecryptionRecord:
+    """One row of the decryption log (no values, only what was released and for whom)."""
+
+    round_id: int
+    purpose: str
+    kind: str
+    shape: tuple[int, ...]
+    contributors: int
+    participant_ids: tuple[str, ...]
+    released: bool
+    at: float
+    central_dp: bool = False
+
+
+@dataclass
+class _Budget:
+    gate: BudgetGate
+    dp: CentralDP
+
+
+@dataclass
+class KeyAuthority:
+    """The key authority party; talks to the aggregator in bytes (:meth:`handle`).
+
+    Build with :meth:`for_ckks` (generates a CKKS_SCORING key epoch) or
+    :meth:`for_shares` (dealer only).
+    """
+
+    min_participants: int
+    keys: KeyAuthorityKeys | None = None
+    audit: AuditSink | None = None
+    central_dp: CentralDP | None = None
+    budget: BudgetGate | None = None
+    max_request_bytes: int = 256 << 20
+    log: list[DecryptionRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_participants, int) or self.min_participants < 2:
+            raise KeyAuthorityConfigInvalid(
+                f"min_participants must be an integer >= 2, got {self.min_participants!r}")
+        if self.central_dp is not None and self.budget is None:
+            raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
+
+    @classmethod
+    def for_ckks(cls, *, min_participants: int, preset: str = "CKKS_SCORING",
+                 **kwargs: object) -> KeyAuthority:  # fmt: skip
+        """Generate a key epoch and return the authority holding it."""
+        ka = cls(min_participants=min_participants, keys=generate_keys(preset), **kwargs)  # type: ignore[arg-type]
+        if ka.audit is not None and ka.keys is not None:
+            ka.audit.record("key.generated", {"kind": "ckks", "preset": preset,
+                                              "fingerprint": ka.keys.fingerprint.hex()})
+        return ka
+
+    @property
+    def public_context(self) -> bytes:
+        """Serialized public context (distributed once per key epoch)."""
+        return self._keys().public_context.data
+
+    @property
+    def fingerprint(self) -> bytes:
+        """SM3 fingerprint of the public context."""
+        return self._keys().fingerprint
+
+    def _keys(self) -> KeyAuthorityKeys:
+        if self.keys is None:
+            raise KeyAuthorityConfigInvalid("this key authority holds no CKKS keys (shares mode)")
+        return self.keys
+
+    # -- decryption ---------------------------------------------------------------
+
+    def handle(self, request: bytes) -> bytes:
+        """Serve one decryption request (bytes in, bytes out).
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            Bad frame, header or ciphertext bytes.
+        DecryptionRefused
+            Not an aggregate over enough contributors nor a single scalar score.
+        """
+        header, payload = decode_frame(request, REQUEST_MAGIC, max_bytes=self.max_request_bytes)
+        round_id, purpose, ids, shape = _parse_request(header)
+        self._emit("decryption.requested", round_id, purpose, shape, ids)
+        kind: Literal["score", "aggregate"] = "score" if purpose == "score" else "aggregate"
+        self._check_policy(round_id, purpose, shape, ids)
+        if payload[:6] == _CT_MAGIC and len(payload) > 7 and payload[7] == _UPLOAD_KIND:
+            self._refuse(round_id, purpose, shape, ids, "a single participant's upload is "
+                         "never decrypted")  # fmt: skip
+        try:
+            matrix = load_encrypted(self._keys().public_context, payload, kind=kind,
+                                    n_samples=shape[0], n_classes=shape[1])  # fmt: skip
+        except CryptoError as exc:
+            raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
+        if kind == "aggregate" and matrix.contributors != len(ids):
+            self._refuse(round_id, purpose, shape, ids, "contributor count differs from the ids")
+        matrix.contributors = len(ids)
+        if kind == "score":
+            values = np.array([decrypt_score(self._keys(), matrix)])
+        else:
+            values = decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)
+        dp = purpose == "aggregate" and self.central_dp is not None
+        if dp:
+            values = self._central_noise(values, ids, header, round_id)
+        self.log.append(DecryptionRecord(round_id, purpose, kind, tuple(values.shape), len(ids),
+                                         tuple(ids), True, time.time(), dp))  # fmt: skip
+        self._emit("decryption.released", round_id, purpose, tuple(values.shape), ids, dp=dp)
+        meta, raw = encode_array(values)
+        return encode_frame(RESPONSE_MAGIC, {"purpose": purpose, "array": meta,
+                                             "central_dp": dp}, raw)  # fmt: skip
+
+    def _check_policy(self, round_id: int, purpose: str, shape: tuple[int, int],
+                      ids: Sequence[str]) -> None:  # fmt: skip
+        if purpose == "score":
+            if len(ids) != 1:
+                self._refuse(round_id, purpose, shape, ids, "a score belongs to exactly one id")
+        elif len(set(ids)) < self.min_participants:
+            self._refuse(round_id, purpose, shape, ids,
+                         f"aggregate over {len(set(ids))} < {self.min_participants} participants")
+
+    def _refuse(self, round_id: int, purpose: str, shape: tuple[int, ...], ids: Sequence[str],
+                reason: str) -> None:  # fmt: skip
+        self.log.append(DecryptionRecord(round_id, purpose, "refused", shape, len(ids),
+                                         tuple(ids), False, time.time()))  # fmt: skip
+        if self.audit is not None:
+            self.audit.record("access.denied", {"party": "key_authority", "round_id": round_id,
+                                                "purpose": purpose, "reason": reason})
+        raise DecryptionRefused(f"round {round_id}, {purpose}: {reason}")
+
+    def _emit(self, event: str, round_id: int, purpose: str, shape: tuple[int, ...],
+              ids: Sequence[str], *, dp: bool = False) -> None:  # fmt: skip
+        if self.audit is not None:
+            self.audit.record(event, {"round_id": round_id, "purpose": purpose,
+                                      "shape": list(shape), "contributors": len(ids),
+                                      "participant_ids": list(ids), "central_dp": dp})
+
+    def _central_noise(self, values: np.ndarray, ids: Sequence[str], header: dict[str, object],
+                       round_id: int) -> np.ndarray:  # fmt: skip
+        dp, gate = self.central_dp, self.budget
+        assert dp is not None and gate is not None  # noqa: S101 (checked in __post_init__)
+        bound, max_weight = header.get("bound"), header.get("max_weight")
+        if not (isinstance(bound, int | float) and isinstance(max_weight, int | float)
+                and bound > 0 and 0 < max_weight <= 1):
+            raise AuthorityRequestMalformed(
+                "central DP needs 'bound' > 0 and 'max_weight' in (0, 1]")
+        # Replacing one participant's matrix moves the weighted sum by at most
+        # max_weight * 2 * bound per value: L2 sensitivity over all N*C values.
+        sensitivity = float(max_weight) * 2.0 * float(bound) * math.sqrt(values.size)
+        event = MechanismEvent(noise_multiplier=dp.noise_multiplier, sample_rate=1.0, steps=1,
+                               delta=dp.delta, max_grad_norm=sensitivity, mechanism="gaussian")
+        held: list[Any] = []
+        try:
+            for pid in ids:
+                held.append(gate.reserve(pid, dp.asset_id, event, round_id=f"r{round_id}-central"))
+        except Exception:
+            for r in held:
+                gate.abort(r.reservation_id)
+            raise
+        noise = csprng_normal(values.size).reshape(values.shape)
+        noisy = values + dp.noise_multiplier * sensitivity * noise
+        for r in held:
+            gate.commit(r.reservation_id)
+        return noisy
+
+    # -- shares mode: Beaver triples ------------------------------------------------
+
+    def deal(self, *, round_id: int, tensor: str, count: int, key_aggregator: ShareMacKey,
+             key_helper: ShareMacKey) -> tuple[bytes, bytes]:  # fmt: skip
+        """Deal ``count`` Beaver triples; return (blob for the aggregator, blob for the helper).
+
+        The authority holds no shares in this mode, so the masked openings it
+        never sees could not tell it anything either.
+        """
+        label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
+        t0, t1 = deal_triples(count, label=label, seeded=True)
+        self.log.append(DecryptionRecord(round_id, f"triples:{tensor}", "triples", (count,), 0,
+                                         (), False, time.time()))  # fmt: skip
+        return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
+
+
+def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tuple[int, int]]:
+    round_id, purpose = header.get("round_id"), header.get("purpose")
+    ids, shape = header.get("participant_ids"), header.get("shape")
+    if not isinstance(round_id, int) or round_id < 0:
+        raise AuthorityRequestMalformed("request needs an integer round_id >= 0")
+    if purpose not in (*AGGREGATE_PURPOSES, "score"):
+        raise AuthorityRequestMalformed(
+            f"purpose {purpose!r} is unknown; allowed: {[*AGGREGATE_PURPOSES, 'score']}")
+    if not isinstance(ids, list) or not ids or not all(isinstance(p, str) for p in ids):
+        raise AuthorityRequestMalformed("request needs a non-empty participant_ids list")
+    if (not isinstance(shape, list) or len(shape) != 2
+            or not all(isinstance(s, int) and s >= 1 for s in shape)):
+        raise AuthorityRequestMalformed(f"request shape must be [rows, cols], got {shape!r}")
+    return round_id, str(purpose), list(ids), (shape[0], shape[1])
+
+
+def decryption_request(*, round_id: int, purpose: str, participant_ids: Sequence[str],
+                       shape: tuple[int, int], ciphertext: bytes,
+                       **extra: object) -> bytes:  # fmt: skip
+    """Build the bytes of a decryption request (aggregator side)."""
+    header: dict[str, object] = {"round_id": round_id, "purpose": purpose,
+                                 "participant_ids": list(participant_ids), "shape": list(shape)}
+    header.update(extra)
+    return encode_frame(REQUEST_MAGIC, header, ciphertext)

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from secure_fed.errors import (
+    SecureFedError,
+    UploadMalformed,
+    UploadParticipantUnknown,
+    UploadReplayed,
+    UploadSignatureInvalid,
+)
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.scoring.outlier import MemoryAuditSink
+from tests.secure_fed.secure.helpers import Harness, population
+
+N, C = 40, 4
+IDS = ["a", "b", "c"]
+
+
+@pytest.fixture
+def harness(tmp_path):  # type: ignore[no-untyped-def]
+    sink = MemoryAuditSink()
+    dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=IDS,
+                                  min_participants=2, audit=sink)
+    h = Harness(dep, tmp_path, ids=IDS, min_participants=2, audit=sink)
+    h.engine.open(h.config(1))
+    h.engine.start_collecting(1)
+    h.sink = sink
+    return h
+
+
+def _flip(data: bytes, pos: int) -> bytes:
+    out = bytearray(data)
+    out[pos] ^= 1
+    return bytes(out)
+
+
+def test_valid_envelope_is_accepted(harness) -> None:  # type: ignore[no-untyped-def]
+    env = harness.envelope("a", population(1, N, C)["p00"], 1)
+    assert harness.verifier.accept(env, round_id=1) == "a"
+    assert "a" in harness.engine.state(1).uploads
+
+
+def _head_len(env: bytes) -> int:
+    return struct.unpack(">I", env[5:9])[0]
+
+
+@pytest.mark.parametrize("case,error,fragment", [
+    ("oversize", UploadMalformed, "at most"),
+    ("magic", UploadMalformed, "SFSE"),
+    ("signature", UploadSignatureInvalid, "does not verify"),
+    ("payload", UploadSignatureInvalid, "does not verify"),
+    ("sig_len", UploadSignatureInvalid, "length"),
+    ("unknown", UploadParticipantUnknown, "'a'"),
+])
+def test_each_rejection_is_typed_and_audited(harness, case, error, fragment) -> None:  # type: ignore[no-untyped-def]
+    env = harness.envelope("a", population(1, N, C)["p00"], 1)
+    hl = _head_len(env)
+    if case == "oversize":
+        harness.verifier.max_bytes = len(env) - 1
+    elif case == "magic":
+        env = b"XXXX" + env[4:]
+    elif case == "signature":
+        env = _flip(env, 11 + hl + 20)
+    elif case == "payload":
+        env = _flip(env, len(env) - 3)  # the signature covers the upload digest
+    elif case == "sig_len":
+        env = env[: 9 + hl] + struct.pack(">H", 999) + env[11 + hl :]
+    elif case == "unknown":
+        del harness.verifier.keys["a"]
+    with pytest.raises(error, match=fragment):
+        harness.verifier.accept(env, round_id=1)
+    rejected = harness.sink.named("upload.rejected")
+    assert rejected and rejected[-1]["code"] == error.code
+    assert harness.engine.state(1).uploads == {}
+
+
+def test_replay_is_caught_after_the_signature(harness) -> None:  # type: ignore[no-untyped-def]
+    env = harness.envelope("a", population(1, N, C)["p00"], 1)
+    harness.verifier.accept(env, round_id=1)
+    with pytest.raises(UploadReplayed):
+        harness.verifier.accept(env, round_id=1)
+    assert harness.sink.named("upload.rejected")[-1]["code"] == UploadReplayed.code
+
+
+def test_params_mismatch_is_refused(harness) -> None:  # type: ignore[no-untyped-def]
+    harness.verifier.params = "CKKS_SCORING"
+    with pytest.raises(UploadMalformed, match="params"):
+        harness.verifier.accept(harness.envelope("b", population(1, N, C)["p00"], 1), round_id=1)
+
+
+def test_a_rejected_upload_does_not_disturb_the_round(harness) -> None:  # type: ignore[no-untyped-def]
+    preds = population(3, N, C)
+    bad = _flip(harness.envelope("a", preds["p00"], 1), 40)
+    with pytest.raises(SecureFedError):
+        harness.verifier.accept(bad, round_id=1)
+    for pid, key in zip(IDS, preds, strict=True):
+        harness.verifier.accept(harness.envelope(pid, preds[key], 1), round_id=1)
+    harness.engine.close(1)
+    harness.engine.filter(1)
+    harness.engine.publish(1)
+    assert harness.engine.state(1).stage.value == "published"

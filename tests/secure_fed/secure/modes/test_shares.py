@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secure_fed.errors import (
+    AggregationInvalid,
+    AuthorityRequestMalformed,
+    ModeSetupInvalid,
+    OpeningRefused,
+    UploadMalformed,
+)
+from secure_fed.secure.modes.shares import SharesAggregator, SharesEncoder
+from secure_fed.secure.parties.helper import HELPER_MAGIC
+from secure_fed.wire import decode_frame, encode_frame
+from tests.secure_fed.secure.conftest import IDS, C, N
+from tests.secure_fed.secure.helpers import BOUND, population
+
+
+def _payload(dep, pid: str, matrix: np.ndarray) -> bytes:  # type: ignore[no-untyped-def]
+    return dep.encoder(pid, bound=BOUND).encode(matrix)
+
+
+def test_upload_is_under_one_megabyte_per_10k_values(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    payload = _payload(dep, "p00", population(1, N, C)["p00"])
+    assert len(payload) < 8 * N * C + 1024  # one 8-byte share per value + framing, seed, tags
+
+
+def test_tampered_share_and_sealed_seed_are_detected(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    agg = dep.aggregator(bound=BOUND)
+    payload = bytearray(_payload(dep, "p00", population(1, N, C)["p00"]))
+    head, body = decode_frame(bytes(payload), b"SFSH", max_bytes=1 << 30)
+    offset = len(payload) - len(body)
+    cases = ((offset + 100, "aggregator share"), (len(payload) - 5, "helper share"))
+    for position, fragment in cases:
+        bad = bytearray(payload)
+        bad[position] ^= 1
+        with pytest.raises(UploadMalformed, match=fragment):
+            agg.load(bytes(bad))
+
+
+def test_shares_from_another_participant_are_refused(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    agg = dep.aggregator(bound=BOUND)
+    payload = _payload(dep, "p00", population(1, N, C)["p00"])
+    handle = agg.load(payload)
+    with pytest.raises(AggregationInvalid, match="p01"):
+        agg.weighted_sum({"p01": handle}, {"p01": 1.0})
+    stranger = SharesEncoder(shape=(N, C), bound=BOUND, participant_id="zz",
+                             secrets_by_party={"aggregator": b"a" * 32, "helper": b"h" * 32})
+    with pytest.raises(UploadMalformed, match="zz"):
+        agg.load(stranger.encode(population(1, N, C)["p00"]))
+
+
+def test_dropout_contributes_nothing_and_small_openings_are_refused(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    preds = population(4, N, C, seed=5)
+    agg = dep.aggregator(bound=BOUND)
+    handles = {p: agg.load(_payload(dep, p, m)) for p, m in preds.items() if p != "p03"}
+    out = agg.reveal(agg.weighted_sum(handles, {p: 1.0 for p in handles}))
+    np.testing.assert_allclose(out, np.mean([preds[p] for p in handles], axis=0), atol=1e-3)
+    two = {p: handles[p] for p in ("p00", "p01")}
+    with pytest.raises(OpeningRefused, match="at least 3"):
+        agg.reveal(agg.weighted_sum(two, {p: 0.5 for p in two}))
+    assert not dep.helper.log[-1].released
+
+
+def test_helper_refuses_unknown_ops_and_uploads(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    with pytest.raises(AuthorityRequestMalformed, match="unknown"):
+        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "reveal_one"}))
+    with pytest.raises(AuthorityRequestMalformed, match="no share"):
+        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "linear", "uids": ["nope"],
+                                                      "weights": [1.0], "round_id": 0}))
+    with pytest.raises(AuthorityRequestMalformed, match="HELPER_MAGIC|SFHR"):
+        dep.helper.handle(b"SFKR" + bytes(20))
+
+
+def test_setup_errors() -> None:
+    with pytest.raises(ModeSetupInvalid, match="participant_id"):
+        SharesEncoder(shape=(N, C), bound=BOUND)
+    with pytest.raises(ModeSetupInvalid, match="helper"):
+        SharesAggregator(shape=(N, C), bound=BOUND, secrets={"a": b"x" * 32})
+    with pytest.raises(ModeSetupInvalid, match="exceeds"):
+        SharesEncoder(shape=(N, C), bound=9.0, participant_id="a",
+                      secrets_by_party={"aggregator": b"a" * 32, "helper": b"h" * 32})
+    assert set(IDS) >= {"p00"}

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crypto.ckks import pack_class_major, weighted_sum
+from crypto.shares import ShareLabel, ShareMacKey, TripleShare
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    DecryptionRefused,
+    KeyAuthorityConfigInvalid,
+)
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.secure.parties.key_authority import CentralDP, KeyAuthority, decryption_request
+from secure_fed.secure.scoring.outlier import MemoryAuditSink
+from tests.secure_fed.secure.conftest import IDS, C, N
+from tests.secure_fed.secure.helpers import population
+
+
+@pytest.fixture(scope="module")
+def uploads(ckks):  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    preds = population(4, N, C, seed=21)
+    return preds, {p: pack_class_major(dep.public_context, m) for p, m in preds.items()}
+
+
+def _request(purpose: str, ids: list[str], ct: bytes, shape=(N, C), **extra) -> bytes:  # type: ignore[no-untyped-def]
+    return decryption_request(round_id=1, purpose=purpose, participant_ids=ids, shape=shape,
+                              ciphertext=ct, **extra)
+
+
+def test_aggregate_over_enough_participants_is_released_flooded(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
+    dep, sink = ckks
+    preds, ups = uploads
+    ids = sorted(ups)[:3]
+    agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
+    from secure_fed.wire import decode_array, decode_frame
+    head, raw = decode_frame(dep.authority.handle(_request("aggregate", ids, agg.to_bytes())),
+                             b"SFKA", max_bytes=1 << 30)
+    out = decode_array(head["array"], raw)
+    np.testing.assert_allclose(out, np.mean([preds[p] for p in ids], axis=0), atol=5e-3)
+    assert dep.authority.log[-1].contributors == 3 and dep.authority.log[-1].released
+    assert sink.named("decryption.released")[-1]["contributors"] == 3
+
+
+def test_single_upload_and_small_aggregates_are_refused(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
+    dep, sink = ckks
+    _, ups = uploads
+    one = ups["p00"].to_bytes()
+    with pytest.raises(DecryptionRefused, match="single participant's upload"):
+        dep.authority.handle(_request("aggregate", IDS[:3], one))  # an upload is not an aggregate
+    with pytest.raises(DecryptionRefused, match="single participant's upload"):
+        dep.authority.handle(_request("score", ["p00"], one))
+    two = weighted_sum([ups["p00"], ups["p01"]], [0.5, 0.5]).to_bytes()
+    with pytest.raises(DecryptionRefused, match="2 < 3"):
+        dep.authority.handle(_request("mean", ["p00", "p01"], two))
+    with pytest.raises(DecryptionRefused, match="contributor count"):
+        dep.authority.handle(_request("mean", ["p00", "p01", "p02"], two))
+    with pytest.raises(DecryptionRefused, match="exactly one"):
+        dep.authority.handle(_request("score", ["p00", "p01"], one))
+    assert sink.named("access.denied")
+    assert not dep.authority.log[-1].released
+
+
+@pytest.mark.parametrize("mutate,fragment", [
+    (lambda r: r[:10], "SFKR"),
+    (lambda r: b"XXXX" + r[4:], "SFKR"),
+])
+def test_malformed_frames_are_refused(ckks, mutate, fragment) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    with pytest.raises(AuthorityRequestMalformed, match=fragment):
+        dep.authority.handle(mutate(_request("mean", IDS[:3], b"x" * 20)))
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("purpose", "vector", "purpose"), ("participant_ids", [], "participant_ids"),
+    ("shape", [3], "shape"), ("round_id", -1, "round_id"),
+])
+def test_bad_request_headers_are_refused(ckks, field, value, fragment) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    from secure_fed.wire import encode_frame
+    header = {"round_id": 1, "purpose": "mean", "participant_ids": IDS[:3], "shape": [N, C]}
+    header[field] = value
+    with pytest.raises(AuthorityRequestMalformed, match=fragment):
+        dep.authority.handle(encode_frame(b"SFKR", header, b"x"))
+
+
+def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    _, ups = uploads
+    gate = InMemoryBudgetGate(epsilon=100.0, delta=1e-5)
+    ids = sorted(ups)[:3]
+    for p in ids:
+        gate.set_budget(p, "private-train", epsilon=100.0)
+    ka = KeyAuthority(min_participants=3, keys=None, central_dp=CentralDP(noise_multiplier=5.0),
+                      budget=gate, audit=MemoryAuditSink())
+    ka.keys = dep.authority.keys  # the same key epoch, a second authority object
+    agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
+    ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))
+    assert ka.log[-1].central_dp
+    assert all(gate.epsilon_spent(p, "private-train") > 0 for p in ids)
+    with pytest.raises(AuthorityRequestMalformed, match="max_weight"):
+        ka.handle(_request("aggregate", ids, agg.to_bytes()))
+
+
+def test_config_errors() -> None:
+    with pytest.raises(KeyAuthorityConfigInvalid, match="min_participants"):
+        KeyAuthority(min_participants=1)
+    with pytest.raises(KeyAuthorityConfigInvalid, match="budget"):
+        KeyAuthority(min_participants=2, central_dp=CentralDP(noise_multiplier=1.0))
+    with pytest.raises(KeyAuthorityConfigInvalid, match="noise_multiplier"):
+        CentralDP(noise_multiplier=0.0)
+    with pytest.raises(KeyAuthorityConfigInvalid, match="delta"):
+        CentralDP(noise_multiplier=1.0, delta=1.0)
+    with pytest.raises(KeyAuthorityConfigInvalid, match="no CKKS keys"):
+        _ = KeyAuthority(min_participants=2).public_context
+
+
+def test_dealt_triples_multiply() -> None:
+    ka = KeyAuthority(min_participants=2)
+    ka_a, ka_h = ShareMacKey.generate(recipient="a"), ShareMacKey.generate(recipient="h")
+    blob_a, blob_h = ka.deal(round_id=2, tensor="t", count=5, key_aggregator=ka_a, key_helper=ka_h)
+    label = ShareLabel(round_id=2, participant_id="beaver", tensor="t")
+    t0 = TripleShare.parse(blob_a, key=ka_a, label=label, party=0, seeded=True, count=5)
+    t1 = TripleShare.parse(blob_h, key=ka_h, label=label, party=1, count=5)
+    (a0, b0, c0), (a1, b1, c1) = t0.parts(), t1.parts()
+    assert np.array_equal((a0 + a1) * (b0 + b1), c0 + c1)
+    assert ka.log[-1].kind == "triples" and not ka.log[-1].released
