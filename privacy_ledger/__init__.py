@@ -12,15 +12,15 @@ from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.verify.log import VerificationReport, verify_log
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.service import PrivacyLedger
-from privacy_ledger.budget.types import AuditSink, BudgetStatus, Reservation, RoundEpsilon
+from privacy_ledger.budget.types import AuditAppender, BudgetStatus, Reservation, RoundEpsilon
 from privacy_ledger.db import create_ledger_engine, upgrade
 from privacy_ledger.errors import BudgetExceeded, LedgerError
 from privacy_ledger.rounds import RoundStore
 
 __all__ = [
+    "AuditAppender",
     "AuditEvent",
     "AuditLog",
-    "AuditSink",
     "BudgetExceeded",
     "BudgetStatus",
     "LedgerError",

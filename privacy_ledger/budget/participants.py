@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from privacy_ledger.budget.types import AuditSink
+from privacy_ledger.budget.types import AuditAppender
 from privacy_ledger.errors import (
     AssetUnknown,
     LedgerParameterInvalid,
@@ -77,7 +77,7 @@ class ParticipantRegistry:
         self,
         engine: Engine,
         *,
-        audit: AuditSink | None = None,
+        audit: AuditAppender | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(engine, Engine):

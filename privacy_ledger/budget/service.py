@@ -9,7 +9,7 @@ recording nothing as spent. Refuse-before-running follows OpenDP's odometers
 and Tumult's ``InsufficientBudgetError`` (NOTES.md section 3).
 
 Every change (budget set, reservation, commit, abort, expiry, refusal) writes
-an audit event through :class:`~privacy_ledger.budget.types.AuditSink` in the
+an audit event through :class:`~privacy_ledger.budget.types.AuditAppender` in the
 *same transaction* as the row change.
 
 Protocol for callers: reserve, run the mechanism, ``commit``, and only then
@@ -34,7 +34,7 @@ from privacy_ledger.budget.event_rows import audit_value, event_fields, new_row,
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.participants import check_id, parse_epsilon
 from privacy_ledger.budget.queries import BudgetQueries
-from privacy_ledger.budget.types import AuditSink, Reservation
+from privacy_ledger.budget.types import AuditAppender, Reservation
 from privacy_ledger.db import create_ledger_engine, current_revision, head_revision, upgrade
 from privacy_ledger.errors import (
     BudgetExceeded,
@@ -73,7 +73,7 @@ class PrivacyLedger(BudgetQueries):
         cls,
         url: str,
         *,
-        audit: AuditSink | None = None,
+        audit: AuditAppender | None = None,
         create: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> PrivacyLedger:

@@ -1,6 +1,6 @@
 """Value types of the budget service and the audit interface it writes through.
 
-:class:`AuditSink` is the small interface (STYLE.md rule 1) the ledger needs
+:class:`AuditAppender` is the small interface (STYLE.md rule 1) the ledger needs
 from the audit log: ``privacy_ledger.audit.log.AuditLog`` implements it, and any
 object with the same ``append`` works. ``append`` must add rows to the
 caller's session *without committing*, so that a budget change and its audit
@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session
 
 from privacy_ledger.budget.mechanism import MechanismEvent
 
-__all__ = ["AuditSink", "BudgetStatus", "Reservation", "RoundEpsilon"]
+__all__ = ["AuditAppender", "BudgetStatus", "Reservation", "RoundEpsilon"]
 
 
-class AuditSink(Protocol):
+class AuditAppender(Protocol):
     """Where the ledger writes its audit events (``budget.set``, ``budget.reserved``...)."""
 
     def append(
