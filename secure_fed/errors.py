@@ -1,14 +1,29 @@
-"""Typed errors of the ``secure_fed`` package, each with a stable code.
+"""Typed errors of the ``secure_fed`` package, grouped into families.
 
-Add narrow subclasses at the end of this file; give each a heading
-``### CODE`` in ``docs/audit/errors-secure-fed.md``.
+Every error derives from :class:`SecureFedError` through exactly one family,
+so a caller can catch what it can act on (``except UploadRejected``) without
+listing siblings. Each class, family or concrete, has a stable ``code`` and a
+``### CODE`` heading in ``docs/audit/errors-secure-fed.md``. Families are
+never raised themselves; a new error goes under the family a caller would
+catch it with (``tests/secure_fed/test_errors.py`` checks the shape).
+``__all__`` lists the base and the families; import a concrete error by name.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["SecureFedError"]
+__all__ = [
+    "SecureFedError",
+    "ConfigurationInvalid",
+    "UploadRejected",
+    "RoundStateError",
+    "AggregationFailed",
+    "ReleaseRefused",
+    "DataError",
+    "TrainingError",
+    "BudgetError",
+]
 
 
 class SecureFedError(Exception):
@@ -30,157 +45,280 @@ class SecureFedError(Exception):
         return f"[{self.code}] {self.message}"
 
 
-# --- federation: schema registry, round engine, aggregation, attacks -------------------
+# --- ConfigurationInvalid: the caller's own settings ----------------------------------
 
 
-class SchemaInvalid(SecureFedError):
-    """A model schema, semantic version or output spec is malformed."""
+class ConfigurationInvalid(SecureFedError):
+    """A setting, parameter or registry name chosen by the caller is invalid.
 
-    code: ClassVar[str] = "SCHEMA_INVALID"
+    Raised before any work: nothing was trained, uploaded, opened or spent.
+    The message names the parameter; fix it and retry.
+    """
 
-
-class SchemaUnknown(SecureFedError):
-    """An upload declares a model id or version the schema registry does not know."""
-
-    code: ClassVar[str] = "SCHEMA_UNKNOWN"
+    code = "CONFIGURATION_INVALID"
 
 
-class SchemaMajorMismatch(SchemaInvalid):
-    """An upload's schema MAJOR version differs from the round's."""
-
-    code: ClassVar[str] = "SCHEMA_MAJOR_MISMATCH"
-
-
-class OutputSpecMismatch(SchemaInvalid):
-    """An upload's output spec (classes, representation, bound) differs from the round's."""
-
-    code: ClassVar[str] = "SCHEMA_OUTPUT_SPEC_MISMATCH"
-
-
-class RoundConfigInvalid(SecureFedError):
+class RoundConfigInvalid(ConfigurationInvalid):
     """A round configuration or engine parameter is invalid."""
 
-    code: ClassVar[str] = "ROUND_CONFIG_INVALID"
+    code = "ROUND_CONFIG_INVALID"
 
 
-class RoundOutOfOrder(SecureFedError):
-    """A step or message arrived in a stage that does not allow it."""
-
-    code: ClassVar[str] = "ROUND_OUT_OF_ORDER"
-
-
-class RoundNotFound(SecureFedError):
-    """A message names a round the aggregator never opened."""
-
-    code: ClassVar[str] = "ROUND_NOT_FOUND"
-
-
-class StaleRound(SecureFedError):
-    """A message or config names a round older than the current one."""
-
-    code: ClassVar[str] = "ROUND_STALE"
-
-
-class UploadLate(SecureFedError):
-    """An upload arrived after the round's deadline."""
-
-    code: ClassVar[str] = "UPLOAD_LATE"
-
-
-class TooFewParticipants(SecureFedError):
-    """Fewer than ``min_participants`` uploads arrived; the round was aborted."""
-
-    code: ClassVar[str] = "ROUND_TOO_FEW_PARTICIPANTS"
-
-
-class UploadMalformed(SecureFedError):
-    """Upload bytes fail size, framing, shape or range validation."""
-
-    code: ClassVar[str] = "UPLOAD_MALFORMED"
-
-
-class UploadReplayed(SecureFedError):
-    """An upload reuses a nonce the aggregator has already seen."""
-
-    code: ClassVar[str] = "UPLOAD_REPLAYED"
-
-
-class UploadDuplicate(SecureFedError):
-    """A participant uploads twice in the same round."""
-
-    code: ClassVar[str] = "UPLOAD_DUPLICATE"
-
-
-class UnknownMode(SecureFedError):
-    """An aggregation mode name is not in the registry."""
-
-    code: ClassVar[str] = "AGGREGATION_UNKNOWN_MODE"
-
-
-class AggregationInvalid(SecureFedError):
-    """Aggregation inputs are inconsistent (no uploads, bad weights, mixed handles)."""
-
-    code: ClassVar[str] = "AGGREGATION_INVALID"
-
-
-class UnknownAttack(SecureFedError):
-    """An attack name is not in the attack registry."""
-
-    code: ClassVar[str] = "ATTACK_UNKNOWN"
-
-
-class AttackSpecInvalid(SecureFedError):
-    """An ``--attack KIND:COUNT`` specification or attack parameter is malformed."""
-
-    code: ClassVar[str] = "ATTACK_SPEC_INVALID"
-
-
-class WeightingInvalid(SecureFedError):
-    """Dynamic-weighting parameters or inputs are invalid."""
-
-    code: ClassVar[str] = "WEIGHTING_INVALID"
-
-
-class FederationConfigInvalid(SecureFedError):
+class FederationConfigInvalid(ConfigurationInvalid):
     """A federation or demo configuration is invalid."""
 
-    code: ClassVar[str] = "FEDERATION_CONFIG_INVALID"
+    code = "FEDERATION_CONFIG_INVALID"
 
 
-# --- learning building blocks (models, data, dp, distill, budget) ---------
+class SchemaInvalid(ConfigurationInvalid):
+    """A model schema, semantic version or output spec is malformed."""
+
+    code = "SCHEMA_INVALID"
 
 
-class LearningParameterInvalid(SecureFedError):
+class ModeSetupInvalid(ConfigurationInvalid):
+    """A secure mode lacks its key material or was wired with inconsistent parties."""
+
+    code = "MODE_SETUP_INVALID"
+
+
+class UnknownMode(ConfigurationInvalid):
+    """An aggregation mode name is not in the registry."""
+
+    code = "AGGREGATION_UNKNOWN_MODE"
+
+
+class KeyAuthorityConfigInvalid(ConfigurationInvalid):
+    """A key-authority or central-DP parameter is invalid; the message names it."""
+
+    code = "KEY_AUTHORITY_CONFIG_INVALID"
+
+
+class OutlierConfigInvalid(ConfigurationInvalid):
+    """An outlier-policy parameter or input score is invalid; the message names it."""
+
+    code = "OUTLIER_CONFIG_INVALID"
+
+
+class WeightingInvalid(ConfigurationInvalid):
+    """Dynamic-weighting parameters or inputs are invalid."""
+
+    code = "WEIGHTING_INVALID"
+
+
+class LearningParameterInvalid(ConfigurationInvalid):
     """A learning argument (fraction, batch size, temperature, ...) is out of range."""
 
     code = "LEARNING_PARAMETER_INVALID"
 
 
-class UnknownModel(SecureFedError):
+class UnknownModel(ConfigurationInvalid):
     """A model name is not in the model registry; the message lists the registry."""
 
     code = "LEARNING_UNKNOWN_MODEL"
 
 
-class ModelUnsupported(SecureFedError):
-    """A module cannot be trained privately by Opacus (e.g. BatchNorm); layers are listed."""
+class UnknownAttack(ConfigurationInvalid):
+    """An attack name is not in the attack registry."""
 
-    code = "LEARNING_MODEL_UNSUPPORTED"
+    code = "ATTACK_UNKNOWN"
 
 
-class UnknownDataset(SecureFedError):
+class AttackSpecInvalid(ConfigurationInvalid):
+    """An ``--attack KIND:COUNT`` specification or attack parameter is malformed."""
+
+    code = "ATTACK_SPEC_INVALID"
+
+
+# --- UploadRejected: one participant's upload, refused before it is stored ------------
+
+
+class UploadRejected(SecureFedError):
+    """One upload was refused before it was stored.
+
+    The round and every other upload are untouched; the sender may be faulty
+    or hostile. The envelope gate records the concrete code in an
+    ``upload.rejected`` audit event.
+    """
+
+    code = "UPLOAD_REJECTED"
+
+
+class UploadMalformed(UploadRejected):
+    """Upload bytes fail size, framing, shape or range validation."""
+
+    code = "UPLOAD_MALFORMED"
+
+
+class UploadSignatureInvalid(UploadRejected):
+    """An upload envelope's SM2 signature does not verify under the sender's registered key."""
+
+    code = "UPLOAD_SIGNATURE_INVALID"
+
+
+class UploadParticipantUnknown(UploadRejected):
+    """An upload names a participant the ledger has not registered."""
+
+    code = "UPLOAD_PARTICIPANT_UNKNOWN"
+
+
+class UploadLate(UploadRejected):
+    """An upload arrived after the round's deadline."""
+
+    code = "UPLOAD_LATE"
+
+
+class UploadReplayed(UploadRejected):
+    """An upload reuses a nonce the aggregator has already seen."""
+
+    code = "UPLOAD_REPLAYED"
+
+
+class UploadDuplicate(UploadRejected):
+    """A participant uploads twice in the same round."""
+
+    code = "UPLOAD_DUPLICATE"
+
+
+class SchemaUnknown(UploadRejected):
+    """An upload declares a model id or version the schema registry does not know."""
+
+    code = "SCHEMA_UNKNOWN"
+
+
+class SchemaMajorMismatch(UploadRejected):
+    """An upload's schema MAJOR version differs from the round's."""
+
+    code = "SCHEMA_MAJOR_MISMATCH"
+
+
+class OutputSpecMismatch(UploadRejected):
+    """An upload's output spec (classes, representation, bound) differs from the round's."""
+
+    code = "SCHEMA_OUTPUT_SPEC_MISMATCH"
+
+
+# --- RoundStateError: the message does not fit the round's state ----------------------
+
+
+class RoundStateError(SecureFedError):
+    """A step or message does not fit the state of its round.
+
+    Wrong stage, a round never opened or already superseded, or too few
+    uploads to go on. The stored round state stays consistent.
+    """
+
+    code = "ROUND_STATE_ERROR"
+
+
+class RoundOutOfOrder(RoundStateError):
+    """A step or message arrived in a stage that does not allow it."""
+
+    code = "ROUND_OUT_OF_ORDER"
+
+
+class RoundNotFound(RoundStateError):
+    """A message names a round the aggregator never opened."""
+
+    code = "ROUND_NOT_FOUND"
+
+
+class StaleRound(RoundStateError):
+    """A message or config names a round older than the current one."""
+
+    code = "ROUND_STALE"
+
+
+class TooFewParticipants(RoundStateError):
+    """Fewer than ``min_participants`` uploads arrived; the round was aborted."""
+
+    code = "ROUND_TOO_FEW_PARTICIPANTS"
+
+
+# --- AggregationFailed: the servers cannot score or combine what they hold ------------
+
+
+class AggregationFailed(SecureFedError):
+    """The servers could not score or aggregate the uploads they hold.
+
+    Inconsistent inputs (no uploads, bad weights, handles of another mode,
+    mismatched shapes) or a degenerate covariance. Nothing was published.
+    """
+
+    code = "AGGREGATION_FAILED"
+
+
+class AggregationInvalid(AggregationFailed):
+    """Aggregation inputs are inconsistent (no uploads, bad weights, mixed handles)."""
+
+    code = "AGGREGATION_INVALID"
+
+
+class ScoringInvalid(AggregationFailed):
+    """Mahalanobis scoring inputs or parameters are invalid (shapes, degenerate covariance)."""
+
+    code = "SCORING_INVALID"
+
+
+# --- ReleaseRefused: a gatekeeper released nothing ------------------------------------
+
+
+class ReleaseRefused(SecureFedError):
+    """The key authority or the shares-mode helper released nothing.
+
+    The request was malformed, or it asked for a value outside the round's
+    release plan (one participant's vector, an aggregate over too few).
+    """
+
+    code = "RELEASE_REFUSED"
+
+
+class AuthorityRequestMalformed(ReleaseRefused):
+    """A request to the key authority or the helper is not a valid frame for its kind."""
+
+    code = "AUTHORITY_REQUEST_MALFORMED"
+
+
+class DecryptionRefused(ReleaseRefused):
+    """The key authority refused to decrypt a value.
+
+    It is neither an aggregate over enough participants nor a single scalar score.
+    """
+
+    code = "KEY_AUTHORITY_DECRYPTION_REFUSED"
+
+
+class OpeningRefused(ReleaseRefused):
+    """The shares-mode helper refused to release its share of a value.
+
+    It is neither an aggregate over enough participants nor a single scalar score.
+    """
+
+    code = "SHARES_OPENING_REFUSED"
+
+
+# --- DataError: a participant's data cannot be loaded or split ------------------------
+
+
+class DataError(SecureFedError):
+    """A dataset cannot be found, loaded or split as asked; nothing was trained."""
+
+    code = "LEARNING_DATA_ERROR"
+
+
+class UnknownDataset(DataError):
     """A dataset name is not in the dataset registry; the message lists the registry."""
 
     code = "LEARNING_UNKNOWN_DATASET"
 
 
-class DatasetUnavailable(SecureFedError):
+class DatasetUnavailable(DataError):
     """A registered dataset needs files that are not installed on this machine."""
 
     code = "LEARNING_DATASET_UNAVAILABLE"
 
 
-class TabularDataInvalid(SecureFedError):
+class TabularDataInvalid(DataError):
     """A CSV/Parquet/torch dataset is unreadable, empty, lacks the label or is non-numeric."""
 
     code = "LEARNING_TABULAR_INVALID"
@@ -204,88 +342,49 @@ class NonNumericData(TabularDataInvalid):
     code = "LEARNING_NON_NUMERIC_DATA"
 
 
-class SplitImpossible(SecureFedError):
+class SplitImpossible(DataError):
     """A data split cannot satisfy its constraints (too few rows for the parts asked)."""
 
     code = "LEARNING_SPLIT_IMPOSSIBLE"
 
 
-class PrivateTrainingFailed(SecureFedError):
+# --- TrainingError: private training cannot run as planned ----------------------------
+
+
+class TrainingError(SecureFedError):
+    """Private training cannot run as planned; any reservation is aborted, nothing released."""
+
+    code = "LEARNING_TRAINING_ERROR"
+
+
+class ModelUnsupported(TrainingError):
+    """A module cannot be trained privately by Opacus (e.g. BatchNorm); layers are listed."""
+
+    code = "LEARNING_MODEL_UNSUPPORTED"
+
+
+class PrivateTrainingFailed(TrainingError):
     """DP-SGD could not run as planned (e.g. the Poisson plan differs from Opacus')."""
 
     code = "LEARNING_PRIVATE_TRAINING_FAILED"
 
 
-class BudgetRefused(SecureFedError):
+# --- BudgetError: the in-memory budget gate said no -----------------------------------
+
+
+class BudgetError(SecureFedError):
+    """The in-memory budget gate refused or could not find a reservation; nothing was spent."""
+
+    code = "LEARNING_BUDGET_ERROR"
+
+
+class BudgetRefused(BudgetError):
     """The in-memory budget gate refused a reservation; nothing was spent."""
 
     code = "LEARNING_BUDGET_REFUSED"
 
 
-class ReservationUnknown(SecureFedError):
+class ReservationUnknown(BudgetError):
     """A reservation id is unknown or was already committed or aborted."""
 
     code = "LEARNING_RESERVATION_UNKNOWN"
-
-
-class UploadParticipantUnknown(SecureFedError):
-    """An upload names a participant the ledger has not registered."""
-
-    code: ClassVar[str] = "UPLOAD_PARTICIPANT_UNKNOWN"
-
-
-# --- secure aggregation: scoring, outlier policy, key authority, helper, envelope ------
-
-
-class ScoringInvalid(SecureFedError):
-    """Mahalanobis scoring inputs or parameters are invalid (shapes, degenerate covariance)."""
-
-    code: ClassVar[str] = "SCORING_INVALID"
-
-
-class OutlierConfigInvalid(SecureFedError):
-    """An outlier-policy parameter or input score is invalid; the message names it."""
-
-    code: ClassVar[str] = "OUTLIER_CONFIG_INVALID"
-
-
-class KeyAuthorityConfigInvalid(SecureFedError):
-    """A key-authority or central-DP parameter is invalid; the message names it."""
-
-    code: ClassVar[str] = "KEY_AUTHORITY_CONFIG_INVALID"
-
-
-class AuthorityRequestMalformed(SecureFedError):
-    """A request to the key authority or the helper is not a valid frame for its kind."""
-
-    code: ClassVar[str] = "AUTHORITY_REQUEST_MALFORMED"
-
-
-class DecryptionRefused(SecureFedError):
-    """The key authority refused to decrypt a value.
-
-    It is neither an aggregate over enough participants nor a single scalar score.
-    """
-
-    code: ClassVar[str] = "KEY_AUTHORITY_DECRYPTION_REFUSED"
-
-
-class OpeningRefused(SecureFedError):
-    """The shares-mode helper refused to release its share of a value.
-
-    It is neither an aggregate over enough participants nor a single scalar score.
-    """
-
-    code: ClassVar[str] = "SHARES_OPENING_REFUSED"
-
-
-class ModeSetupInvalid(SecureFedError):
-    """A secure mode lacks its key material or was wired with inconsistent parties."""
-
-    code: ClassVar[str] = "MODE_SETUP_INVALID"
-
-
-class UploadSignatureInvalid(SecureFedError):
-    """An upload envelope's SM2 signature does not verify under the sender's registered key."""
-
-    code: ClassVar[str] = "UPLOAD_SIGNATURE_INVALID"
