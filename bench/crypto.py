@@ -2,7 +2,8 @@
 
 Run ``python bench/crypto.py`` (10 participants x 10,000 samples x 10 classes) or
 ``python bench/crypto.py --quick``; prints one JSON document. Every figure is
-measured in this run; the targets of issue 2 section 6 are checked at the end.
+measured in this run; the crypto layer's targets (sizes, errors, speed against
+FLARE; listed in ``targets`` and docs/benchmarks.md) are checked at the end.
 """
 
 from __future__ import annotations

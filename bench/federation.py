@@ -17,7 +17,7 @@ logreg, the same split, seeds and schedule:
 * ``pooled``: each architecture trained on the union of all private data
   without DP (the centralized upper reference).
 
-Targets (issue 4): mean ``fd_dp`` accuracy >= mean ``local_only_dp`` + 5 points
+Targets (docs/benchmarks.md): mean ``fd_dp`` accuracy >= mean ``local_only_dp`` + 5 points
 and >= mean ``fd_nonprivate`` - 10 points.
 """
 

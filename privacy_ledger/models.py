@@ -1,4 +1,4 @@
-"""SQLAlchemy 2.0 typed models of the privacy ledger (ARCHITECTURE.md section 4).
+"""SQLAlchemy 2.0 typed models of the privacy ledger (docs/audit/ledger.md).
 
 The schema is created only through the Alembic migrations shipped in
 ``privacy_ledger/migrations``; a test checks that these models and the
@@ -8,7 +8,7 @@ Unix epoch (UTC) stored as double precision, so the injectable clock of
 
 Epsilon limits are stored as decimal *strings*: SQLite has no exact decimal
 type, and a budget must never be compared through a float that may have
-rounded down (NOTES.md section 3).
+rounded down (docs/background.md, DP accounting).
 """
 
 from __future__ import annotations

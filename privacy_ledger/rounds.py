@@ -2,8 +2,8 @@
 
 The round protocol (``secure_fed``) is an explicit state machine; this
 repository stores its stage and JSON state so an aggregator restarts where
-it stopped, and keeps the evidence the compliance report needs (ARCHITECTURE.md
-section 5): every payload that left a participant (kind, shape, size, digest;
+it stopped, and keeps the evidence a compliance report needs
+(docs/architecture.md): every payload that left a participant (kind, shape, size, digest;
 never the data) and every decryption request. Stage transitions are checked
 by the protocol, not here; ``save`` with ``expected_stage`` gives
 compare-and-set semantics so two writers cannot both advance a round.

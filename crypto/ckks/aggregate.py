@@ -15,7 +15,7 @@ and rescale (depth 1).
 Quadratic score (CKKS_SCORING, depth 2): with class-major packing,
 ``z = L (p - mu)`` is plaintext-scalar multiplies of whole ciphertexts, then
 squares, a sum over classes and one slot sum (rotations) per chunk; this is the
-encrypted form of the pooled Mahalanobis score in ARCHITECTURE.md section 3.5.
+encrypted form of the pooled Mahalanobis score of docs/secure-aggregation.md.
 """
 
 from __future__ import annotations

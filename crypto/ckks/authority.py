@@ -1,7 +1,7 @@
 """Key-authority decryption: only aggregates and scalar scores, always noise-flooded.
 
 The key authority holds the CKKS secret key and decrypts exactly two kinds of
-ciphertexts (ARCHITECTURE.md section 2): weighted sums over several
+ciphertexts (docs/architecture.md, parties): weighted sums over several
 participants and per-participant scalar scores. It refuses uploads (a single
 participant's predictions) and aggregates claiming fewer than
 ``min_contributors``; every released value is flooded (see

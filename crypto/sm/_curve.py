@@ -1,6 +1,6 @@
 """The SM2 recommended curve (GB/T 32918.5-2017) and typed access to gmssl's curve math.
 
-gmssl 3.2.2 has no type stubs and several sharp edges (NOTES.md section 1): it
+gmssl 3.2.2 has no type stubs and several sharp edges (docs/background.md): it
 strips a leading ``"04"`` from hex public keys (which corrupts keys whose x
 starts with 0 or 4), uses :mod:`random` for nonces, and its scalar
 multiplication returns the input point for a zero scalar. This module only

@@ -1,6 +1,6 @@
 """SM4 authenticated encryption: SM4-GCM (GB/T 32907-2016 block cipher, RFC 8998 mode).
 
-Only an AEAD is exposed (STYLE.md rule 10): raw SM4-ECB/CBC would give neither
+Only an AEAD is exposed, on purpose: raw SM4-ECB/CBC would give neither
 integrity nor safe defaults. Each message gets a fresh 96-bit nonce from
 :func:`os.urandom`; the wire format is ``nonce (12) || ciphertext || tag (16)``.
 Associated data is required (it may be ``b""`` if the caller says so).

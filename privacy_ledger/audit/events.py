@@ -1,4 +1,4 @@
-"""Registry of audit event types (STYLE.md rule 3: one registry, errors list its names).
+"""Registry of audit event types: one registry, and errors list its names.
 
 Every audit entry names one registered event type. The built-in types below
 cover the privacy ledger and the round protocol; later packages add theirs

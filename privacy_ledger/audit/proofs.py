@@ -22,7 +22,7 @@ empty proof                             :class:`ProofSizeInvalid`
 
 In addition every proof hash must have the digest size
 (:class:`HashSizeInvalid`), which the reference leaves to the hasher.
-Verifiers return ``None`` or raise (STYLE.md rule 11).
+Verifiers return ``None`` or raise, never a bool.
 """
 
 from __future__ import annotations

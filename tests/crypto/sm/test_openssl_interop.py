@@ -1,7 +1,7 @@
 """Interoperability with the ``openssl`` command line (OpenSSL 3.x), tested both ways.
 
 OpenSSL 3.0's default SM2 ID is empty, so every ``openssl`` call names it with
-``-sigopt distid:`` / ``-pkeyopt distid:`` (NOTES.md section 1).
+``-sigopt distid:`` / ``-pkeyopt distid:`` (docs/background.md).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def test_openssl_encrypted_pkcs8_loads(work: Path) -> None:
     assert key.public_key == SM2PublicKey.from_pem((work / "ossl-pub.pem").read_bytes())
 
 
-def test_openssl_der_public_key_matches_the_notes_prefix(work: Path) -> None:
+def test_openssl_der_public_key_has_the_sm2_spki_prefix(work: Path) -> None:
     der = subprocess.run(
         ["openssl", "pkey", "-pubin", "-in", str(work / "ossl-pub.pem"), "-outform", "DER"],
         capture_output=True, check=True, timeout=60,

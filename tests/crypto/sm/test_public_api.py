@@ -1,4 +1,4 @@
-"""The public face of ``crypto.sm`` that other packages code against (issue 2, section 4)."""
+"""The public face of ``crypto.sm`` that other packages code against."""
 
 from __future__ import annotations
 

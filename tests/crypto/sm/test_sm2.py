@@ -52,7 +52,7 @@ def test_key_with_x_starting_04_works_where_gmssl_corrupts_it() -> None:
     key = _private_key_from_scalar_for_tests(D_X_04)
     xy_hex = key.public_key.to_der()[-64:].hex()
     assert xy_hex.startswith("04")
-    assert CryptSM2(private_key="", public_key=xy_hex).public_key != xy_hex  # the upstream bug
+    assert CryptSM2(private_key="", public_key=xy_hex).public_key != xy_hex  # gmssl's lstrip bug
     key.public_key.verify(b"m", key.sign(b"m"))
 
 

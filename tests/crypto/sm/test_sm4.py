@@ -19,7 +19,7 @@ from crypto.sm import SM4GCM
 
 KEY = bytes.fromhex("0123456789abcdeffedcba9876543210")
 # RFC 8998 appendix A.1. NOTE: the plaintext is the 8-byte-run pattern below,
-# not "64 bytes of AA" as NOTES.md section 1 says; only this one gives the tag.
+# not "64 bytes of AA" (an easy misreading); only this one gives the tag.
 GCM_IV = bytes.fromhex("00001234567800000000abcd")
 GCM_AAD = bytes.fromhex("feedfacedeadbeeffeedfacedeadbeefabaddad2")
 GCM_PT = b"".join(bytes([b]) * 8 for b in (0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF, 0xEE, 0xAA))
@@ -56,8 +56,8 @@ def test_rfc8998_vector_encrypts_to_pinned_ciphertext_and_tag() -> None:
     assert body[-16:] == GCM_TAG
 
 
-def test_notes_plaintext_does_not_give_the_rfc_tag() -> None:
-    # Regression for the NOTES.md slip: 64 x 0xAA must NOT reproduce the RFC tag.
+def test_misread_plaintext_does_not_give_the_rfc_tag() -> None:
+    # Regression for the misreading: 64 x 0xAA must NOT reproduce the RFC tag.
     body = SM4GCM(KEY)._encrypt_with_nonce(GCM_IV, b"\xaa" * 64, GCM_AAD)
     assert body[-16:] != GCM_TAG
 
