@@ -2,7 +2,7 @@
 
 Outcomes are either a typed :class:`crypto.errors.CryptoError` or a successful
 parse: a mutation inside a coefficient that stays below its prime is still a
-well-formed ciphertext (NOTES.md section 2); integrity is the signature's job.
+well-formed ciphertext (docs/background.md); integrity is the signature's job.
 """
 
 from __future__ import annotations
