@@ -1,0 +1,117 @@
+"""What people read: the report's tables as text, shared by the HTML and PDF renderers.
+
+Each table has a fixed set of columns with relative widths that fit the text
+width of an A4 page; long hex values are broken into groups of 16 so they
+wrap. Tables show at most ``max_rows`` rows and say so explicitly when they
+are cut (the signed JSON bundle always has every row). Values are shown as
+the ledger records them; long decimals are shortened to 6 significant
+digits for reading, except epsilons, which are shown exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from compliance.scope import NOT_RECORDED
+
+__all__ = ["Table", "ReportView", "text", "short", "hexgroups", "when", "fill", "sections_rows"]
+
+
+@dataclass
+class Table:
+    """One table for people: title, columns, relative widths, rows of text."""
+
+    key: str
+    title: str
+    columns: list[str]
+    widths: list[float]
+    rows: list[list[str]] = field(default_factory=list)
+    total: int = 0
+    intro: str = ""
+
+    @property
+    def note(self) -> str:
+        """Say when rows were left out (never silently)."""
+        if self.total > len(self.rows):
+            return (
+                f"Showing the first {len(self.rows)} of {self.total} rows; the signed JSON "
+                "bundle lists all of them."
+            )
+        return "" if self.rows else "No rows recorded in this period."
+
+
+@dataclass
+class ReportView:
+    """Title, key facts, the epsilon chart (PNG) and the tables."""
+
+    title: str
+    facts: list[tuple[str, str]]
+    tables: list[Table]
+    chart_png: bytes | None
+    verify_commands: list[str]
+
+
+def text(value: object) -> str:
+    """Render one recorded value as text (lists joined, None as a dash)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return (
+            " x ".join(text(v) for v in value)
+            if all(isinstance(v, int) for v in value)
+            else ", ".join(text(v) for v in value)
+        )
+    if isinstance(value, dict):
+        if set(value) == {"min", "max", "distinct"}:
+            lo, hi = short(value["min"]), short(value["max"])
+            return lo if lo == hi else f"{lo} to {hi} ({value['distinct']} values)"
+        return "; ".join(f"{k}={text(v)}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def short(value: object, digits: int = 6) -> str:
+    """Shorten a long decimal string to ``digits`` significant digits (else unchanged)."""
+    raw = text(value) if not isinstance(value, str) else value
+    try:
+        number = Decimal(raw)
+    except (InvalidOperation, ValueError):
+        return raw
+    if not number.is_finite() or len(raw.replace("-", "").replace(".", "")) <= digits + 1:
+        return raw
+    return f"{number:.{digits}g}"
+
+
+def when(value: object) -> str:
+    """Show an entry time to the second: ``2026-11-30 12:25:16Z``."""
+    raw = str(value)
+    if len(raw) >= 20 and raw[10] == "T" and raw.endswith("Z"):
+        return f"{raw[:10]} {raw[11:19]}Z"
+    return raw
+
+
+def hexgroups(value: object) -> str:
+    """Split a long hex string into groups of 16 characters so it wraps."""
+    raw = str(value)
+    if len(raw) <= 16 or raw == NOT_RECORDED:
+        return raw
+    return " ".join(raw[i : i + 16] for i in range(0, len(raw), 16))
+
+
+def fill(table: Table, rows: Iterable[list[str]], max_rows: int) -> Table:
+    """Add up to ``max_rows`` rows to ``table``, counting all of them."""
+    for row in rows:
+        table.total += 1
+        if len(table.rows) < max_rows:
+            table.rows.append(row)
+    return table
+
+
+def sections_rows(spools: Any, *names: str) -> Iterator[dict[str, Any]]:
+    """Yield the rows of several spooled sections in turn."""
+    for name in names:
+        yield from spools.rows(name)
