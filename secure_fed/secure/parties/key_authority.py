@@ -23,11 +23,10 @@ In shares mode the authority holds no shares; it deals Beaver triples
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -38,16 +37,19 @@ from crypto.ckks import (
     generate_keys,
     load_encrypted,
 )
-from crypto.ckks.flooding import csprng_normal
 from crypto.errors import CryptoError
 from crypto.shares import ShareLabel, ShareMacKey, deal_triples
-from privacy_ledger.budget.mechanism import MechanismEvent
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
 )
-from secure_fed.learning.budget_gate import BudgetGate
+from secure_fed.secure.parties.central_dp import (
+    CentralDP,
+    ChargeGate,
+    add_central_noise,
+    central_sensitivity,
+)
 from secure_fed.secure.scoring.outlier import AuditSink
 from secure_fed.wire import decode_frame, encode_array, encode_frame
 
@@ -61,32 +63,6 @@ _CT_MAGIC = b"SFCKCT"  # crypto.ckks.wire: magic (6) | version (1) | kind (1) | 
 _UPLOAD_KIND = 0  # index of "upload" in crypto.ckks.packing.KINDS
 #: Purposes whose ciphertext must be an aggregate over >= min_participants.
 AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CentralDP:
-    """Central Gaussian noise on the published aggregate (participant-level DP).
-
-    Parameters
-    ----------
-    noise_multiplier
-        ``z``: noise standard deviation over the L2 sensitivity (> 0).
-    delta
-        Delta recorded with the mechanism, in ``(0, 1)``.
-    asset_id
-        Ledger asset the mechanism is charged to.
-    """
-
-    noise_multiplier: float
-    delta: float = 1e-5
-    asset_id: str = "private-train"
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
-            raise KeyAuthorityConfigInvalid(
-                f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
-        if not 0 < self.delta < 1:
-            raise KeyAuthorityConfigInvalid(f"delta must be in (0, 1), got {self.delta!r}")
 
 
 @dataclass(frozen=True)
@@ -105,12 +81,6 @@ class DecryptionRecord:
 
 
 @dataclass
-class _Budget:
-    gate: BudgetGate
-    dp: CentralDP
-
-
-@dataclass
 class KeyAuthority:
     """The key authority party; talks to the aggregator in bytes (:meth:`handle`).
 
@@ -122,7 +92,7 @@ class KeyAuthority:
     keys: KeyAuthorityKeys | None = None
     audit: AuditSink | None = None
     central_dp: CentralDP | None = None
-    budget: BudgetGate | None = None
+    budget: ChargeGate | None = None
     max_request_bytes: int = 256 << 20
     log: list[DecryptionRecord] = field(default_factory=list)
 
@@ -225,33 +195,16 @@ class KeyAuthority:
                                       "shape": list(shape), "contributors": len(ids),
                                       "participant_ids": list(ids), "central_dp": dp})
 
-    def _central_noise(self, values: np.ndarray, ids: Sequence[str], header: dict[str, object],
-                       round_id: int) -> np.ndarray:  # fmt: skip
+    def _central_noise(
+        self, values: np.ndarray, ids: Sequence[str], header: dict[str, object], round_id: int
+    ) -> np.ndarray:
         dp, gate = self.central_dp, self.budget
         assert dp is not None and gate is not None  # noqa: S101 (checked in __post_init__)
         bound, max_weight = header.get("bound"), header.get("max_weight")
-        if not (isinstance(bound, int | float) and isinstance(max_weight, int | float)
-                and bound > 0 and 0 < max_weight <= 1):
-            raise AuthorityRequestMalformed(
-                "central DP needs 'bound' > 0 and 'max_weight' in (0, 1]")
-        # Replacing one participant's matrix moves the weighted sum by at most
-        # max_weight * 2 * bound per value: L2 sensitivity over all N*C values.
-        sensitivity = float(max_weight) * 2.0 * float(bound) * math.sqrt(values.size)
-        event = MechanismEvent(noise_multiplier=dp.noise_multiplier, sample_rate=1.0, steps=1,
-                               delta=dp.delta, max_grad_norm=sensitivity, mechanism="gaussian")
-        held: list[Any] = []
-        try:
-            for pid in ids:
-                held.append(gate.reserve(pid, dp.asset_id, event, round_id=f"r{round_id}-central"))
-        except Exception:
-            for r in held:
-                gate.abort(r.reservation_id)
-            raise
-        noise = csprng_normal(values.size).reshape(values.shape)
-        noisy = values + dp.noise_multiplier * sensitivity * noise
-        for r in held:
-            gate.commit(r.reservation_id)
-        return noisy
+        sens = central_sensitivity(size=values.size, bound=bound, max_weight=max_weight)
+        return add_central_noise(
+            values, dp=dp, gate=gate, participant_ids=ids, sensitivity=sens, round_id=round_id
+        )
 
     # -- shares mode: Beaver triples ------------------------------------------------
 
