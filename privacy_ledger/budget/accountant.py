@@ -1,9 +1,9 @@
 """Epsilon of a whole mechanism history, recomputed with Opacus' accountants.
 
-Implements the accounting of NOTES.md section 3: the ledger never sums
-per-round epsilons (20 rounds of sigma 1, q 0.01, 500 steps are 6.71 when
-composed, 33.1 when summed). It keeps the mechanism events and recomputes
-epsilon over the full history with
+The ledger never sums per-round epsilons: composition is sub-additive, so a
+sum overstates the loss (20 rounds of sigma 1, q 0.01, 500 steps at delta 1e-5
+are 6.71 when composed, 33.1 when summed; see ``docs/audit/ledger.md``). It
+keeps the mechanism events and recomputes epsilon over the full history with
 
 * ``rdp``: Renyi DP of the Poisson-subsampled Gaussian mechanism (Mironov 2017;
   Mironov, Talwar, Zhang 2019), converted to (epsilon, delta) with Balle et al.
@@ -17,6 +17,9 @@ The Gaussian (GDP/CLT) accountant is refused for enforcement: it can
 underestimate epsilon. Results are rounded *up* to :data:`EPSILON_QUANTUM`
 and returned as :class:`~decimal.Decimal`, so comparisons with a budget never
 go through a float that may have rounded down.
+
+This module is pure (no database): the ledger and the in-memory budget gate
+of ``secure_fed.learning`` both account with it.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ import importlib.util
 import logging
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from privacy_ledger.budget.mechanism import MechanismEvent
-from privacy_ledger.errors import AccountantNotAllowed
+from privacy_ledger.errors import AccountantNotAllowed, LedgerParameterInvalid
 
 __all__ = [
     "ACCOUNTANTS",
@@ -43,11 +46,13 @@ __all__ = [
     "check_accountant",
     "compose",
     "epsilon",
+    "parse_epsilon",
     "round_up",
 ]
 
 #: Budgets are compared at this resolution, epsilons always rounded up to it.
 EPSILON_QUANTUM = Decimal("1e-9")
+_MAX_EPSILON = Decimal(1_000_000)
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +150,7 @@ ACCOUNTANTS: dict[str, Callable[[Sequence[HistoryEntry], float], float]] = {
 }
 #: Known accountants refused for enforcement, with the reason given in errors.
 REFUSED_ACCOUNTANTS: dict[str, str] = {
-    "gdp": "the Gaussian (CLT) accountant can underestimate epsilon (NOTES.md section 3)",
+    "gdp": "the Gaussian (CLT) accountant can underestimate epsilon",
 }
 
 
@@ -228,3 +233,27 @@ def epsilon(events: Iterable[MechanismEvent], *, delta: float, accountant: str) 
     if not history:
         return Decimal(0)
     return round_up(compute(history, delta))
+
+
+def parse_epsilon(value: object, name: str = "epsilon") -> Decimal:
+    """Parse an epsilon given as ``str``, ``Decimal`` or ``int`` into a finite ``Decimal`` > 0.
+
+    Floats are refused: a budget must never be compared through a value that
+    binary rounding may have lowered.
+
+    Raises
+    ------
+    LedgerParameterInvalid
+        For floats, non-numbers, non-finite, zero or negative values, naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | Decimal | int):
+        raise LedgerParameterInvalid(
+            f"{name}: pass an exact decimal (str or Decimal), not {type(value).__name__}")
+    try:
+        dec = Decimal(value.strip() if isinstance(value, str) else value)
+    except InvalidOperation as exc:
+        raise LedgerParameterInvalid(f"{name}: {value!r} is not a decimal number") from exc
+    if not dec.is_finite() or not 0 < dec <= _MAX_EPSILON:
+        raise LedgerParameterInvalid(f"{name}: must be finite, > 0 and <= {_MAX_EPSILON}, "
+                                     f"got {value!r}")
+    return dec

@@ -1,4 +1,4 @@
-"""Noise calibration against a participant's history (NOTES.md section 3).
+"""Noise calibration against a participant's history.
 
 Opacus' ``make_private_with_epsilon`` searches the noise multiplier for an
 *empty* history; a participant that already spent epsilon would overshoot its
@@ -7,6 +7,13 @@ budget. :func:`calibrate` composes the stored history with the planned
 for the smallest noise multiplier whose total epsilon (same accountant, same
 rounding up as enforcement) stays within the target. Epsilon is monotone
 decreasing in the noise multiplier for both RDP and PRV accounting.
+:func:`calibrate_for_budget` sets that target from a budget limit and an
+optional extra epsilon.
+
+Pure functions (no database): ``PrivacyLedger.calibrate_noise`` and the
+in-memory budget gate of ``secure_fed.learning`` both call
+:func:`calibrate_for_budget`, so a local-only baseline is calibrated exactly
+like the real run.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from privacy_ledger.budget import accountant as acc
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.errors import CalibrationImpossible, LedgerParameterInvalid
 
-__all__ = ["calibrate", "MAX_NOISE_MULTIPLIER"]
+__all__ = ["calibrate", "calibrate_for_budget", "MAX_NOISE_MULTIPLIER"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,3 +113,52 @@ def calibrate(
             low = mid
     logger.debug("calibrated noise multiplier %.6f for target epsilon %s", high, target)
     return high
+
+
+def calibrate_for_budget(
+    history: Sequence[MechanismEvent],
+    *,
+    limit: Decimal,
+    extra: str | Decimal | None,
+    delta: float,
+    accountant: str,
+    rounds: int,
+    steps_per_round: int,
+    sample_rate: float,
+    max_grad_norm: float,
+) -> float:
+    """Smallest noise multiplier keeping ``history`` + the plan within a budget.
+
+    Parameters
+    ----------
+    history
+        Committed and active reserved events of the budget.
+    limit
+        The budget's epsilon limit.
+    extra
+        Extra epsilon the plan may add on top of epsilon(``history``), capped
+        by the room left under ``limit``; ``None`` allows all of that room.
+        An exact decimal (``str`` or ``Decimal``; floats are refused).
+    delta, accountant, rounds, steps_per_round, sample_rate, max_grad_norm
+        As in :func:`calibrate`.
+
+    Returns
+    -------
+    float
+        The noise multiplier returned by :func:`calibrate` for the target
+        ``epsilon(history) + min(limit - epsilon(history), extra)``.
+
+    Raises
+    ------
+    CalibrationImpossible
+        When the history exhausts the budget or the plan cannot fit.
+    LedgerParameterInvalid
+        For a malformed plan or ``extra``.
+    """
+    current = acc.epsilon(history, delta=delta, accountant=accountant)
+    room = limit - current
+    if extra is not None:
+        room = min(room, acc.parse_epsilon(extra))
+    return calibrate(history, target=current + room, delta=delta, accountant=accountant,
+                     rounds=rounds, steps_per_round=steps_per_round, sample_rate=sample_rate,
+                     max_grad_norm=max_grad_norm)

@@ -1,9 +1,8 @@
 """Participants and their data assets: who may hold a privacy budget.
 
 Base of :class:`privacy_ledger.PrivacyLedger`: it holds the engine, the
-session factory, the clock and the audit sink, and validates identifiers and
-epsilon limits (exact decimals only; floats are refused because a budget must
-never be compared through a value that binary rounding may have lowered).
+session factory, the clock and the audit sink, and validates identifiers
+(epsilon limits are parsed by :func:`privacy_ledger.budget.accountant.parse_epsilon`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlalchemy import Engine
@@ -27,12 +25,11 @@ from privacy_ledger.errors import (
 )
 from privacy_ledger.models import PARTICIPANT_KINDS, PARTICIPANT_STATUSES, DataAsset, Participant
 
-__all__ = ["ParticipantRegistry", "check_id", "parse_epsilon", "MAX_PUBLIC_KEY_PEM"]
+__all__ = ["ParticipantRegistry", "check_id", "MAX_PUBLIC_KEY_PEM"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 #: Largest accepted SM2 public key PEM (untrusted bytes are size-checked first).
 MAX_PUBLIC_KEY_PEM = 4096
-_MAX_EPSILON = Decimal(1_000_000)
 
 
 def check_id(name: str, value: object) -> str:
@@ -47,27 +44,6 @@ def check_id(name: str, value: object) -> str:
         raise LedgerParameterInvalid(
             f"{name}: {value!r} must be 1-128 characters of letters, digits, '._:@-'")
     return value
-
-
-def parse_epsilon(value: object, name: str = "epsilon") -> Decimal:
-    """Parse an epsilon given as ``str``, ``Decimal`` or ``int`` into a finite ``Decimal`` > 0.
-
-    Raises
-    ------
-    LedgerParameterInvalid
-        For floats (binary rounding), non-numbers, non-finite, zero or negative values.
-    """
-    if isinstance(value, bool) or not isinstance(value, str | Decimal | int):
-        raise LedgerParameterInvalid(
-            f"{name}: pass an exact decimal (str or Decimal), not {type(value).__name__}")
-    try:
-        dec = Decimal(value.strip() if isinstance(value, str) else value)
-    except InvalidOperation as exc:
-        raise LedgerParameterInvalid(f"{name}: {value!r} is not a decimal number") from exc
-    if not dec.is_finite() or not 0 < dec <= _MAX_EPSILON:
-        raise LedgerParameterInvalid(f"{name}: must be finite, > 0 and <= {_MAX_EPSILON}, "
-                                     f"got {value!r}")
-    return dec
 
 
 class ParticipantRegistry:

@@ -15,10 +15,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privacy_ledger.budget import accountant as acc
-from privacy_ledger.budget.calibration import calibrate
+from privacy_ledger.budget.calibration import calibrate_for_budget
 from privacy_ledger.budget.event_rows import event_of, reservation_of
 from privacy_ledger.budget.mechanism import MechanismEvent
-from privacy_ledger.budget.participants import ParticipantRegistry, parse_epsilon
+from privacy_ledger.budget.participants import ParticipantRegistry
 from privacy_ledger.budget.types import BudgetStatus, Reservation, RoundEpsilon
 from privacy_ledger.errors import BudgetNotSet
 from privacy_ledger.models import Budget, PrivacyEventRow
@@ -145,7 +145,8 @@ class BudgetQueries(ParticipantRegistry):
 
         Unlike Opacus' ``make_private_with_epsilon`` (empty history), this
         composes the participant's committed and reserved events with
-        ``rounds * steps_per_round`` planned steps.
+        ``rounds * steps_per_round`` planned steps
+        (:func:`~privacy_ledger.budget.calibration.calibrate_for_budget`).
 
         Parameters
         ----------
@@ -165,15 +166,11 @@ class BudgetQueries(ParticipantRegistry):
         CalibrationImpossible
             When even a very large noise multiplier does not fit.
         """
-        status = self.budget_status(participant_id, asset_id)
         with self._sessions() as session:
             budget = self._get_budget(session, participant_id, asset_id)
             history = self._rows(session, budget, "committed", "reserved")
-        current = status.spent + status.reserved
-        room = status.limit - current
-        if epsilon is not None:
-            room = min(room, parse_epsilon(epsilon))
-        return calibrate(
-            [event_of(r) for r in history], target=current + room, delta=budget.delta,
-            accountant=budget.accountant, rounds=rounds, steps_per_round=steps_per_round,
-            sample_rate=sample_rate, max_grad_norm=max_grad_norm)
+        return calibrate_for_budget(
+            [event_of(r) for r in history], limit=Decimal(budget.epsilon_limit), extra=epsilon,
+            delta=budget.delta, accountant=budget.accountant, rounds=rounds,
+            steps_per_round=steps_per_round, sample_rate=sample_rate,
+            max_grad_norm=max_grad_norm)

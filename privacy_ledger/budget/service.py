@@ -1,4 +1,4 @@
-"""The privacy-budget service: check, reserve, then commit (issue 3 section 2).
+"""The privacy-budget service: check, reserve, then commit.
 
 A request states its planned mechanism event. The ledger locks the budget row
 (PostgreSQL ``SELECT ... FOR UPDATE``; SQLite ``BEGIN IMMEDIATE``), recomputes
@@ -6,7 +6,8 @@ epsilon over committed + active reservations + the request with the budget's
 accountant (:mod:`privacy_ledger.budget.accountant`), and either records a
 reservation or refuses with :class:`~privacy_ledger.errors.BudgetExceeded`,
 recording nothing as spent. Refuse-before-running follows OpenDP's odometers
-and Tumult's ``InsufficientBudgetError`` (NOTES.md section 3).
+and Tumult's ``InsufficientBudgetError``: a mechanism whose cost would break
+the budget never runs (``docs/audit/ledger.md``).
 
 Every change (budget set, reservation, commit, abort, expiry, refusal) writes
 an audit event through :class:`~privacy_ledger.budget.types.AuditAppender` in the
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 from privacy_ledger.budget import accountant as acc
 from privacy_ledger.budget.event_rows import audit_value, event_fields, new_row, reservation_of
 from privacy_ledger.budget.mechanism import MechanismEvent
-from privacy_ledger.budget.participants import check_id, parse_epsilon
+from privacy_ledger.budget.participants import check_id
 from privacy_ledger.budget.queries import BudgetQueries
 from privacy_ledger.budget.types import AuditAppender, Reservation
 from privacy_ledger.db import create_ledger_engine, current_revision, head_revision, upgrade
@@ -145,7 +146,7 @@ class PrivacyLedger(BudgetQueries):
         ------
         AssetUnknown, LedgerParameterInvalid, AccountantNotAllowed
         """
-        limit = parse_epsilon(epsilon)
+        limit = acc.parse_epsilon(epsilon)
         if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
             raise LedgerParameterInvalid(f"delta: must be a float in (0, 1), got {delta!r}")
         acc.check_accountant(accountant)
