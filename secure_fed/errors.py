@@ -373,7 +373,7 @@ class PrivateTrainingFailed(TrainingError):
 
 
 class BudgetError(SecureFedError):
-    """The in-memory budget gate refused or could not find a reservation; nothing was spent."""
+    """The in-memory budget gate refused a reservation; nothing was spent."""
 
     code = "LEARNING_BUDGET_ERROR"
 
@@ -382,9 +382,3 @@ class BudgetRefused(BudgetError):
     """The in-memory budget gate refused a reservation; nothing was spent."""
 
     code = "LEARNING_BUDGET_REFUSED"
-
-
-class ReservationUnknown(BudgetError):
-    """A reservation id is unknown or was already committed or aborted."""
-
-    code = "LEARNING_RESERVATION_UNKNOWN"

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from privacy_ledger.budget.mechanism import MechanismEvent
 from secure_fed.errors import LearningParameterInvalid, PrivateTrainingFailed
-from secure_fed.learning.budget_gate import BudgetGate, refusal_errors, reservation_id_of
+from secure_fed.learning.budget_gate import BudgetGate, refusal_errors
 from secure_fed.learning.models import check_private_compatible, parameter_count
 
 __all__ = [
@@ -459,7 +459,7 @@ class PrivateTrainer:
             logger.warning("participant %s refused in round %s: %s", self.participant_id,
                            round_id, exc)
             return self._report(round_id, trained=False, refused_reason=str(exc), sigma=0.0)
-        reservation_id = reservation_id_of(reservation)
+        reservation_id = reservation.id
         snapshot = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         try:
             loss = self._run(sigma)
