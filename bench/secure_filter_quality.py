@@ -38,7 +38,7 @@ from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
 from secure_fed.learning.data import load_task  # noqa: E402
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public  # noqa: E402
 from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis  # noqa: E402
-from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy  # noqa: E402
+from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy, excluded_ids  # noqa: E402
 
 ATTACKS = ("label_flip", "sign_flip", "scaling", "constant", "gaussian")
 K, ATTACKERS = 10, 3
@@ -67,7 +67,7 @@ def evaluate(preds: dict[str, np.ndarray], labels: np.ndarray, attackers: set[st
                                 config=ScoringConfig(min_subset=5)).scores  # fmt: skip
     policy = OutlierPolicy(dof=preds[ids[0]].shape[1] - 1, min_keep=5,
                            config=OutlierConfig(exclude=exclude))  # fmt: skip
-    excluded = policy.decide(scores)
+    excluded = excluded_ids(policy.decide(scores, round_id=1))
     kept = [p for p in ids if p not in excluded]
     weights = DynamicWeighting().instant({p: 1 for p in kept},
                                          quality_from_scores({p: scores[p] for p in kept}))

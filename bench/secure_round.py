@@ -25,18 +25,18 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-import secure_fed.secure.mode  # noqa: E402
-import secure_fed.secure.modes.ckks  # noqa: E402,F401  (registers "ckks")
-import secure_fed.secure.modes.shares  # noqa: E402,F401  (registers "shares")
 from secure_fed.secure.deployment import SecureDeployment  # noqa: E402
-from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator  # noqa: E402
-from secure_fed.secure.scoring.outlier import OutlierPolicy  # noqa: E402
+from secure_fed.secure.mode import SecureAggregator  # noqa: E402
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment  # noqa: E402
+from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment  # noqa: E402
+from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids  # noqa: E402
 
 BOUND = 8.0
 
@@ -70,6 +70,24 @@ class _Timed:
             self.seconds += time.perf_counter() - t
 
 
+def _timed_aggregator(
+    dep: SecureDeployment,
+) -> tuple[SecureAggregator, _Timed | None, _Timed | None, _Timed | None]:
+    """The deployment's aggregator, with its key-authority / helper channels timed."""
+    n, c = dep.shape
+    if isinstance(dep, CkksDeployment):
+        keys = dep.server_keys()
+        ka = _Timed(keys.authority)
+        timed = replace(keys, authority=ka)
+        return CkksAggregator(shape=(n, c), bound=BOUND, keys=timed), ka, None, None
+    if isinstance(dep, SharesDeployment):
+        keys = dep.server_keys()
+        helper, dealer = _Timed(keys.helper), _Timed(keys.dealer)
+        timed = replace(keys, helper=helper, dealer=dealer)
+        return SharesAggregator(shape=(n, c), bound=BOUND, keys=timed), None, helper, dealer
+    return dep.aggregator(bound=BOUND), None, None, None
+
+
 def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     """Encode, load, filter and aggregate one round in ``mode``; return the figures."""
     ids = sorted(preds)
@@ -78,20 +96,8 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     dep = SecureDeployment.create(mode=mode, shape=(n, c), participant_ids=ids,
                                   min_participants=max(2, len(ids) // 2))
     setup = time.perf_counter() - t
-    ka = helper = dealer = None
-    if mode == "plaintext":
-        agg = InsecureMahalanobisAggregator(shape=(n, c), bound=BOUND)
-        encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
-    else:
-        kwargs = dep.aggregator_kwargs()
-        if mode == "ckks":
-            ka = _Timed(kwargs["authority"])
-            kwargs["authority"] = ka
-        else:
-            helper, dealer = _Timed(kwargs["helper"]), _Timed(kwargs["dealer"])
-            kwargs["helper"], kwargs["dealer"] = helper, dealer
-        agg = secure_fed.secure.mode.get_mode(mode).aggregator(shape=(n, c), bound=BOUND, **kwargs)
-        encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
+    agg, ka, helper, dealer = _timed_aggregator(dep)
+    encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
     t = time.perf_counter()
     payloads = {p: encoders[p].encode(preds[p]) for p in ids}
     encode = (time.perf_counter() - t) / len(ids)
@@ -100,10 +106,10 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     load = time.perf_counter() - t
     load_helper = helper.seconds if helper else 0.0
     t = time.perf_counter()
-    scores = agg.score(handles, None)
-    excluded = OutlierPolicy(dof=c - 1).decide(scores)
+    scores = agg.score(handles, round_id=1).scores
+    excluded = excluded_ids(OutlierPolicy(dof=c - 1).decide(scores, round_id=1))
     kept = {p: h for p, h in handles.items() if p not in excluded}
-    agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}))
+    agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}), round_id=1)
     server = time.perf_counter() - t
     return {
         "mode": mode, "K": len(ids), "N": n, "C": c, "setup_seconds": round(setup, 3),

@@ -252,18 +252,17 @@ class RoundEngine:
         return handles
 
     def filter(self, round_id: int) -> dict[str, float]:
-        """Score uploads against a sample-count-weighted aggregate; ``filtering`` -> ``aggregating``.
+        """Score every upload (one scalar each); ``filtering`` -> ``aggregating``.
 
+        The mode scores by robust pooled Mahalanobis distance, revealing only
+        aggregates and one scalar per participant, labelled with ``round_id``.
         Aborts the round (and raises :class:`TooFewParticipants`) if the filter
         leaves fewer than ``min_participants``.
-        """  # noqa: E501
+        """
         state = self.state(round_id)
         self._require(state, Stage.FILTERING, "filter")
         handles = self._live_handles(state)
-        counts = {pid: float(u.num_samples) for pid, u in state.uploads.items()}
-        total = sum(counts.values())
-        reference = self.aggregator.weighted_sum(handles, {p: c / total for p, c in counts.items()})
-        state.scores = self.aggregator.score(handles, reference)
+        state.scores = dict(self.aggregator.score(handles, round_id=round_id).scores)
         state.excluded = sorted(self.outlier_filter.decide(state.scores))
         kept = len(state.uploads) - len(state.excluded)
         if kept < state.config.min_participants:
@@ -285,7 +284,9 @@ class RoundEngine:
         counts = {p: state.uploads[p].num_samples for p in accepted}
         self.weighting.history = dict(state.weighting_history)
         state.weights = self.weighting.update(counts, quality_from_scores(scores))
-        aggregate = self.aggregator.reveal(self.aggregator.weighted_sum(accepted, state.weights))
+        aggregate = self.aggregator.reveal(
+            self.aggregator.weighted_sum(accepted, state.weights), round_id=round_id
+        )
         if self.sharpen_temperature < 1.0:
             aggregate = sharpen_logits(aggregate, temperature=self.sharpen_temperature)
         message = encode_publication(

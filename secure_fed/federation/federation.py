@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import nn
 
-import secure_fed.secure.modes.ckks  # noqa: F401  (registers the "ckks" mode)
-import secure_fed.secure.modes.shares  # noqa: F401  (registers the "shares" mode)
 from crypto.sm import SM2PrivateKey
 from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
 from secure_fed.evaluation.attacks import AttackSpec, make_attack
@@ -63,7 +61,6 @@ from secure_fed.learning.private_training import (
 )
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import get_mode
-from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.scoring.outlier import (
     AuditSink,
@@ -274,10 +271,7 @@ class Federation:
             mode=config.mode, shape=shape, participant_ids=[p.participant_id for p in plan],
             min_participants=config.quorum(), audit=self.audit, scoring=scoring,
         )  # fmt: skip
-        aggregator = (
-            InsecureMahalanobisAggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND, scoring=scoring)
-            if config.mode == "plaintext" else self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
-        )  # fmt: skip
+        aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
         self.policy = OutlierPolicy(
             dof=task.num_classes - 1, audit=self.audit, min_keep=config.quorum(),
             config=OutlierConfig(exclude=config.exclude_outliers),
@@ -380,8 +374,6 @@ class Federation:
         self.round_id += 1
         rid = self.round_id
         config = self.round_config(rid)
-        if hasattr(self.engine.aggregator, "round_id"):
-            self.engine.aggregator.round_id = rid  # labels key-authority / helper requests
         self.policy.round_id = rid
         self.engine.open(config)
         self.engine.start_collecting(rid)

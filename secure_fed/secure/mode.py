@@ -1,7 +1,7 @@
-"""Aggregation interface, a registry of modes, and the insecure plaintext reference.
+"""Aggregation interfaces and the registry of modes: the one place a mode is chosen.
 
-One pluggable role with a registry (STYLE.md rule 3, after Flower's
-``Strategy`` and Opacus' accountant registry). A mode has two halves that
+One pluggable role with a registry (after Flower's ``Strategy`` and
+Opacus' accountant registry). A mode has two halves that
 never share state and talk only in bytes:
 
 * participant side, :class:`UploadEncoder`: turns a ``[N_pub, C]`` prediction
@@ -10,44 +10,71 @@ never share state and talk only in bytes:
 * server side, :class:`SecureAggregator`: validates payload bytes into opaque
   :class:`UploadHandle` objects, forms a weighted sum with **public** weights
   (an opaque :class:`AggregateHandle`, e.g. a ciphertext), scores every upload
-  against an aggregate (one scalar per participant: the only per-participant
-  value a secure mode may reveal), and reveals aggregates (identity here; a
-  key-authority decryption or a share opening in the secure modes).
+  (one scalar per participant: the only per-participant value a secure mode
+  may reveal), and reveals aggregates (identity in plaintext; a key-authority
+  decryption or a share opening in the secure modes).
 
-Cross-cutting steps wrap instead of editing (STYLE.md rule 4, after Flower's
+Scoring is per round: :meth:`SecureAggregator.scoring_round` returns a fresh
+:class:`~secure_fed.secure.scoring.mahalanobis.ScoringBackend` holding that
+round's uploads and round id, :meth:`SecureAggregator.score` runs the robust
+pooled Mahalanobis estimate on it, and the backend is garbage afterwards. The
+aggregator itself keeps no per-round state; the round id that labels
+key-authority and helper requests is an argument of every revealing call.
+
+A registered :class:`AggregationMode` builds everything its mode needs from a
+:class:`~secure_fed.secure.deployment.DeploymentPlan` (key authority, helper,
+enrolment secrets) and hands each side typed key objects;
+:meth:`~secure_fed.secure.deployment.SecureDeployment.create` only looks the
+mode up here and calls its ``deploy``.
+
+Cross-cutting steps wrap instead of editing (after Flower's
 ``DifferentialPrivacyServerSideFixedClipping``): :class:`AggregatorWrapper`
-delegates every call, so central DP noise overrides only ``reveal`` and an
-outlier filter consumes only ``score``. ``InsecurePlaintextMode`` says in its
-name that it protects nothing; it is the reference for tests and comparisons.
+delegates every call, so a subclass overrides one step.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from secure_fed.errors import AggregationInvalid, UnknownMode
-from secure_fed.federation.messages import decode_matrix, encode_matrix
+from secure_fed.secure.scoring.mahalanobis import (
+    ScoreReport,
+    ScoringBackend,
+    ScoringConfig,
+    pooled_mahalanobis,
+)
+
+if TYPE_CHECKING:
+    from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 
 __all__ = [
     "MODE_REGISTRY",
     "AggregateHandle",
     "AggregationMode",
     "AggregatorWrapper",
-    "InsecurePlaintextAggregator",
-    "InsecurePlaintextEncoder",
-    "InsecurePlaintextMode",
     "SecureAggregator",
     "UploadEncoder",
     "UploadHandle",
     "check_weights",
-    "normalized_weights",
     "get_mode",
+    "mode_names",
+    "normalized_weights",
     "register_mode",
 ]
+
+#: Modules whose import registers the built-in modes (loaded on first look-up).
+BUILTIN_MODES = (
+    "secure_fed.secure.modes.plaintext",
+    "secure_fed.secure.modes.ckks",
+    "secure_fed.secure.modes.shares",
+)
 
 
 class UploadHandle:
@@ -67,46 +94,82 @@ class UploadEncoder(ABC):
 
 
 class SecureAggregator(ABC):
-    """Server side of a mode; sees only handles, never a participant's plaintext."""
+    """Server side of a mode; sees only handles, never a participant's plaintext.
+
+    Attributes
+    ----------
+    shape
+        ``(N_pub, C)`` of every upload.
+    scoring
+        Parameters of the robust pooled Mahalanobis score.
+    """
+
+    shape: tuple[int, int]
+    scoring: ScoringConfig
 
     @abstractmethod
     def load(self, payload: bytes) -> UploadHandle:
         """Validate payload bytes and return a handle; raise ``UploadMalformed``."""
 
     @abstractmethod
-    def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
+    def weighted_sum(
+        self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]
+    ) -> AggregateHandle:
         """Return ``sum_k weights[k] * upload_k`` as an opaque aggregate."""
 
     @abstractmethod
-    def score(self, handles: Mapping[str, UploadHandle], reference: AggregateHandle) -> dict[str, float]:  # noqa: E501
-        """Return one non-negative distance score per upload from ``reference``."""
+    def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
+        """Return the plaintext ``[N_pub, C]`` aggregate (decrypt / open when secure)."""
 
     @abstractmethod
-    def reveal(self, aggregate: AggregateHandle) -> np.ndarray:
-        """Return the plaintext ``[N_pub, C]`` aggregate (decrypt / open when secure)."""
+    def scoring_round(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> ScoringBackend:
+        """Return a fresh scoring backend over ``handles`` for round ``round_id``.
+
+        It reveals only aggregates over the handles and one scalar per upload,
+        labelled with ``round_id``; discard it when the round's scores are known.
+        """
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
+        """Robust pooled Mahalanobis score of every upload (one scalar each).
+
+        Raises
+        ------
+        ScoringInvalid
+            If fewer than two uploads are given or the covariance degenerates.
+        """
+        backend = self.scoring_round(handles, round_id=round_id)
+        return pooled_mahalanobis(
+            backend, sorted(handles), num_samples=self.shape[0], config=self.scoring
+        )
 
 
 class AggregatorWrapper(SecureAggregator):
-    """Delegate every call to ``inner``; subclasses override one step.
-
-    Central DP noise overrides :meth:`reveal` (noise after decryption, charged to
-    the ledger); encryption-aware filters read :meth:`score`.
-    """
+    """Delegate every call to ``inner``; subclasses override one step."""
 
     def __init__(self, inner: SecureAggregator) -> None:
         self.inner = inner
+        self.shape, self.scoring = inner.shape, inner.scoring
 
     def load(self, payload: bytes) -> UploadHandle:  # noqa: D102
         return self.inner.load(payload)
 
-    def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: D102,E501
+    def weighted_sum(  # noqa: D102
+        self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]
+    ) -> AggregateHandle:
         return self.inner.weighted_sum(handles, weights)
 
-    def score(self, handles: Mapping[str, UploadHandle], reference: AggregateHandle) -> dict[str, float]:  # noqa: D102,E501
-        return self.inner.score(handles, reference)
+    def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:  # noqa: D102
+        return self.inner.reveal(aggregate, round_id=round_id)
 
-    def reveal(self, aggregate: AggregateHandle) -> np.ndarray:  # noqa: D102
-        return self.inner.reveal(aggregate)
+    def scoring_round(  # noqa: D102
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> ScoringBackend:
+        return self.inner.scoring_round(handles, round_id=round_id)
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:  # noqa: D102
+        return self.inner.score(handles, round_id=round_id)
 
 
 def check_weights(handles: Mapping[str, object], weights: Mapping[str, float]) -> None:
@@ -122,7 +185,9 @@ def check_weights(handles: Mapping[str, object], weights: Mapping[str, float]) -
     unknown = sorted(set(weights) - set(handles))
     missing = sorted(set(handles) - set(weights))
     if unknown or missing:
-        raise AggregationInvalid(f"weights and uploads differ: unknown {unknown}, missing {missing}")  # noqa: E501
+        raise AggregationInvalid(
+            f"weights and uploads differ: unknown {unknown}, missing {missing}"
+        )
     for pid, w in weights.items():
         if not np.isfinite(w) or w < 0:
             raise AggregationInvalid(f"weight of {pid!r} must be finite and >= 0, got {w!r}")
@@ -151,98 +216,33 @@ def normalized_weights(
     return ids, [float(weights[p]) / total for p in ids]
 
 
-# --- the insecure plaintext reference -------------------------------------------------
-
-
-class _PlainUpload(UploadHandle):
-    __slots__ = ("matrix",)
-
-    def __init__(self, matrix: np.ndarray) -> None:
-        self.matrix = matrix
-
-
-class _PlainAggregate(AggregateHandle):
-    __slots__ = ("matrix",)
-
-    def __init__(self, matrix: np.ndarray) -> None:
-        self.matrix = matrix
-
-
-class InsecurePlaintextEncoder(UploadEncoder):
-    """Send predictions in the clear (float32 ``SFMX`` frame). Protects nothing."""
-
-    def __init__(self, *, shape: tuple[int, int], bound: float) -> None:
-        self.shape, self.bound = shape, bound
-
-    def encode(self, predictions: np.ndarray) -> bytes:
-        """Clip to the public bound and frame as float32."""
-        arr = np.asarray(predictions, dtype=np.float32)
-        if arr.shape != self.shape:
-            raise AggregationInvalid(f"predictions shape {arr.shape} differs from {self.shape}")
-        return encode_matrix(np.clip(arr, -self.bound, self.bound))
-
-
-class InsecurePlaintextAggregator(SecureAggregator):
-    """Reference server: sees every upload in the clear. For tests and comparisons only."""
-
-    def __init__(self, *, shape: tuple[int, int], bound: float) -> None:
-        self.shape, self.bound = shape, bound
-
-    def load(self, payload: bytes) -> UploadHandle:
-        """Validate shape, finiteness and the public bound."""
-        return _PlainUpload(decode_matrix(payload, shape=self.shape, bound=self.bound))
-
-    def _matrices(self, handles: Mapping[str, UploadHandle]) -> dict[str, np.ndarray]:
-        out = {}
-        for pid, h in handles.items():
-            if not isinstance(h, _PlainUpload):
-                raise AggregationInvalid(f"handle of {pid!r} is not a plaintext upload")
-            out[pid] = h.matrix.astype(np.float64)
-        return out
-
-    def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
-        """Weighted sum in float64."""
-        check_weights(handles, weights)
-        mats = self._matrices(handles)
-        total = sum(float(weights[pid]) * m for pid, m in mats.items())
-        return _PlainAggregate(np.asarray(total, dtype=np.float64))
-
-    def score(self, handles: Mapping[str, UploadHandle], reference: AggregateHandle) -> dict[str, float]:  # noqa: E501
-        """Mean squared per-element distance from ``reference`` (reference score).
-
-        The secure modes replace this by the pooled Mahalanobis score computed
-        under encryption (ARCHITECTURE.md section 3.5).
-        """
-        if not isinstance(reference, _PlainAggregate):
-            raise AggregationInvalid("reference is not a plaintext aggregate")
-        return {
-            pid: float(np.mean((m - reference.matrix) ** 2))
-            for pid, m in self._matrices(handles).items()
-        }
-
-    def reveal(self, aggregate: AggregateHandle) -> np.ndarray:
-        """Return the aggregate (no decryption needed: nothing was protected)."""
-        if not isinstance(aggregate, _PlainAggregate):
-            raise AggregationInvalid("aggregate is not a plaintext aggregate")
-        return aggregate.matrix.astype(np.float32)
-
-
 # --- registry -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class AggregationMode:
-    """A registered mode: a name, whether it is insecure, and its two factories.
+    """A registered mode: its name, what it protects, and how it is deployed.
 
-    Factories take keyword arguments ``shape`` (``(N_pub, C)``) and ``bound``
-    plus mode-specific key material (a CKKS public context, a helper address).
+    Parameters
+    ----------
+    name
+        What uploads, round configs and ``--mode`` say.
+    insecure
+        True when the aggregator sees every participant's predictions.
+    central_dp
+        True when the mode can add central DP noise before the aggregator sees a
+        published aggregate (a party other than the aggregator must add it).
+    description
+        One line for help texts.
+    deploy
+        Builds the mode's parties and key material from a plan.
     """
 
     name: str
     insecure: bool
+    central_dp: bool
     description: str
-    encoder: Callable[..., UploadEncoder]
-    aggregator: Callable[..., SecureAggregator]
+    deploy: Callable[[DeploymentPlan], SecureDeployment]
 
 
 MODE_REGISTRY: dict[str, AggregationMode] = {}
@@ -256,6 +256,18 @@ def register_mode(mode: AggregationMode) -> None:
     MODE_REGISTRY[mode.name] = mode
 
 
+@functools.cache
+def _load_builtin() -> None:
+    for module in BUILTIN_MODES:
+        importlib.import_module(module)
+
+
+def mode_names() -> list[str]:
+    """Sorted names of the registered modes (the built-in ones included)."""
+    _load_builtin()
+    return sorted(MODE_REGISTRY)
+
+
 def get_mode(name: str) -> AggregationMode:
     """Return the registered mode called ``name``.
 
@@ -264,20 +276,10 @@ def get_mode(name: str) -> AggregationMode:
     UnknownMode
         Listing the registered names.
     """
+    _load_builtin()
     try:
         return MODE_REGISTRY[name]
     except (KeyError, TypeError):
         raise UnknownMode(
-            f"unknown aggregation mode {name!r}; registered: {sorted(MODE_REGISTRY)}"
+            f"unknown aggregation mode {name!r}; registered: {mode_names()}"
         ) from None
-
-
-#: The insecure plaintext reference mode (``--mode plaintext``).
-InsecurePlaintextMode = AggregationMode(
-    name="plaintext",
-    insecure=True,
-    description="INSECURE reference: the aggregator sees every participant's predictions",
-    encoder=InsecurePlaintextEncoder,
-    aggregator=InsecurePlaintextAggregator,
-)
-register_mode(InsecurePlaintextMode)

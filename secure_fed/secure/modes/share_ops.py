@@ -21,8 +21,16 @@ from crypto.shares.linear import matmul_public, sub_public, sum_axis, truncate
 from secure_fed.errors import ScoringInvalid
 from secure_fed.secure.scoring.mahalanobis import class_pairs
 
-__all__ = ["ScorePlan", "center_shares", "moment_sums", "pair_factors", "score_plan",
-           "score_sums", "weighted_share", "whiten_shares"]
+__all__ = [
+    "ScorePlan",
+    "center_shares",
+    "moment_sums",
+    "pair_factors",
+    "score_plan",
+    "score_sums",
+    "weighted_share",
+    "whiten_shares",
+]
 
 CODEC = RING_PREDICTIONS
 _W_PRECISION_BITS = 14
@@ -54,8 +62,9 @@ def pair_factors(deltas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def moment_sums(products: np.ndarray, *, count: int, pairs: int, samples: int) -> np.ndarray:
     """Sum flat pair products over participants and samples: ``pairs`` shares."""
-    return sum_axis(products.reshape(count, pairs, samples).transpose(1, 0, 2).reshape(pairs, -1),
-                    axis=1)
+    return sum_axis(
+        products.reshape(count, pairs, samples).transpose(1, 0, 2).reshape(pairs, -1), axis=1
+    )
 
 
 def score_sums(squares: np.ndarray, *, count: int) -> np.ndarray:

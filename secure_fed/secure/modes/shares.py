@@ -1,18 +1,20 @@
 """``shares`` aggregation mode: two additive shares over Z_2^64, Beaver-squared scores.
 
-Participant side (:class:`SharesEncoder`): fixed-point encode (``RING_PREDICTIONS``,
-12 fractional bits, bound 8), split with a fresh PRG seed
-(:func:`crypto.shares.split_with_seed`); the explicit share goes to the
-aggregator tagged with HMAC-SM3, the 32-byte seed goes to the helper tagged and
-sealed with SM4-GCM under a key the aggregator does not hold. The upload is
-about ``8 N C`` bytes plus a few hundred (under 1 MB for 10,000 x 10).
+Participant side (:class:`SharesEncoder`, holding its :class:`SharesEnrolment`):
+fixed-point encode (``RING_PREDICTIONS``, 12 fractional bits, bound 8), split
+with a fresh PRG seed (:func:`crypto.shares.split_with_seed`); the explicit
+share goes to the aggregator tagged with HMAC-SM3, the 32-byte seed goes to the
+helper tagged and sealed with SM4-GCM under a key the aggregator does not hold.
+The upload is about ``8 N C`` bytes plus a few hundred (under 1 MB for 10,000 x 10).
 
-Server side (:class:`SharesAggregator`, party 0) and :class:`HelperParty`
-(party 1) run the same local steps; the key authority deals Beaver triples and
-holds no shares. Openings happen only through the helper's gate: weighted sums
-over at least ``min_participants``, pooled second moments, scalar scores. A
-participant that drops out contributes nothing: sums run over the uploads
-present. A tampered share fails its tag (``ShareTampered`` -> ``UploadMalformed``).
+Server side (:class:`SharesAggregator`, party 0, holding :class:`SharesKeys`) and
+:class:`~secure_fed.secure.parties.helper.HelperParty` (party 1) run the same
+local steps; the key authority deals Beaver triples and holds no shares.
+Openings happen only through the helper's gate: weighted sums over at least
+``min_participants``, pooled second moments, scalar scores (one
+:class:`SharesScoringRound` per round). A participant that drops out
+contributes nothing: sums run over the uploads present. A tampered share fails
+its tag (``ShareTampered`` -> ``UploadMalformed``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NoReturn, Protocol
 
 import numpy as np
 
@@ -35,6 +39,7 @@ from crypto.shares import (
 )
 from crypto.sm import SM4GCM
 from secure_fed.errors import AggregationInvalid, ModeSetupInvalid, UploadMalformed
+from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregateHandle,
     AggregationMode,
@@ -53,38 +58,129 @@ from secure_fed.secure.modes.share_ops import (
     weighted_share,
     whiten_shares,
 )
-from secure_fed.secure.parties.helper import HELPER_MAGIC, reply_array, seal_key
-from secure_fed.secure.scoring.mahalanobis import (
-    ScoringConfig,
-    pooled_mahalanobis,
-    symmetric_from_pairs,
+from secure_fed.secure.parties.helper import HelperParty, reply_array, seal_key
+from secure_fed.secure.parties.key_authority import KeyAuthority
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig, symmetric_from_pairs
+from secure_fed.wire import (
+    HELPER_REQUEST,
+    SHARES_UPLOAD,
+    decode_frame,
+    encode_array,
+    encode_frame,
 )
-from secure_fed.wire import decode_frame, encode_array, encode_frame
 
-__all__ = ["SharesAggregator", "SharesEncoder", "SharesMode"]
+__all__ = [
+    "SharesAggregator",
+    "SharesDeployment",
+    "SharesEncoder",
+    "SharesEnrolment",
+    "SharesKeys",
+    "SharesMode",
+    "SharesScoringRound",
+]
 
 _log = logging.getLogger(__name__)
 
-UPLOAD_MAGIC = b"SFSH"
 CODEC = RING_PREDICTIONS
+SECRET_BYTES = 32
 Channel = Callable[[bytes], bytes]
-Dealer = Callable[..., tuple[bytes, bytes]]
+
+
+class Dealer(Protocol):
+    """Deals Beaver triples: (blob for the aggregator, blob for the helper)."""
+
+    def __call__(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        """Deal ``count`` triples labelled ``(round_id, tensor)``."""
+        ...
+
+
+def _secret(name: str, value: object) -> bytes:
+    if not isinstance(value, bytes) or len(value) < SECRET_BYTES:
+        raise ModeSetupInvalid(f"{name} must be at least {SECRET_BYTES} bytes")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharesEnrolment:
+    """One participant's enrolment: a secret shared with the aggregator, one with the helper.
+
+    Never shown by ``repr`` and never pickled.
+    """
+
+    participant_id: str
+    aggregator_secret: bytes = field(repr=False)
+    helper_secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.participant_id, str) or not self.participant_id:
+            raise ModeSetupInvalid(
+                f"participant_id must be a non-empty string, got {self.participant_id!r}"
+            )
+        _secret("aggregator_secret", self.aggregator_secret)
+        _secret("helper_secret", self.helper_secret)
+
+    @classmethod
+    def generate(cls, participant_id: str) -> SharesEnrolment:
+        """Fresh random secrets (from :mod:`secrets`) for ``participant_id``."""
+        return cls(
+            participant_id=participant_id,
+            aggregator_secret=secrets.token_bytes(SECRET_BYTES),
+            helper_secret=secrets.token_bytes(SECRET_BYTES),
+        )
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("SharesEnrolment cannot be pickled")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharesKeys:
+    """What the shares aggregator (party 0) holds. Never pickled.
+
+    Parameters
+    ----------
+    secrets
+        Each participant's enrolment secret shared with the aggregator.
+    helper
+        Bytes channel to :meth:`HelperParty.handle`.
+    dealer
+        Beaver-triple dealer (the key authority with the MAC keys bound).
+    dealer_key, channel_key
+        MAC keys of the dealer's blobs to the aggregator and of the helper channel.
+    """
+
+    secrets: Mapping[str, bytes] = field(repr=False)
+    helper: Channel
+    dealer: Dealer
+    dealer_key: ShareMacKey
+    channel_key: ShareMacKey
+
+    def __post_init__(self) -> None:
+        if not self.secrets:
+            raise ModeSetupInvalid("secrets must name at least one participant")
+        for pid, secret in self.secrets.items():
+            _secret(f"secret of {pid!r}", secret)
+        if not callable(self.helper) or not callable(self.dealer):
+            raise ModeSetupInvalid("helper and dealer must be callables (byte channels)")
+        for name in ("dealer_key", "channel_key"):
+            if not isinstance(getattr(self, name), ShareMacKey):
+                raise ModeSetupInvalid(f"{name} must be a ShareMacKey")
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("SharesKeys cannot be pickled")
 
 
 class SharesEncoder(UploadEncoder):
     """Participant side: encode, split, tag the aggregator's share, seal the helper's seed."""
 
-    def __init__(self, *, shape: tuple[int, int], bound: float, participant_id: str | None = None,
-                 secrets_by_party: Mapping[str, bytes] | None = None,
-                 **_: object) -> None:  # fmt: skip
-        if not participant_id or secrets_by_party is None or set(secrets_by_party) != {"aggregator", "helper"}:  # noqa: E501
-            raise ModeSetupInvalid("shares encoder needs participant_id and secrets for "
-                                   "'aggregator' and 'helper'")
+    def __init__(self, *, shape: tuple[int, int], bound: float, enrolment: SharesEnrolment) -> None:
+        if not isinstance(enrolment, SharesEnrolment):
+            raise ModeSetupInvalid("enrolment must be a SharesEnrolment")
         if bound > CODEC.clip_bound:
             raise ModeSetupInvalid(f"bound {bound} exceeds the ring codec's {CODEC.clip_bound}")
-        self.shape, self.bound, self.pid = shape, bound, participant_id
-        self._agg_key = ShareMacKey.derive(secrets_by_party["aggregator"], recipient="aggregator")
-        self._helper_secret = secrets_by_party["helper"]
+        self.shape, self.bound, self.pid = shape, bound, enrolment.participant_id
+        self._agg_key = ShareMacKey.derive(enrolment.aggregator_secret, recipient="aggregator")
+        self._helper_key = ShareMacKey.derive(enrolment.helper_secret, recipient="helper")
+        self._seal = SM4GCM(seal_key(enrolment.helper_secret))
 
     def encode(self, predictions: np.ndarray) -> bytes:
         """Return ``SFSH`` payload bytes: aggregator share frame + sealed helper seed frame."""
@@ -96,16 +192,19 @@ class SharesEncoder(UploadEncoder):
         ring = CODEC.encode_clipped(np.clip(arr, -self.bound, self.bound)).reshape(-1)
         share0, seed = split_with_seed(ring, label=label)
         f = CODEC.frac_bits
-        bundle0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f)
-        blob0 = bundle0.to_bytes(self._agg_key)
-        helper_key = ShareMacKey.derive(self._helper_secret, recipient="helper")
+        blob0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f).to_bytes(
+            self._agg_key
+        )
         bundle1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f)
-        blob1 = bundle1.to_bytes(helper_key)
-        sealed = SM4GCM(seal_key(self._helper_secret)).encrypt(
-            blob1, associated_data=f"{self.pid}|{uid}".encode())
-        head: dict[str, object] = {"participant_id": self.pid, "upload_id": uid,
-                                   "parts": [len(blob0), len(sealed)]}
-        return encode_frame(UPLOAD_MAGIC, head, blob0 + sealed)
+        sealed = self._seal.encrypt(
+            bundle1.to_bytes(self._helper_key), associated_data=f"{self.pid}|{uid}".encode()
+        )
+        head: dict[str, object] = {
+            "participant_id": self.pid,
+            "upload_id": uid,
+            "parts": [len(blob0), len(sealed)],
+        }
+        return encode_frame(SHARES_UPLOAD, head, blob0 + sealed)
 
 
 class _ShareUpload(UploadHandle):
@@ -122,6 +221,28 @@ class _ShareAggregate(AggregateHandle):
         self.uids, self.weights, self.share = uids, weights, share
 
 
+def _call(
+    keys: SharesKeys, header: dict[str, object], *parts: bytes
+) -> tuple[dict[str, object], object]:
+    header = {**header, "parts": [len(p) for p in parts]}
+    return reply_array(keys.helper(encode_frame(HELPER_REQUEST, header, b"".join(parts))))
+
+
+def _open_linear(
+    keys: SharesKeys, aggregate: _ShareAggregate, purpose: str, round_id: int
+) -> np.ndarray:
+    header: dict[str, object] = {
+        "op": "linear",
+        "purpose": purpose,
+        "uids": aggregate.uids,
+        "weights": aggregate.weights,
+        "round_id": round_id,
+    }
+    _, other = _call(keys, header)
+    total = aggregate.share + np.asarray(other, dtype=np.uint64)
+    return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
+
+
 class SharesAggregator(SecureAggregator):
     """Party 0 of the shares mode; opens only through the helper's gate.
 
@@ -129,50 +250,37 @@ class SharesAggregator(SecureAggregator):
     ----------
     shape, bound
         ``(N_pub, C)`` and the public clip bound.
-    secrets
-        Enrolment secret per participant (shared with the aggregator).
-    helper
-        Bytes channel to :meth:`HelperParty.handle`.
-    dealer
-        ``dealer(round_id=, tensor=, count=)`` returning (aggregator blob, helper blob)
-        of Beaver triples (``KeyAuthority.deal`` with the MAC keys bound).
-    dealer_key, channel_key
-        MAC keys of the dealer's blobs to the aggregator and of the helper channel.
+    keys
+        Enrolment secrets, helper and dealer channels, MAC keys.
+    scoring
+        Robust pooled Mahalanobis parameters (defaults when ``None``).
     """
 
-    def __init__(self, *, shape: tuple[int, int], bound: float,
-                 secrets: Mapping[str, bytes] | None = None, helper: Channel | None = None,
-                 dealer: Dealer | None = None, dealer_key: ShareMacKey | None = None,
-                 channel_key: ShareMacKey | None = None, scoring: ScoringConfig | None = None,
-                 round_id: int = 0, **_: object) -> None:  # fmt: skip
-        if (not secrets or helper is None or dealer is None or dealer_key is None
-                or channel_key is None):
-            raise ModeSetupInvalid("shares aggregator needs secrets, helper, dealer, dealer_key "
-                                   "and channel_key")
-        self.shape, self.bound = shape, bound
-        self._keys = {p: ShareMacKey.derive(s, recipient="aggregator") for p, s in secrets.items()}
-        self.helper, self.dealer = helper, dealer
-        self.dealer_key, self.channel_key = dealer_key, channel_key
+    def __init__(
+        self,
+        *,
+        shape: tuple[int, int],
+        bound: float,
+        keys: SharesKeys,
+        scoring: ScoringConfig | None = None,
+    ) -> None:
+        if not isinstance(keys, SharesKeys):
+            raise ModeSetupInvalid("keys must be SharesKeys (secrets, helper, dealer, MAC keys)")
+        self.shape, self.bound, self.keys = shape, bound, keys
+        self._macs = {
+            p: ShareMacKey.derive(s, recipient="aggregator") for p, s in keys.secrets.items()
+        }
         self.scoring = scoring or ScoringConfig()
-        self.round_id = round_id
-        self._handles: dict[str, _ShareUpload] = {}
-        self._ops = 0
-
-    def _call(self, header: dict[str, object], *parts: bytes) -> tuple[dict[str, object], object]:
-        header = {**header, "round_id": self.round_id, "parts": [len(p) for p in parts]}
-        return reply_array(self.helper(encode_frame(HELPER_MAGIC, header, b"".join(parts))))
-
-    # -- SecureAggregator -----------------------------------------------------------
 
     def load(self, payload: bytes) -> UploadHandle:
         """Verify the aggregator's share tag and hand the sealed seed to the helper."""
         try:
             limit = 16 * self.shape[0] * self.shape[1] + (1 << 16)
-            head, body = decode_frame(payload, UPLOAD_MAGIC, max_bytes=limit)
+            head, body = decode_frame(payload, SHARES_UPLOAD, max_bytes=limit)
         except Exception as exc:
             raise UploadMalformed(f"shares upload frame refused: {exc}") from exc
         pid, uid, parts = head.get("participant_id"), head.get("upload_id"), head.get("parts")
-        if pid not in self._keys or not isinstance(uid, str):
+        if pid not in self._macs or not isinstance(uid, str):
             raise UploadMalformed(f"shares upload names an unknown participant {pid!r}")
         if not isinstance(parts, list) or len(parts) != 2:
             raise UploadMalformed("shares upload needs two parts")
@@ -180,78 +288,119 @@ class SharesAggregator(SecureAggregator):
             raise UploadMalformed("shares upload parts do not match the payload")
         label = ShareLabel(round_id=0, participant_id=str(pid), tensor=f"pred-{uid}")
         try:
-            bundle = ShareBundle.parse(body[: parts[0]], key=self._keys[str(pid)], label=label,
-                                       party=0, count=self.shape[0] * self.shape[1])  # fmt: skip
+            bundle = ShareBundle.parse(
+                body[: parts[0]],
+                key=self._macs[str(pid)],
+                label=label,
+                party=0,
+                count=self.shape[0] * self.shape[1],
+            )
         except CryptoError as exc:
             raise UploadMalformed(f"aggregator share of {pid!r} refused: {exc}") from exc
-        self._call({"op": "load", "participant_id": pid, "upload_id": uid}, body[parts[0]:])
+        load: dict[str, object] = {"op": "load", "participant_id": pid, "upload_id": uid}
+        _call(self.keys, load, body[parts[0] :])
         return _ShareUpload(str(pid), uid, bundle.values().reshape(self.shape))
 
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, _ShareUpload]:
+        out = {}
         for pid, h in handles.items():
             if not isinstance(h, _ShareUpload) or h.pid != pid:
                 raise AggregationInvalid(f"handle of {pid!r} is not that participant's upload")
-        return dict(handles)  # type: ignore[arg-type]
+            out[pid] = h
+        return out
 
-    def weighted_sum(self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]) -> AggregateHandle:  # noqa: E501
+    def weighted_sum(
+        self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]
+    ) -> AggregateHandle:
         """Local weighted sum of party 0's shares (weights renormalised, zeros dropped)."""
         ids, w = normalized_weights(handles, weights)
         ups = self._uploads(handles)
         share = weighted_share([ups[p].share for p in ids], w)
         return _ShareAggregate([ups[p].uid for p in ids], w, share)
 
-    def reveal(self, aggregate: AggregateHandle) -> np.ndarray:
+    def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
         """Open the aggregate with the helper's share (the helper checks the participant count)."""
         if not isinstance(aggregate, _ShareAggregate):
             raise AggregationInvalid("aggregate is not a shares aggregate")
-        return self._open_linear(aggregate, "aggregate").astype(np.float32)
+        return _open_linear(self.keys, aggregate, "aggregate", round_id).astype(np.float32)
 
-    def _open_linear(self, aggregate: _ShareAggregate, purpose: str) -> np.ndarray:
-        _, other = self._call({"op": "linear", "purpose": purpose, "uids": aggregate.uids,
-                               "weights": aggregate.weights})  # fmt: skip
-        total = aggregate.share + np.asarray(other, dtype=np.uint64)
-        return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
+    def scoring_round(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> SharesScoringRound:
+        """Return a fresh scoring backend on this round's shares."""
+        return SharesScoringRound(
+            keys=self.keys, shape=self.shape, uploads=self._uploads(handles), round_id=round_id
+        )
 
-    def score(self, handles: Mapping[str, UploadHandle], reference: AggregateHandle) -> dict[str, float]:  # noqa: E501
-        """Robust pooled Mahalanobis score per upload, on shares (``reference`` unused)."""
-        self._handles = self._uploads(handles)
-        report = pooled_mahalanobis(self, sorted(handles), num_samples=self.shape[0],
-                                    config=self.scoring)  # fmt: skip
-        self.last_report = report
-        return report.scores
 
-    # -- ScoringBackend --------------------------------------------------------------
+class SharesScoringRound:
+    """One round's scoring backend on shares (``ScoringBackend``); discard after the round.
+
+    Beaver operations get ids unique to this object, and triples are dealt
+    under labels naming ``round_id``.
+    """
+
+    def __init__(
+        self,
+        *,
+        keys: SharesKeys,
+        shape: tuple[int, int],
+        uploads: Mapping[str, _ShareUpload],
+        round_id: int,
+    ) -> None:
+        self.keys, self.shape, self.uploads = keys, shape, dict(uploads)
+        self.round_id = round_id
+        self._prefix = f"r{round_id}-{secrets.token_hex(4)}"
+        self._ops = 0
 
     def mean(self, ids: Sequence[str]) -> np.ndarray:
         """Open the equal-weight mean over ``ids``."""
         w = [1.0 / len(ids)] * len(ids)
-        agg = _ShareAggregate([self._handles[p].uid for p in ids], w,
-                              weighted_share([self._handles[p].share for p in ids], w))
-        return self._open_linear(agg, "mean")
+        share = weighted_share([self.uploads[p].share for p in ids], w)
+        agg = _ShareAggregate([self.uploads[p].uid for p in ids], w, share)
+        return _open_linear(self.keys, agg, "mean", self.round_id)
 
-    def _beaver(self, kind: str, ids: Sequence[str], x: np.ndarray, y: np.ndarray,
-                extra: dict[str, object], center: np.ndarray,
-                matrix: bytes = b"") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def _beaver(
+        self,
+        kind: str,
+        ids: Sequence[str],
+        x: np.ndarray,
+        y: np.ndarray,
+        extra: dict[str, object],
+        center: np.ndarray,
+        matrix: bytes = b"",
+    ) -> tuple[np.ndarray, np.ndarray]:
         self._ops += 1
-        tensor, op_id = f"{kind}-{self._ops}", f"op{self._ops}"
-        blob_a, blob_h = self.dealer(round_id=self.round_id, tensor=tensor, count=x.size)
+        tensor, op_id = f"{kind}-{self._ops}", f"{self._prefix}-op{self._ops}"
+        blob_a, blob_h = self.keys.dealer(round_id=self.round_id, tensor=tensor, count=x.size)
         label = ShareLabel(round_id=self.round_id, participant_id="beaver", tensor=tensor)
-        triples = TripleShare.parse(blob_a, key=self.dealer_key, label=label, party=0,
-                                    seeded=True, count=x.size)  # fmt: skip
-        party = BeaverParty(triples=triples, channel_key=self.channel_key)
+        triples = TripleShare.parse(
+            blob_a, key=self.keys.dealer_key, label=label, party=0, seeded=True, count=x.size
+        )
+        party = BeaverParty(triples=triples, channel_key=self.keys.channel_key)
         mine = party.open(x, y)
         cmeta, craw = encode_array(center)
-        head = {"op": "open", "kind": kind, "op_id": op_id, "tensor": tensor, "center": cmeta,
-                "uids": [self._handles[p].uid for p in ids], **extra}
-        _, theirs = self._call(head, craw, matrix, blob_h)
+        head = {
+            "op": "open",
+            "kind": kind,
+            "op_id": op_id,
+            "tensor": tensor,
+            "center": cmeta,
+            "uids": [self.uploads[p].uid for p in ids],
+            "round_id": self.round_id,
+            **extra,
+        }
+        _, theirs = _call(self.keys, head, craw, matrix, blob_h)
         product = party.finish(theirs)  # type: ignore[arg-type]
-        _, other = self._call({"op": "finish", "op_id": op_id}, mine)
+        finish = {"op": "finish", "op_id": op_id, "round_id": self.round_id}
+        _, other = _call(self.keys, finish, mine)
         return product, np.asarray(other, dtype=np.uint64)
 
     def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
         """Open the centred second moment (Beaver products, summed before opening)."""
-        deltas = [center_shares(self._handles[p].share[:samples], center[:samples], party=0)
-                  for p in ids]  # fmt: skip
+        deltas = [
+            center_shares(self.uploads[p].share[:samples], center[:samples], party=0) for p in ids
+        ]
         x, y = pair_factors(deltas)
         c = self.shape[1]
         pairs = c * (c + 1) // 2
@@ -260,28 +409,134 @@ class SharesAggregator(SecureAggregator):
         flat = CODEC.decode(mine + other, frac_bits=2 * CODEC.frac_bits)
         return symmetric_from_pairs(flat, c)
 
-    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
-               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+    def scores(
+        self,
+        ids: Sequence[str],
+        center: np.ndarray,
+        whiten: np.ndarray,
+        samples: int | None = None,
+    ) -> dict[str, float]:
         """Per-participant ``mean_{i<samples} ||W (p_i - c_i)||^2``; only scalars are opened."""
         rows = self.shape[0] if samples is None else samples
         plan = score_plan(whiten, n_samples=rows)
-        z = np.concatenate([whiten_shares(center_shares(self._handles[p].share[:rows],
-                                                        center[:rows], party=0),
-                                          plan, party=0).reshape(-1) for p in ids])  # fmt: skip
+        z = np.concatenate(
+            [
+                whiten_shares(
+                    center_shares(self.uploads[p].share[:rows], center[:rows], party=0),
+                    plan,
+                    party=0,
+                ).reshape(-1)
+                for p in ids
+            ]
+        )
         mmeta, mraw = encode_array(plan.matrix, "u8")
-        product, other = self._beaver("score", ids, z, z, {"g": plan.g, "fz": plan.fz,
-                                                           "matrix": mmeta, "samples": rows},
-                                      center, mraw)  # fmt: skip
+        extra: dict[str, object] = {"g": plan.g, "fz": plan.fz, "matrix": mmeta, "samples": rows}
+        product, other = self._beaver("score", ids, z, z, extra, center, mraw)
         sums = CODEC.decode(score_sums(product, count=len(ids)) + other, frac_bits=2 * plan.fz)
         return {p: float(s) / rows for p, s in zip(ids, sums, strict=True)}
 
 
-#: The ``shares`` mode; factories need the enrolment secrets, helper and dealer channels.
+class SharesDeployment(SecureDeployment):
+    """Enrolment secrets, the helper (party 1) and the key authority as triple dealer.
+
+    Parameters
+    ----------
+    plan
+        What it was deployed from.
+    authority
+        Deals Beaver triples; holds no shares.
+    helper
+        Party 1 (holds each upload's seed share and gates every opening).
+    enrolments
+        Each participant's secrets.
+    dealer_keys
+        MAC keys of the dealer's blobs (``"aggregator"``, ``"helper"``) and of the
+        aggregator-helper channel (``"channel"``).
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: DeploymentPlan,
+        authority: KeyAuthority,
+        helper: HelperParty,
+        enrolments: Mapping[str, SharesEnrolment],
+        dealer_keys: Mapping[str, ShareMacKey],
+    ) -> None:
+        super().__init__(mode=SharesMode.name, plan=plan)
+        self.authority, self.helper = authority, helper
+        self._enrolments, self._macs = dict(enrolments), dict(dealer_keys)
+
+    @classmethod
+    def deploy(cls, plan: DeploymentPlan) -> SharesDeployment:
+        """Enrol every participant, generate the MAC keys, start the helper."""
+        enrolments = {p: SharesEnrolment.generate(p) for p in plan.participant_ids}
+        macs = {
+            "aggregator": ShareMacKey.generate(recipient="dealer-aggregator"),
+            "helper": ShareMacKey.generate(recipient="dealer-helper"),
+            "channel": ShareMacKey.generate(recipient="channel"),
+        }
+        helper = HelperParty(
+            shape=plan.shape,
+            min_participants=plan.min_participants,
+            audit=plan.audit,
+            secrets={p: e.helper_secret for p, e in enrolments.items()},
+            dealer_key=macs["helper"],
+            channel_key=macs["channel"],
+        )
+        authority = KeyAuthority(min_participants=plan.min_participants, audit=plan.audit)
+        return cls(
+            plan=plan, authority=authority, helper=helper, enrolments=enrolments, dealer_keys=macs
+        )
+
+    @property
+    def params(self) -> str:
+        """The ring and its fixed-point resolution."""
+        return "Z2^64/f12"
+
+    def enrolment(self, participant_id: str) -> SharesEnrolment:
+        """Return an enrolled participant's secrets (only that participant receives them)."""
+        self.plan.require_enrolled(participant_id)
+        return self._enrolments[participant_id]
+
+    def encoder(self, participant_id: str, *, bound: float) -> SharesEncoder:
+        """Build an enrolled participant's encoder."""
+        return SharesEncoder(
+            shape=self.shape, bound=bound, enrolment=self.enrolment(participant_id)
+        )
+
+    def _deal(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        return self.authority.deal(
+            round_id=round_id,
+            tensor=tensor,
+            count=count,
+            key_aggregator=self._macs["aggregator"],
+            key_helper=self._macs["helper"],
+        )
+
+    def server_keys(self) -> SharesKeys:
+        """Return the aggregator's key material (no helper secret, no helper MAC key)."""
+        return SharesKeys(
+            secrets={p: e.aggregator_secret for p, e in self._enrolments.items()},
+            helper=self.helper.handle,
+            dealer=self._deal,
+            dealer_key=self._macs["aggregator"],
+            channel_key=self._macs["channel"],
+        )
+
+    def aggregator(self, *, bound: float) -> SharesAggregator:
+        """Build party 0."""
+        return SharesAggregator(
+            shape=self.shape, bound=bound, keys=self.server_keys(), scoring=self.plan.scoring
+        )
+
+
+#: The ``shares`` mode: the helper gates every opening; the key authority deals triples.
 SharesMode = AggregationMode(
     name="shares",
     insecure=False,
+    central_dp=False,
     description="two additive shares (aggregator + helper), Beaver triples from the key authority",
-    encoder=SharesEncoder,
-    aggregator=SharesAggregator,
+    deploy=SharesDeployment.deploy,
 )
 register_mode(SharesMode)

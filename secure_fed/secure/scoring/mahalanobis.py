@@ -1,6 +1,6 @@
 """Per-sample pooled Mahalanobis scores of participants' predictions (plaintext reference).
 
-Implements the scoring scheme of ARCHITECTURE.md section 3.5 as the linear
+Implements the scoring scheme of docs/secure-aggregation.md as the linear
 algebra every mode runs, so the plaintext, CKKS and secret-share modes differ
 only in *where* each step happens:
 
@@ -18,7 +18,7 @@ only in *where* each step happens:
 
 Why the projection: logits are defined up to a per-sample additive constant and
 centred logits (or probabilities) sum to a constant, so ``Σ`` is singular or
-nearly so along the all-ones direction (NOTES.md section 6). ``H`` is a fixed,
+nearly so along the all-ones direction. ``H`` is a fixed,
 public orthonormal basis of the complement of that direction (Helmert 1876;
 Lancaster, "The Helmert matrices", Amer. Math. Monthly 1965), which removes it
 exactly; the small ridge ``ρ`` (relative to the mean eigenvalue) guards the rest.
@@ -141,8 +141,9 @@ def whitening(cov: np.ndarray, *, ridge: float) -> np.ndarray:
     return np.asarray(upper @ diff, dtype=np.float64)
 
 
-def quadratic_scores(predictions: Mapping[str, np.ndarray], center: np.ndarray,
-                     whiten: np.ndarray) -> dict[str, float]:  # fmt: skip
+def quadratic_scores(
+    predictions: Mapping[str, np.ndarray], center: np.ndarray, whiten: np.ndarray
+) -> dict[str, float]:
     """Return ``mean_i || W (p_ki - center_i) ||^2`` per participant (float64)."""
     c = np.asarray(center, dtype=np.float64)
     w = np.asarray(whiten, dtype=np.float64)
@@ -157,6 +158,9 @@ class ScoringBackend(Protocol):
     """The three revealing steps a mode must offer (plaintext, CKKS, shares).
 
     Every method reveals only an aggregate over ``ids`` or one scalar per id.
+    A mode builds one backend per round
+    (:meth:`secure_fed.secure.mode.SecureAggregator.scoring_round`) holding
+    that round's uploads and round id; it is discarded once the scores are known.
     """
 
     def mean(self, ids: Sequence[str]) -> np.ndarray:
@@ -167,8 +171,9 @@ class ScoringBackend(Protocol):
         """Revealed ``C x C`` sum of ``(p - c)(p - c)^T`` over ``ids`` and the first ``samples``."""
         ...
 
-    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
-               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+    def scores(
+        self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray, samples: int | None = None
+    ) -> dict[str, float]:
         """Revealed ``mean_{i<samples} ||W (p_ki - center_i)||^2``, one scalar per id."""
         ...
 
@@ -183,8 +188,7 @@ class PlainBackend:
         """Equal-weight mean over ``ids``."""
         return np.asarray(np.mean([self.predictions[p] for p in ids], axis=0), dtype=np.float64)
 
-    def second_moment(self, ids: Sequence[str], samples: int,
-                      center: np.ndarray) -> np.ndarray:  # fmt: skip
+    def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
         """Centred second moment over ``ids`` and the first ``samples`` samples."""
         c = np.asarray(center, dtype=np.float64)[:samples]
         out = np.zeros((c.shape[1], c.shape[1]))
@@ -193,12 +197,14 @@ class PlainBackend:
             out += d.T @ d
         return out
 
-    def scores(self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray,
-               samples: int | None = None) -> dict[str, float]:  # fmt: skip
+    def scores(
+        self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray, samples: int | None = None
+    ) -> dict[str, float]:
         """Mean whitened squared distance per id over the first ``samples`` samples."""
         rows = slice(0, samples)
-        return quadratic_scores({p: self.predictions[p][rows] for p in ids},
-                                np.asarray(center)[rows], whiten)
+        return quadratic_scores(
+            {p: self.predictions[p][rows] for p in ids}, np.asarray(center)[rows], whiten
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,8 +273,13 @@ class ScoreReport:
     covariance: np.ndarray
 
 
-def pooled_mahalanobis(backend: ScoringBackend, ids: Sequence[str], *, num_samples: int,
-                       config: ScoringConfig | None = None) -> ScoreReport:  # fmt: skip
+def pooled_mahalanobis(
+    backend: ScoringBackend,
+    ids: Sequence[str],
+    *,
+    num_samples: int,
+    config: ScoringConfig | None = None,
+) -> ScoreReport:
     """Score every participant in ``ids``, robustly.
 
     With ``c_steps = 0`` the mean and covariance are pooled over everybody. With
@@ -304,8 +315,7 @@ def pooled_mahalanobis(backend: ScoringBackend, ids: Sequence[str], *, num_sampl
             if new == subset:
                 break
             subset = new
-    return ScoreReport(scores=scores, subset=tuple(subset), dof=cov.shape[0] - 1,
-                       covariance=cov)  # fmt: skip
+    return ScoreReport(scores=scores, subset=tuple(subset), dof=cov.shape[0] - 1, covariance=cov)
 
 
 def _lowest(scores: Mapping[str, float], h: int) -> list[str]:

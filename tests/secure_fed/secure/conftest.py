@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-import secure_fed.secure.modes.ckks  # noqa: F401  (registers "ckks")
-import secure_fed.secure.modes.shares  # noqa: F401  (registers "shares")
+from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.scoring.outlier import MemoryAuditSink
 
 N, C, K = 300, 10, 6
 IDS = [f"p{j:02d}" for j in range(K)]

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from secure_fed.evaluation.attacks import make_attack
+from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids
 
 BOUND = 8.0
+
+
+def excluded(scores: dict[str, float], *, dof: int, min_keep: int = 1) -> set[str]:
+    """Ids a fresh :class:`OutlierPolicy` excludes on one round of scores."""
+    return excluded_ids(OutlierPolicy(dof=dof, min_keep=min_keep).decide(scores, round_id=1))
 
 
 def population(k: int, n: int, c: int, *, seed: int = 0, spread: float = 0.4,
@@ -47,7 +53,6 @@ from secure_fed.federation.schema import (  # noqa: E402
 )
 from secure_fed.federation.stages import RoundConfig  # noqa: E402
 from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
-from secure_fed.secure.scoring.outlier import OutlierPolicy  # noqa: E402
 
 
 class Clock:
@@ -72,13 +77,14 @@ class Harness:
         self.round_schema, self.model = contract(dep.shape[1])
         registry = SchemaRegistry()
         registry.register(self.model)
-        self.policy = OutlierPolicy(dof=dep.shape[1] - 1, audit=audit)
+        self.policy = OutlierPolicy(dof=dep.shape[1] - 1)
         self.clock = Clock()
         self.engine = RoundEngine(store=JsonFileRoundStore(directory=tmp_path / "rounds"),
                                   aggregator=dep.aggregator(bound=BOUND), mode=dep.mode,
-                                  registry=registry, outlier_filter=self.policy, clock=self.clock)
+                                  registry=registry, outlier_filter=self.policy, audit=audit,
+                                  clock=self.clock)
         self.keys = {p: SM2PrivateKey.generate() for p in self.ids}
-        self.params = {"ckks": "CKKS_SCORING", "shares": "Z2^64/f12"}.get(dep.mode, "float32")
+        self.params = dep.params
         self.verifier = EnvelopeVerifier(keys={p: k.public_key for p, k in self.keys.items()},
                                          submit=self.engine.submit, params=self.params,
                                          max_bytes=32 << 20, audit=audit)
@@ -101,8 +107,6 @@ class Harness:
         return seal_upload(encode_upload(header, payload), key=self.keys[pid], params=self.params)
 
     def round(self, round_id: int, preds):  # type: ignore[no-untyped-def]
-        self.engine.aggregator.round_id = round_id
-        self.policy.round_id = round_id
         self.engine.open(self.config(round_id))
         self.engine.start_collecting(round_id)
         for pid, matrix in preds.items():

@@ -7,8 +7,7 @@ import pytest
 from secure_fed.evaluation.attacks import ATTACK_REGISTRY
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.scoring.mahalanobis import PlainBackend, pooled_mahalanobis
-from secure_fed.secure.scoring.outlier import OutlierPolicy
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, excluded, population
 
 K, N, C, ATTACKERS = 10, 400, 10, 3
 ATTACKS = ["label_flip", "sign_flip", "scaling", "constant", "gaussian"]
@@ -23,8 +22,7 @@ def test_every_registered_attack_is_covered() -> None:
 def test_reference_filter_excludes_exactly_the_attackers(attack: str, seed: int) -> None:
     preds = population(K, N, C, seed=seed, attackers=ATTACKERS, attack=attack)
     scores = pooled_mahalanobis(PlainBackend(preds), sorted(preds), num_samples=N).scores
-    excluded = OutlierPolicy(dof=C - 1).decide(scores)
-    assert excluded == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}
+    assert excluded(scores, dof=C - 1) == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -34,5 +32,5 @@ def test_shares_mode_excludes_exactly_the_attackers(attack: str) -> None:
                                   min_participants=5)
     agg = dep.aggregator(bound=BOUND)
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
-    excluded = OutlierPolicy(dof=C - 1).decide(agg.score(handles, None))
-    assert excluded == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}
+    scores = agg.score(handles, round_id=1).scores
+    assert excluded(scores, dof=C - 1) == {f"p{j:02d}" for j in range(K - ATTACKERS, K)}

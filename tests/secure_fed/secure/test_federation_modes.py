@@ -18,19 +18,18 @@ from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import load_task
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.plaintext import InsecureMahalanobisAggregator
-from secure_fed.secure.scoring.outlier import OutlierPolicy
+from tests.secure_fed.secure.helpers import excluded
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def _decide(agg, preds):  # type: ignore[no-untyped-def]
     handles = {p: agg.load(enc.encode(m)) for p, (enc, m) in preds.items()}
-    scores = agg.score(handles, None)
-    excluded = OutlierPolicy(dof=9, min_keep=2).decide(scores)
-    kept = {p: h for p, h in handles.items() if p not in excluded}
-    labels = agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}))
-    return scores, excluded, labels
+    scores = agg.score(handles, round_id=1).scores
+    out = excluded(scores, dof=9, min_keep=2)
+    kept = {p: h for p, h in handles.items() if p not in out}
+    labels = agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}), round_id=1)
+    return scores, out, labels
 
 
 def test_real_predictions_give_the_same_decisions_in_every_mode(tmp_path: Path) -> None:
@@ -47,8 +46,7 @@ def test_real_predictions_give_the_same_decisions_in_every_mode(tmp_path: Path) 
     for mode in ("plaintext", "ckks", "shares"):
         dep = SecureDeployment.create(mode=mode, shape=shape, participant_ids=sorted(preds),
                                       min_participants=2)
-        agg = (InsecureMahalanobisAggregator(shape=shape, bound=PUBLIC_LOGIT_BOUND)
-               if mode == "plaintext" else dep.aggregator(bound=PUBLIC_LOGIT_BOUND))
+        agg = dep.aggregator(bound=PUBLIC_LOGIT_BOUND)
         encoded = {p: (dep.encoder(p, bound=PUBLIC_LOGIT_BOUND), m) for p, m in preds.items()}
         results[mode] = _decide(agg, encoded)
     ref_scores, ref_excluded, ref_labels = results["plaintext"]

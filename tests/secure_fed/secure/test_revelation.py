@@ -1,4 +1,4 @@
-"""Nothing decrypted or opened is ever one participant's vector (ARCHITECTURE.md section 3.8)."""
+"""Nothing decrypted or opened is ever one participant's vector (docs/audit/threat-model.md)."""
 
 from __future__ import annotations
 

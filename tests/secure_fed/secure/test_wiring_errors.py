@@ -14,30 +14,19 @@ from secure_fed.errors import (
     UploadMalformed,
 )
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksEncoder
+from secure_fed.secure.mode import AggregationMode
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksEncoder, CkksKeys
 from secure_fed.secure.modes.share_ops import score_plan
-from secure_fed.secure.parties.helper import HELPER_MAGIC, split_parts
+from secure_fed.secure.parties.central_dp import CentralDP
+from secure_fed.secure.parties.helper import split_parts
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.wire import decode_array, decode_frame, encode_array, encode_frame
+from secure_fed.wire import HELPER_REQUEST, encode_frame
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 
 
-def test_frames_round_trip_and_refuse_defects() -> None:
-    frame = encode_frame(b"TEST", {"a": 1}, b"xyz")
-    assert decode_frame(frame, b"TEST", max_bytes=100) == ({"a": 1}, b"xyz")
-    with pytest.raises(AuthorityRequestMalformed, match="exceeds"):
-        decode_frame(frame, b"TEST", max_bytes=10)
-    with pytest.raises(AuthorityRequestMalformed, match="lengths"):
-        decode_frame(frame + b"!", b"TEST", max_bytes=100)
-    with pytest.raises(AuthorityRequestMalformed, match="JSON"):
-        decode_frame(b"TEST" + frame[4:8] + b"{" * (len(frame) - 8), b"TEST", max_bytes=100)
-    meta, raw = encode_array(np.arange(6.0).reshape(2, 3))
-    assert decode_array(meta, raw).shape == (2, 3)
-    with pytest.raises(AuthorityRequestMalformed, match="does not match"):
-        decode_array(meta, raw[:-8])
-    with pytest.raises(AuthorityRequestMalformed, match="dtype"):
-        decode_array({"shape": [1], "dtype": "f4"}, b"1234")
+def test_request_parts_must_add_up_to_the_payload() -> None:
+    assert split_parts({"parts": [1, 2]}, b"abc") == [b"a", b"bc"]
     with pytest.raises(AuthorityRequestMalformed, match="parts"):
         split_parts({"parts": [2, 2]}, b"abc")
 
@@ -46,31 +35,34 @@ def test_helper_refuses_small_moments_and_unknown_operations(shares) -> None:  #
     dep, sink = shares
     agg = dep.aggregator(bound=BOUND)
     preds = population(2, N, C)
-    agg._handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
+    handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
+    backend = agg.scoring_round(handles, round_id=4)
     with pytest.raises(OpeningRefused, match="at least 3"):
-        agg.second_moment(sorted(preds), 64, np.zeros((N, C)))
+        backend.second_moment(sorted(preds), 64, np.zeros((N, C)))
     assert sink.named("access.denied")[-1]["party"] == "helper"
     with pytest.raises(AuthorityRequestMalformed, match="no open Beaver"):
-        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "finish", "op_id": "x",
-                                                      "round_id": 0}))
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x",
+                                                        "round_id": 0}))
     with pytest.raises(AuthorityRequestMalformed, match="round_id"):
-        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "finish", "op_id": "x"}))
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x"}))
 
 
 def test_ckks_wiring_errors(ckks) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
     with pytest.raises(ModeSetupInvalid, match="public_context"):
-        CkksEncoder(shape=(N, C), bound=BOUND)
+        CkksEncoder(shape=(N, C), bound=BOUND, public_context=b"context bytes")  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="authority"):
-        CkksAggregator(shape=(N, C), bound=BOUND, public_context=dep.public_context)
+        CkksKeys(public_context=dep.public_context, authority=b"not a channel")  # type: ignore[arg-type]
+    with pytest.raises(ModeSetupInvalid, match="keys"):
+        CkksAggregator(shape=(N, C), bound=BOUND, keys=dep.public_context)  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="moment_samples"):
-        CkksAggregator(shape=(N, C), bound=BOUND, public_context=dep.public_context,
-                       authority=dep.authority.handle, scoring=ScoringConfig(moment_samples=10))
+        CkksAggregator(shape=(N, C), bound=BOUND, keys=dep.server_keys(),
+                       scoring=ScoringConfig(moment_samples=10))
     agg = dep.aggregator(bound=BOUND)
     with pytest.raises(UploadMalformed, match="ckks upload refused"):
         agg.load(b"SFCKCT" + bytes(100))
     with pytest.raises(ScoringInvalid, match="first"):
-        agg.scores([], np.zeros((N, C)), np.eye(C), samples=5)
+        agg.scoring_round({}, round_id=1).scores([], np.zeros((N, C)), np.eye(C), samples=5)
 
 
 def test_score_plan_refuses_a_whitening_that_could_wrap() -> None:
@@ -92,4 +84,26 @@ def test_deployment_errors() -> None:
     dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=["a", "b"],
                                   min_participants=2)
     with pytest.raises(ModeSetupInvalid, match="not enrolled"):
-        dep.encoder_kwargs("c")
+        dep.encoder("c", bound=BOUND)
+    with pytest.raises(ModeSetupInvalid, match="shape"):
+        SecureDeployment.create(mode="plaintext", shape=(N, 0), participant_ids=["a"],
+                                min_participants=1)
+    with pytest.raises(ModeSetupInvalid, match="both or neither"):
+        SecureDeployment.create(mode="ckks", shape=(N, C), participant_ids=["a", "b"],
+                                min_participants=2, central_dp=CentralDP(noise_multiplier=1.0))
+
+
+@pytest.mark.parametrize("mode", ["plaintext", "shares"])
+def test_central_dp_is_refused_where_the_aggregator_would_see_the_aggregate(mode: str) -> None:
+    able = sorted(m.name for m in _registered() if m.central_dp)
+    with pytest.raises(ModeSetupInvalid, match="cannot add central DP") as info:
+        SecureDeployment.create(mode=mode, shape=(N, C), participant_ids=["a", "b"],
+                                min_participants=2, central_dp=CentralDP(noise_multiplier=1.0),
+                                budget=object())  # type: ignore[arg-type]
+    assert able == ["ckks"] and str(able) in str(info.value)
+
+
+def _registered() -> list[AggregationMode]:
+    from secure_fed.secure.mode import MODE_REGISTRY, mode_names
+
+    return [MODE_REGISTRY[name] for name in mode_names()]

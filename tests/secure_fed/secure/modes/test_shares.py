@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -10,9 +12,13 @@ from secure_fed.errors import (
     OpeningRefused,
     UploadMalformed,
 )
-from secure_fed.secure.modes.shares import SharesAggregator, SharesEncoder
-from secure_fed.secure.parties.helper import HELPER_MAGIC
-from secure_fed.wire import decode_frame, encode_frame
+from secure_fed.secure.modes.shares import (
+    SharesAggregator,
+    SharesEncoder,
+    SharesEnrolment,
+    SharesKeys,
+)
+from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 
@@ -31,7 +37,7 @@ def test_tampered_share_and_sealed_seed_are_detected(shares) -> None:  # type: i
     dep, _ = shares
     agg = dep.aggregator(bound=BOUND)
     payload = bytearray(_payload(dep, "p00", population(1, N, C)["p00"]))
-    head, body = decode_frame(bytes(payload), b"SFSH", max_bytes=1 << 30)
+    head, body = decode_frame(bytes(payload), SHARES_UPLOAD)
     offset = len(payload) - len(body)
     cases = ((offset + 100, "aggregator share"), (len(payload) - 5, "helper share"))
     for position, fragment in cases:
@@ -48,8 +54,7 @@ def test_shares_from_another_participant_are_refused(shares) -> None:  # type: i
     handle = agg.load(payload)
     with pytest.raises(AggregationInvalid, match="p01"):
         agg.weighted_sum({"p01": handle}, {"p01": 1.0})
-    stranger = SharesEncoder(shape=(N, C), bound=BOUND, participant_id="zz",
-                             secrets_by_party={"aggregator": b"a" * 32, "helper": b"h" * 32})
+    stranger = SharesEncoder(shape=(N, C), bound=BOUND, enrolment=SharesEnrolment.generate("zz"))
     with pytest.raises(UploadMalformed, match="zz"):
         agg.load(stranger.encode(population(1, N, C)["p00"]))
 
@@ -59,31 +64,51 @@ def test_dropout_contributes_nothing_and_small_openings_are_refused(shares) -> N
     preds = population(4, N, C, seed=5)
     agg = dep.aggregator(bound=BOUND)
     handles = {p: agg.load(_payload(dep, p, m)) for p, m in preds.items() if p != "p03"}
-    out = agg.reveal(agg.weighted_sum(handles, {p: 1.0 for p in handles}))
+    out = agg.reveal(agg.weighted_sum(handles, {p: 1.0 for p in handles}), round_id=1)
     np.testing.assert_allclose(out, np.mean([preds[p] for p in handles], axis=0), atol=1e-3)
     two = {p: handles[p] for p in ("p00", "p01")}
     with pytest.raises(OpeningRefused, match="at least 3"):
-        agg.reveal(agg.weighted_sum(two, {p: 0.5 for p in two}))
+        agg.reveal(agg.weighted_sum(two, {p: 0.5 for p in two}), round_id=1)
     assert not dep.helper.log[-1].released
 
 
 def test_helper_refuses_unknown_ops_and_uploads(shares) -> None:  # type: ignore[no-untyped-def]
     dep, _ = shares
     with pytest.raises(AuthorityRequestMalformed, match="unknown"):
-        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "reveal_one"}))
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "reveal_one"}))
     with pytest.raises(AuthorityRequestMalformed, match="no share"):
-        dep.helper.handle(encode_frame(HELPER_MAGIC, {"op": "linear", "uids": ["nope"],
-                                                      "weights": [1.0], "round_id": 0}))
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "linear", "uids": ["nope"],
+                                                        "weights": [1.0], "round_id": 0}))
     with pytest.raises(AuthorityRequestMalformed, match="HELPER_MAGIC|SFHR"):
         dep.helper.handle(b"SFKR" + bytes(20))
 
 
-def test_setup_errors() -> None:
+def test_setup_errors(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
     with pytest.raises(ModeSetupInvalid, match="participant_id"):
-        SharesEncoder(shape=(N, C), bound=BOUND)
-    with pytest.raises(ModeSetupInvalid, match="helper"):
-        SharesAggregator(shape=(N, C), bound=BOUND, secrets={"a": b"x" * 32})
+        SharesEnrolment(participant_id="", aggregator_secret=b"a" * 32, helper_secret=b"h" * 32)
+    with pytest.raises(ModeSetupInvalid, match="helper_secret"):
+        SharesEnrolment(participant_id="a", aggregator_secret=b"a" * 32, helper_secret=b"short")
+    with pytest.raises(ModeSetupInvalid, match="enrolment"):
+        SharesEncoder(shape=(N, C), bound=BOUND, enrolment=b"a" * 32)  # type: ignore[arg-type]
+    with pytest.raises(ModeSetupInvalid, match="keys"):
+        SharesAggregator(shape=(N, C), bound=BOUND, keys={"a": b"x" * 32})  # type: ignore[arg-type]
+    keys = dep.server_keys()
+    with pytest.raises(ModeSetupInvalid, match="ShareMacKey"):
+        SharesKeys(secrets=keys.secrets, helper=keys.helper, dealer=keys.dealer,
+                   dealer_key=b"k" * 32, channel_key=keys.channel_key)  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="exceeds"):
-        SharesEncoder(shape=(N, C), bound=9.0, participant_id="a",
-                      secrets_by_party={"aggregator": b"a" * 32, "helper": b"h" * 32})
+        SharesEncoder(shape=(N, C), bound=9.0, enrolment=dep.enrolment("p00"))
     assert set(IDS) >= {"p00"}
+
+
+def test_enrolment_and_server_keys_are_never_shown_or_pickled(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+    enrolment, keys = dep.enrolment("p00"), dep.server_keys()
+    for secret in (enrolment.aggregator_secret, enrolment.helper_secret):
+        assert secret.hex() not in repr(enrolment) and repr(secret) not in repr(enrolment)
+    assert enrolment.aggregator_secret.hex() not in repr(keys)
+    for obj in (enrolment, keys):
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(obj)
+    assert enrolment.helper_secret not in keys.secrets.values()  # no helper secret
