@@ -77,6 +77,7 @@ class DemoConfig:
     out: Path = Path("secure-fed-work/demo")
     seed: int = 0
     overwrite: bool = False
+    central_dp: float | None = None
 
     def federation_config(self) -> FederationConfig:
         """Validate and translate to a :class:`FederationConfig`.
@@ -98,6 +99,7 @@ class DemoConfig:
         return FederationConfig(
             participants=self.participants, rounds=self.rounds, alpha=self.alpha,
             epsilon=self.epsilon, attack=attack, mode=self.mode, seed=self.seed,
+            central_dp=self.central_dp,
         )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from secure_fed.errors import SecureFedError
 from secure_fed.evaluation.attacks import ATTACK_REGISTRY
 from secure_fed.federation.federation import RoundResult
 from secure_fed.learning.data import DATASET_REGISTRY
-from secure_fed.secure.mode import MODE_REGISTRY
+from secure_fed.secure.mode import mode_names
 
 __all__ = ["register"]
 
@@ -81,7 +81,7 @@ def demo(
         typer.Option(help=f"KIND:COUNT poisoning; kinds: {', '.join(sorted(ATTACK_REGISTRY))}."),
     ] = None,
     mode: Annotated[
-        str, typer.Option(help=f"Aggregation mode: {', '.join(sorted(MODE_REGISTRY))}.")
+        str, typer.Option(help=f"Aggregation mode: {', '.join(mode_names())}.")
     ] = "ckks",
     out: Annotated[
         Path | None, typer.Option(help="Working folder (results JSON, SQLite ledger).")
@@ -89,6 +89,15 @@ def demo(
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier demo run in --out.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of splits, models and attacks.")] = 0,
+    central_dp: Annotated[
+        float | None,
+        typer.Option(
+            "--central-dp",
+            metavar="NOISE",
+            help="Central DP noise multiplier on each published aggregate (ckks: added by the "
+            "key authority, charged to every contributor's epsilon budget).",
+        ),
+    ] = None,
 ) -> None:
     """Run a complete federation (all parties in one process) and show per-round tables."""
     # Opacus' RDP accountant warns whenever the optimal order is at the edge of its
@@ -99,6 +108,7 @@ def demo(
         rounds=rounds, participants=participants, dataset=dataset, alpha=alpha,
         epsilon=epsilon, attack=attack, mode=mode,
         out=out if out is not None else _default_out(), seed=seed, overwrite=overwrite,
+        central_dp=central_dp,
     )  # fmt: skip
     progress = Progress(
         TextColumn("[bold]federation"), BarColumn(),

@@ -60,7 +60,8 @@ from secure_fed.learning.private_training import (
     train_nonprivate,
 )
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.mode import get_mode
+from secure_fed.secure.mode import get_mode, mode_names
+from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.scoring.outlier import (
     AuditSink,
@@ -102,6 +103,7 @@ class FederationConfig:
     baseline: bool = True
     round_timeout: float = 600.0
     exclude_outliers: bool = False
+    central_dp: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -125,7 +127,14 @@ class FederationConfig:
             raise FederationConfigInvalid(
                 f"architectures {unknown} are not registered; registered: {sorted(MODEL_REGISTRY)}"
             )
-        get_mode(self.mode)  # UnknownMode lists the registered names
+        mode = get_mode(self.mode)  # UnknownMode lists the registered names
+        dp = self.central_dp
+        if dp is not None and not (math.isfinite(dp) and dp > 0 and mode.central_dp):
+            able = [m for m in mode_names() if get_mode(m).central_dp]
+            raise FederationConfigInvalid(
+                f"central_dp must be a noise multiplier > 0 in a mode that adds it before the "
+                f"aggregator sees the aggregate ({able}), got {dp!r} in mode {self.mode!r}"
+            )
         if self.attack is not None and self.attack.count >= self.participants:
             raise FederationConfigInvalid(
                 f"attack count {self.attack.count} leaves no honest participant"
@@ -267,9 +276,15 @@ class Federation:
         self.audit = audit if audit is not None else MemoryAuditSink()
         plan = plan_participants(config)
         scoring = ScoringConfig(min_subset=config.quorum())
+        central_dp = None
+        if config.central_dp is not None:  # the key authority adds it, charged per contributor
+            central_dp = CentralDP(
+                noise_multiplier=config.central_dp, delta=config.delta, asset_id=ASSET_ID
+            )
         self.deployment = SecureDeployment.create(
             mode=config.mode, shape=shape, participant_ids=[p.participant_id for p in plan],
             min_participants=config.quorum(), audit=self.audit, scoring=scoring,
+            central_dp=central_dp, budget=budget if central_dp is not None else None,
         )  # fmt: skip
         aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
         self.policy = OutlierPolicy(
