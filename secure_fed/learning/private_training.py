@@ -14,11 +14,8 @@ delta, rounds)``; :class:`PrivateTrainer` asks the budget gate, which knows the
 participant's whole mechanism history, for the noise multiplier, reserves the
 round's mechanism before touching data, and commits after.
 
-*Clipping scaled per model* (seed article 000, section 3.3: ``C_i`` grows with
-model complexity): ``C_k = C_ref * sqrt(P_k / P_ref)`` with ``P_k`` the number
-of trainable parameters. If every coordinate of a per-example gradient has a
-similar magnitude, its norm grows like ``sqrt(P_k)``, so this keeps the
-fraction of the gradient that survives clipping comparable across models.
+*Clipping scaled per model*: each participant clips at
+``C_k = C_ref * sqrt(P_k / P_ref)`` (:mod:`secure_fed.learning.clipping`).
 """
 
 from __future__ import annotations
@@ -40,83 +37,23 @@ from torch.utils.data import DataLoader, TensorDataset
 from privacy_ledger.budget.mechanism import MechanismEvent
 from secure_fed.errors import LearningParameterInvalid, PrivateTrainingFailed
 from secure_fed.learning.budget_gate import BudgetGate, refusal_errors
-from secure_fed.learning.models import check_private_compatible, parameter_count
+from secure_fed.learning.clipping import (
+    CLIPPING_MODES,
+    P_REF,
+    clipping_norm,
+    per_layer_clipping_norms,
+)
+from secure_fed.learning.models import check_private_compatible
 
 __all__ = [
-    "P_REF",
     "DPGoal",
     "PrivateTrainer",
     "TrainReport",
-    "clipping_norm",
     "evaluate",
-    "per_layer_clipping_norms",
     "train_nonprivate",
 ]
 
 logger = logging.getLogger(__name__)
-
-P_REF = 1000
-"""Reference parameter count: a model with ``P_REF`` parameters gets ``C_ref``."""
-
-
-def clipping_norm(model: nn.Module, *, c_ref: float = 1.0, p_ref: int = P_REF) -> float:
-    """Per-model clipping norm ``C_k = c_ref * sqrt(P_k / p_ref)``.
-
-    Parameters
-    ----------
-    model
-        The participant's model; ``P_k`` is its trainable parameter count.
-    c_ref
-        Clipping norm of a model with ``p_ref`` parameters (> 0).
-    p_ref
-        Reference parameter count (>= 1).
-
-    Returns
-    -------
-    float
-        ``C_k``; e.g. 1.0 for 1,000 parameters, 2.0 for 4,000.
-
-    Raises
-    ------
-    LearningParameterInvalid
-        ``c_ref`` or ``p_ref`` out of range, or the model has no parameters.
-    """
-    if not (math.isfinite(c_ref) and c_ref > 0):
-        raise LearningParameterInvalid(f"c_ref must be a finite number > 0, got {c_ref!r}")
-    if p_ref < 1:
-        raise LearningParameterInvalid(f"p_ref must be >= 1, got {p_ref!r}")
-    p_k = parameter_count(model)
-    if p_k < 1:
-        raise LearningParameterInvalid("model has no trainable parameters")
-    return float(c_ref * math.sqrt(p_k / p_ref))
-
-
-def per_layer_clipping_norms(
-    model: nn.Module, *, c_ref: float = 1.0, p_ref: int = P_REF
-) -> list[float]:
-    """Per-parameter-tensor norms for Opacus ``clipping="per_layer"``.
-
-    Tensor ``l`` with ``n_l`` entries gets ``C_l = C_k * sqrt(n_l / P_k)``, so
-    ``sqrt(sum_l C_l**2) = C_k``: the total sensitivity equals the flat rule's.
-
-    Parameters
-    ----------
-    model
-        The model; one norm per trainable parameter tensor, in ``parameters()`` order.
-    c_ref, p_ref
-        As in :func:`clipping_norm`.
-
-    Returns
-    -------
-    list of float
-        The per-tensor norms.
-    """
-    total = clipping_norm(model, c_ref=c_ref, p_ref=p_ref)
-    p_k = parameter_count(model)
-    return [
-        float(total * math.sqrt(p.numel() / p_k)) for p in model.parameters() if p.requires_grad
-    ]
-
 
 @dataclass(frozen=True, kw_only=True)
 class DPGoal:
@@ -269,7 +206,8 @@ class TrainReport:
     loss
         Mean training loss over the round's non-empty batches (nan if none).
     secure_rng
-        Always ``False``: Opacus ``secure_mode`` needs torchcsprng (NOTES.md 3).
+        Always ``False``: Opacus ``secure_mode`` needs torchcsprng, which does
+        not install on current torch (``docs/learning.md``, section 5).
     """
 
     round_id: str
@@ -321,9 +259,9 @@ class PrivateTrainer:
         who knows the (public) run seed can reproduce them.
     clipping
         ``"flat"`` (one norm ``C_k``) or ``"per_layer"`` (norms from
-        :func:`per_layer_clipping_norms`, same total).
+        :func:`~secure_fed.learning.clipping.per_layer_clipping_norms`, same total).
     c_ref, p_ref
-        Clipping rule parameters (:func:`clipping_norm`).
+        Clipping rule parameters (:func:`~secure_fed.learning.clipping.clipping_norm`).
     max_noise_multiplier
         Refuse the round (train nothing, spend nothing) when the budget left
         would need more noise than this: such a round only damages the model.
@@ -552,5 +490,4 @@ def _decimal_floor(value: float) -> str:
 
 
 _MIN_ROOM = 1e-6
-CLIPPING_MODES = ("flat", "per_layer")
 _VERSIONS = {"opacus": opacus.__version__, "torch": torch.__version__, "secure_rng": "false"}

@@ -1,4 +1,3 @@
-import math
 
 import numpy as np
 import pytest
@@ -13,15 +12,13 @@ from secure_fed.errors import (
     PrivateTrainingFailed,
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.learning.clipping import clipping_norm
 from secure_fed.learning.data import dirichlet_split, load_task
-from secure_fed.learning.models import MODEL_REGISTRY, build_model, parameter_count
+from secure_fed.learning.models import MODEL_REGISTRY, build_model
 from secure_fed.learning.private_training import (
-    P_REF,
     DPGoal,
     PrivateTrainer,
-    clipping_norm,
     evaluate,
-    per_layer_clipping_norms,
     train_nonprivate,
 )
 
@@ -52,40 +49,6 @@ def _trainer(model, task, gate, **kw):
         "lr": 0.1, "epochs_per_round": None, "steps_per_round": 2, "seed": 0,
     }
     return PrivateTrainer(**{**args, **kw})
-
-
-# --- clipping rule -----------------------------------------------------------
-
-
-def test_clipping_rule_scales_with_sqrt_of_parameters():
-    small, big = nn.Linear(9, 100), nn.Linear(39, 100)  # 1000 and 4000 parameters
-    assert P_REF == 1000
-    assert clipping_norm(small) == pytest.approx(1.0)
-    assert clipping_norm(big) == pytest.approx(2.0)
-    assert clipping_norm(big, c_ref=0.5, p_ref=4000) == pytest.approx(0.5)
-
-
-def test_clipping_norms_of_registry_models():
-    expected = {"mlp": 2.1932, "cnn": 1.3950, "transformer": 3.1000, "logreg": 0.8062}
-    for name, value in expected.items():
-        model = build_model(name, input_shape=(1, 8, 8), num_classes=10, seed=0)
-        assert clipping_norm(model) == pytest.approx(value, abs=1e-4)
-        assert clipping_norm(model) == pytest.approx(math.sqrt(parameter_count(model) / 1000))
-
-
-@pytest.mark.parametrize("name", sorted(MODEL_REGISTRY))
-def test_per_layer_norms_total_equals_flat(name):
-    model = build_model(name, input_shape=(1, 8, 8), num_classes=10, seed=0)
-    norms = per_layer_clipping_norms(model, c_ref=1.5)
-    assert len(norms) == len([p for p in model.parameters() if p.requires_grad])
-    assert math.sqrt(sum(c * c for c in norms)) == pytest.approx(clipping_norm(model, c_ref=1.5))
-
-
-def test_clipping_invalid():
-    with pytest.raises(LearningParameterInvalid, match="c_ref"):
-        clipping_norm(nn.Linear(2, 2), c_ref=0.0)
-    with pytest.raises(LearningParameterInvalid, match="p_ref"):
-        clipping_norm(nn.Linear(2, 2), p_ref=0)
 
 
 @pytest.mark.parametrize(
