@@ -3,28 +3,19 @@ import hashlib
 import shutil
 
 import numpy as np
-import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import TensorDataset
 
 from secure_fed.errors import (
     DatasetUnavailable,
-    EmptyData,
-    LabelColumnMissing,
     LearningParameterInvalid,
-    NonNumericData,
     SplitImpossible,
-    TabularDataInvalid,
     UnknownDataset,
 )
 from secure_fed.learning.data import (
     DATASET_REGISTRY,
     dirichlet_split,
-    from_torch_dataset,
-    load_tabular,
     load_task,
     read_idx,
 )
@@ -186,127 +177,6 @@ def test_dirichlet_impossible_and_invalid():
         dirichlet_split(np.zeros(8, dtype=int), parts=0, alpha=1.0, seed=0)
     with pytest.raises(LearningParameterInvalid, match="min_size"):
         dirichlet_split(np.zeros(8, dtype=int), parts=2, alpha=1.0, seed=0, min_size=0)
-
-
-# --- bring your own data ------------------------------------------------------
-
-
-def _frame():
-    return pd.DataFrame({"age": [50, 61, 33], "bmi": [22.5, 30.1, 27.0], "y": [1, 0, 1]})
-
-
-@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".pq"])
-def test_load_tabular_round_trip(tmp_path, suffix):
-    path = tmp_path / f"data{suffix}"
-    if suffix == ".csv":
-        _frame().to_csv(path, index=False)
-    else:
-        _frame().to_parquet(path)
-    x, y = load_tabular(path, label_column="y")
-    assert x.dtype == np.float32 and x.shape == (3, 2)
-    assert y.dtype == np.int64 and y.tolist() == [1, 0, 1]
-    assert x[1].tolist() == pytest.approx([61, 30.1])
-
-
-def test_integer_labels_keep_their_ids(tmp_path):
-    path = tmp_path / "d.csv"
-    pd.DataFrame({"f": [1.0, 2.0], "y": [3, 7]}).to_csv(path, index=False)
-    assert load_tabular(path, label_column="y")[1].tolist() == [3, 7]
-
-
-def test_string_labels_sorted(tmp_path):
-    path = tmp_path / "d.csv"
-    pd.DataFrame({"f": [1, 2, 3], "y": ["sick", "healthy", "sick"]}).to_csv(path, index=False)
-    assert load_tabular(path, label_column="y")[1].tolist() == [1, 0, 1]
-
-
-def test_missing_label_column_lists_columns(tmp_path):
-    path = tmp_path / "d.csv"
-    _frame().to_csv(path, index=False)
-    with pytest.raises(LabelColumnMissing, match="columns present: age, bmi, y") as e:
-        load_tabular(path, label_column="diagnosis")
-    assert e.value.code == "LEARNING_LABEL_COLUMN_MISSING"
-    assert isinstance(e.value, TabularDataInvalid)
-
-
-def test_non_numeric_features_named(tmp_path):
-    path = tmp_path / "d.parquet"
-    frame = _frame().assign(city=["Wuhan", "Xi'an", "Hefei"])
-    frame.to_parquet(path)
-    with pytest.raises(NonNumericData, match="non-numeric feature columns in d.parquet: city") as e:
-        load_tabular(path, label_column="y")
-    assert e.value.code == "LEARNING_NON_NUMERIC_DATA"
-
-
-@pytest.mark.parametrize(
-    ("frame", "fragment"),
-    [
-        (pd.DataFrame({"a": [1.0, None], "y": [0, 1]}), "missing"),
-        (pd.DataFrame({"a": [1.0, 2.0], "y": [0.5, 1.0]}), "whole numbers"),
-        (pd.DataFrame({"a": [1.0, 2.0], "y": [-1, 1]}), "non-negative"),
-        (pd.DataFrame({"a": [True, False], "y": [0, 1]}), "non-numeric"),
-    ],
-)
-def test_bad_values(tmp_path, frame, fragment):
-    path = tmp_path / "d.parquet"
-    frame.to_parquet(path)
-    with pytest.raises(NonNumericData, match=fragment):
-        load_tabular(path, label_column="y")
-
-
-def test_empty_file(tmp_path):
-    path = tmp_path / "empty.csv"
-    path.write_text("")
-    with pytest.raises(EmptyData, match="empty") as e:
-        load_tabular(path, label_column="y")
-    assert e.value.code == "LEARNING_EMPTY_DATA"
-
-
-def test_header_only(tmp_path):
-    path = tmp_path / "h.csv"
-    path.write_text("a,b,y\n")
-    with pytest.raises(EmptyData, match="no rows"):
-        load_tabular(path, label_column="y")
-
-
-def test_only_label_column(tmp_path):
-    path = tmp_path / "h.csv"
-    path.write_text("y\n1\n0\n")
-    with pytest.raises(EmptyData, match="no feature columns"):
-        load_tabular(path, label_column="y")
-
-
-def test_unknown_extension_and_missing_file(tmp_path):
-    with pytest.raises(TabularDataInvalid, match="unsupported file extension") as e:
-        load_tabular(tmp_path / "d.xlsx", label_column="y")
-    assert e.value.code == "LEARNING_TABULAR_INVALID"
-    with pytest.raises(TabularDataInvalid, match="does not exist"):
-        load_tabular(tmp_path / "absent.csv", label_column="y")
-
-
-def test_corrupt_parquet(tmp_path):
-    path = tmp_path / "bad.parquet"
-    path.write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(TabularDataInvalid, match="cannot read bad.parquet"):
-        load_tabular(path, label_column="y")
-
-
-def test_from_torch_dataset():
-    ds = TensorDataset(torch.randn(6, 1, 8, 8), torch.tensor([0, 1, 2, 3, 4, 9]))
-    x, y = from_torch_dataset(ds)
-    assert x.shape == (6, 1, 8, 8) and x.dtype == np.float32
-    assert y.tolist() == [0, 1, 2, 3, 4, 9] and y.dtype == np.int64
-
-
-def test_from_torch_dataset_errors():
-    with pytest.raises(EmptyData, match="no items"):
-        from_torch_dataset(TensorDataset(torch.zeros(0, 2), torch.zeros(0)))
-    with pytest.raises(TabularDataInvalid, match="not a \\(features, label\\) pair"):
-        from_torch_dataset(TensorDataset(torch.zeros(2, 2)))
-    with pytest.raises(NonNumericData, match="NaN"):
-        from_torch_dataset(TensorDataset(torch.full((2, 2), float("nan")), torch.tensor([0, 1])))
-    with pytest.raises(TabularDataInvalid, match="non-scalar labels"):
-        from_torch_dataset(TensorDataset(torch.zeros(2, 2), torch.zeros(2, 2)))
 
 
 def test_fashion_mnist_from_installed_idx_files(tmp_path, monkeypatch):
