@@ -4,9 +4,10 @@ Participants exchange predictions on the public set ``D_pub`` instead of
 parameters (FedMD, Li and Wang 2019; FedDF, Lin et al. 2020), and distill from
 the aggregate with the temperature-scaled KL loss of Hinton, Vinyals and Dean
 (2015), multiplied by ``T**2`` so gradient magnitudes do not depend on ``T``.
-Schedules follow seed article 001: cosine-annealed temperature (section 2.1,
-"high temperature T=4..10 early, cosine decay") and a distillation weight
-decaying like ``1/sqrt(t)`` (advanced part, section 1).
+Schedules: a cosine-annealed temperature (high early, when the soft labels
+should carry the most inter-class information, decaying to 1) and a
+distillation weight decaying like ``1/sqrt(t)``, so late rounds lean on the
+participant's own data (``docs/learning.md``, section 7).
 
 Prediction representation: per-sample *centered logits* ``z - mean(z)`` (the
 centered log-ratio transform of the softmax probabilities, Aitchison 1982),

@@ -2,8 +2,8 @@
 
 Heterogeneous federated distillation (FedMD, Li and Wang 2019; FedDF, Lin et al.
 2020) lets every participant keep its own architecture; only predictions on the
-public set are exchanged. The registry holds the four architectures of the
-design (ARCHITECTURE.md section 1): an MLP, a CNN with GroupNorm (Wu and He
+public set are exchanged. The registry holds four architectures
+(``docs/learning.md``, section 1): an MLP, a CNN with GroupNorm (Wu and He
 2018; BatchNorm mixes examples of a batch and cannot be made private by
 Opacus), a small transformer (Vaswani et al. 2017) whose attention is written
 with ``Linear`` layers so Opacus computes per-sample gradients, and logistic

@@ -1,4 +1,4 @@
-"""Accounting pinned to Opacus and to the figures measured in NOTES.md section 3."""
+"""Accounting pinned to Opacus and to the known answers of docs/audit/ledger.md."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ DELTA = 1e-5
 
 
 @pytest.mark.parametrize(("name", "expected"), [("rdp", "2.1014"), ("prv", "1.8384")])
-def test_notes_single_run(name: str, expected: str) -> None:
+def test_known_answer_single_run(name: str, expected: str) -> None:
     eps = epsilon([event(1.0, 0.01, 1000)], delta=DELTA, accountant=name)
     assert eps.quantize(Decimal("0.0001")) == Decimal(expected)
 
 
-def test_notes_twenty_rounds_compose_not_sum() -> None:
+def test_twenty_rounds_compose_not_sum() -> None:
     rounds = [event(1.0, 0.01, 500) for _ in range(20)]
     composed = epsilon(rounds, delta=DELTA, accountant="rdp")
     assert composed.quantize(Decimal("0.01")) == Decimal("6.71")
