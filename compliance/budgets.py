@@ -48,6 +48,14 @@ def _mechanism(fields: dict[str, Any]) -> tuple[Pair, int, float] | None:
     return (sigma, q), steps, norm
 
 
+def _decimal(value: object) -> Decimal | None:
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        return None
+    return number if number.is_finite() else None
+
+
 def _span(values: list[float]) -> dict[str, object] | str:
     if not values:
         return NOT_RECORDED
@@ -148,7 +156,7 @@ class BudgetTrack:
                 for (s, q), n in pairs.items()
             ]
             return acc.epsilon(events, delta=delta, accountant=self.accountant)
-        except (LedgerError, ValueError):
+        except (LedgerError, ValueError, ArithmeticError):
             return None
 
     def _merged(self, ids: list[str] | None = None) -> dict[Pair, int] | None:
@@ -202,7 +210,7 @@ class BudgetTrack:
         spent = None if committed is None else self._epsilon(committed, 1.0)
         held_pairs = self._merged(active)
         total = None if held_pairs is None else self._epsilon(held_pairs, 1.0)
-        limit = Decimal(self.limit) if self.limit not in (None, "None") else None
+        limit = _decimal(self.limit)
         reserved = None if spent is None or total is None else total - spent
         remaining = None
         if limit is not None and spent is not None and reserved is not None:

@@ -27,6 +27,7 @@ NOT_RECORDED = "not recorded"
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
 def timestamp(moment: datetime | float) -> str:
@@ -106,8 +107,10 @@ class Scope:
                 f"participant: {self.participant!r} must be 1-128 of [A-Za-z0-9._:@-]"
             )
         for label, bound in (("start", self.start), ("end", self.end)):
-            if bound is not None and not isinstance(bound, str):
-                raise ReportParameterInvalid(f"{label}: must be an entry-time string")
+            if bound is not None and not (isinstance(bound, str) and _TIME.match(bound)):
+                raise ReportParameterInvalid(
+                    f"{label}: {bound!r} is not an entry time (YYYY-MM-DDTHH:MM:SS.ffffffZ)"
+                )
         if self.start is not None and self.end is not None and self.start >= self.end:
             raise ReportParameterInvalid(f"period: start {self.start} is not before end {self.end}")
 

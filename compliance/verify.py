@@ -170,6 +170,8 @@ class _Run:
             self.fail(
                 BundleScopeViolated, "meta.cited.range must be {first, end} with 0 <= first <= end"
             )
+        if not complete and cited_range is not None:
+            self.fail(BundleScopeViolated, "meta.cited.range must be null for a participant report")
         self.deriver = Deriver(scope=self.scope, sink=self.sections.derive)
 
     def on_keys(self, keys: Any) -> None:
