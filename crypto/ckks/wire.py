@@ -33,7 +33,13 @@ from crypto.ckks.packing import KINDS, EncryptedMatrix, Kind, Layout
 from crypto.ckks.presets import CkksPreset
 from crypto.errors import CiphertextRejected, ContextMismatch, ParameterInvalid
 
-__all__ = ["dump_encrypted", "expected_level", "load_encrypted", "max_wire_bytes"]
+__all__ = [
+    "claimed_kind",
+    "dump_encrypted",
+    "expected_level",
+    "load_encrypted",
+    "max_wire_bytes",
+]
 
 MAGIC = b"SFCKCT"
 VERSION = 1
@@ -54,6 +60,22 @@ def max_wire_bytes(preset: CkksPreset, layout: Layout, kind: Kind) -> int:
     """Largest acceptable encoding of ``layout``: header plus per-vector bounds."""
     count = 1 if kind == "score" else layout.count
     return _HEADER.size + count * (_LEN.size + preset.max_ciphertext_bytes)
+
+
+def claimed_kind(data: bytes) -> tuple[Kind, int] | None:
+    """Return the (kind, contributors) a ciphertext header *claims*, checking nothing else.
+
+    For gatekeepers that must refuse a kind before parsing anything (the key
+    authority never decrypts an ``upload``). The claim is whatever the sender
+    wrote; :func:`load_encrypted` still validates the whole encoding. Returns
+    ``None`` when ``data`` is too short or lacks this format's magic and version.
+    """
+    if not isinstance(data, bytes | bytearray) or len(data) < _HEADER.size:
+        return None
+    magic, version, kind_id, _, _, contributors, *_ = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind_id >= len(KINDS):
+        return None
+    return KINDS[kind_id], contributors
 
 
 def dump_encrypted(matrix: EncryptedMatrix) -> bytes:
