@@ -1,37 +1,82 @@
-"""Adapter from the secure-aggregation :class:`AuditSink` to the ledger's tamper-evident log.
+"""Where the protocol's audit events go: one :class:`AuditSink` protocol, two sinks.
 
-The key authority, the helper, the outlier policy and the envelope gate write
-their events (``decryption.*``, ``outlier.decision``, ``upload.rejected``,
-``access.denied``, ``key.generated``) through the small
-:class:`secure_fed.secure.scoring.outlier.AuditSink` protocol. :class:`LedgerAuditSink` appends
-each one to :class:`privacy_ledger.audit.log.AuditLog` (canonical JSON, SM3 Merkle
-tree in the style of RFC 6962, SM2-signed heads), one transaction per event.
-Canonical JSON has no floats, so floats become their shortest ``repr`` string.
+The key authority, the helper (through :mod:`secure_fed.secure.release_policy`),
+the outlier policy and the envelope gate write their events
+(``decryption.*``, ``outlier.decision``, ``upload.rejected``, ``access.denied``,
+``key.generated``) through :class:`AuditSink`, so they can be tested without a
+database (STYLE.md rule 1). Two implementations:
+
+* :class:`MemoryAuditSink` keeps events in a list (tests, in-process runs);
+* :class:`LedgerAuditSink` appends each event to
+  :class:`privacy_ledger.audit.log.AuditLog` (canonical JSON, SM3 Merkle tree in
+  the style of RFC 6962, SM2-signed heads), one committed transaction per event.
+
+Both refuse event names missing from the ledger's registry
+(``privacy_ledger.audit.events``). Canonical JSON has no floats, so
+:func:`canonical_fields` turns a finite float into the exact decimal of its
+shortest ``repr`` (:func:`secure_fed.wire.decimal_text`, the rule of the wire
+headers: ``1e-07`` -> ``"0.0000001"``) and a non-finite one into its name
+(``"nan"``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from privacy_ledger.audit.events import get_event
 from privacy_ledger.audit.log import AuditLog
+from secure_fed.wire import decimal_text
 
-__all__ = ["LedgerAuditSink", "canonical_fields"]
+__all__ = ["AuditSink", "LedgerAuditSink", "MemoryAuditSink", "canonical_fields"]
+
+
+class AuditSink(Protocol):
+    """Where protocol audit events go (the ledger's log behind an adapter, or memory)."""
+
+    def record(self, event: str, details: Mapping[str, object]) -> None:
+        """Record one event of a registered type (``privacy_ledger.audit.events``)."""
+        ...
+
+
+@dataclass
+class MemoryAuditSink:
+    """Audit sink that keeps events in a list (tests and in-process runs; no persistence)."""
+
+    events: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+
+    def record(self, event: str, details: Mapping[str, object]) -> None:
+        """Append ``(event, details)`` after checking the name is registered.
+
+        Raises
+        ------
+        privacy_ledger.errors.UnknownEventType
+            If ``event`` is not registered; the message lists the registered names.
+        """
+        get_event(event)
+        self.events.append((event, dict(details)))
+
+    def named(self, event: str) -> list[dict[str, object]]:
+        """Details of every recorded event called ``event``, oldest first."""
+        return [d for e, d in self.events if e == event]
 
 
 def canonical_fields(details: Mapping[str, object]) -> dict[str, object]:
-    """Make ``details`` canonical-JSON safe: floats to strings, tuples to lists."""
+    """Make ``details`` canonical-JSON safe: floats to decimal strings, tuples to lists."""
     return {str(k): _value(v) for k, v in details.items()}
 
 
 def _value(value: object) -> object:
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+    if isinstance(value, bool) or value is None or isinstance(value, int | str | Decimal):
         return value
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)
+        return decimal_text(value) if math.isfinite(value) else str(value)
     if isinstance(value, list | tuple):
         return [_value(v) for v in value]
     if isinstance(value, Mapping):
@@ -66,7 +111,8 @@ class LedgerAuditSink:
     def record(self, event: str, details: Mapping[str, object]) -> None:
         """Append one event; raises the log's errors (e.g. ``UnknownEventType``)."""
         with Session(self.engine) as session:
-            self.log.append(session, event=event, subject=_subject(details),
-                            fields=canonical_fields(details))  # fmt: skip
+            self.log.append(
+                session, event=event, subject=_subject(details), fields=canonical_fields(details)
+            )
             self.log.checkpoint(session)
             session.commit()

@@ -31,12 +31,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import dataclass, replace
 
 from scipy.stats import chi2
 
 from secure_fed.errors import OutlierConfigInvalid
+from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 
 __all__ = [
     "AuditSink",
@@ -47,32 +47,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-
-class AuditSink(Protocol):
-    """Where audit events go (the ledger's ``AuditLog`` behind an adapter, or memory)."""
-
-    def record(self, event: str, details: Mapping[str, object]) -> None:
-        """Record one event of a registered type (``privacy_ledger.audit.events``)."""
-        ...
-
-
-@dataclass
-class MemoryAuditSink:
-    """Audit sink that keeps events in a list (demo and tests; no persistence)."""
-
-    events: list[tuple[str, dict[str, object]]] = field(default_factory=list)
-
-    def record(self, event: str, details: Mapping[str, object]) -> None:
-        """Append ``(event, details)`` after checking the name is registered."""
-        from privacy_ledger.audit.events import get_event
-
-        get_event(event)  # UnknownEventType lists the registered names
-        self.events.append((event, dict(details)))
-
-    def named(self, event: str) -> list[dict[str, object]]:
-        """Details of every recorded event called ``event``."""
-        return [d for e, d in self.events if e == event]
 
 
 @dataclass(frozen=True, kw_only=True)
