@@ -1,28 +1,29 @@
 """Signed upload envelopes: SM2 over SM3 of the canonical header and the upload digest.
 
-Frame (big-endian)::
+An envelope is an ``envelope`` frame of :mod:`secure_fed.wire` (``SFSE``)::
 
-    envelope = b"SFSE" | u8 version=1 | u32 header_len | header JSON
-               | u16 sig_len | DER signature | upload bytes
-               (``secure_fed.federation.messages`` SFUP)
+    header  = canonical JSON: round_id, participant_id, mode, params,
+              upload_bytes, upload_sm3
+    payload = u16 sig_len | DER SM2 signature | upload frame (``SFUP``)
 
-The envelope header is canonical JSON with the round id, participant id, mode,
-the cryptographic parameters (``CKKS_SCORING``, ``Z2^64/f12`` or ``float32``),
-the upload size and the upload's SM3 digest. The signature (GB/T 32918 SM2
-with the standard ID, over GB/T 32905 SM3) covers
-``SM3(header JSON) || SM3(upload)``; the upload itself carries the nonce, the
-schema hash and the payload digest, so one signature binds all of them.
+``params`` names the cryptographic parameters of the payload (``CKKS_SCORING``,
+``Z2^64/f12`` or ``float32``). The signature (GB/T 32918 SM2 with the standard
+ID, over GB/T 32905 SM3) covers ``SM3(header bytes) || SM3(upload)``; the upload
+header inside carries the nonce, the schema hash and the payload digest, so
+one signature binds all of them. The header bytes are exactly those the wire
+module writes, and a receiver refuses any that are not canonical, so the
+signed bytes are unambiguous.
 
-:class:`EnvelopeVerifier` validates in the order of issue 5: size limits,
-signature, then hands the inner upload to the round engine, which checks round
-and replay, schema, and the mode's crypto checks. Every rejection raises a
-typed error and writes an ``upload.rejected`` audit event; a rejected upload
+:class:`EnvelopeVerifier` checks in this order: size limit, framing, registered
+sender, signature, binding of the header to the upload and to the round's
+parameters; then it hands the inner upload to the round engine, which checks
+round and replay, schema, and the mode's crypto checks. Every rejection raises
+a typed error and writes an ``upload.rejected`` audit event; a rejected upload
 never touches the round.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 from collections.abc import Callable, Mapping
@@ -36,20 +37,15 @@ from secure_fed.errors import (
     UploadSignatureInvalid,
 )
 from secure_fed.federation.messages import decode_upload
-from secure_fed.secure.scoring.outlier import AuditSink
+from secure_fed.secure.audit import AuditSink
+from secure_fed.wire import ENVELOPE, decode_frame, encode_frame, encode_header
 
 __all__ = ["EnvelopeVerifier", "seal_upload"]
 
 _log = logging.getLogger(__name__)
 
-MAGIC = b"SFSE"
-VERSION = 1
-_MAX_HEADER = 4096
+_SIG_LEN = struct.Struct(">H")
 _MAX_SIG = 80  # DER SM2 signatures are at most 72 bytes
-
-
-def _canonical(obj: object) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _signed_message(head: bytes, upload: bytes) -> bytes:
@@ -67,14 +63,23 @@ def seal_upload(upload: bytes, *, key: SM2PrivateKey, params: str) -> bytes:
         The participant's SM2 signing key.
     params
         The crypto parameters of the payload (CKKS preset, ring, or ``float32``).
+
+    Raises
+    ------
+    UploadMalformed
+        If ``upload`` is not a valid upload frame.
     """
     header, _ = decode_upload(upload, max_bytes=len(upload))
-    head = _canonical({"round_id": header.round_id, "participant_id": header.participant_id,
-                       "mode": header.mode, "params": params, "upload_bytes": len(upload),
-                       "upload_sm3": sm3_digest(upload).hex()})  # fmt: skip
-    sig = key.sign(_signed_message(head, upload))
-    return b"".join((MAGIC, struct.pack(">BI", VERSION, len(head)), head,
-                     struct.pack(">H", len(sig)), sig, upload))  # fmt: skip
+    fields: dict[str, object] = {
+        "round_id": header.round_id,
+        "participant_id": header.participant_id,
+        "mode": header.mode,
+        "params": params,
+        "upload_bytes": len(upload),
+        "upload_sm3": sm3_digest(upload).hex(),
+    }
+    sig = key.sign(_signed_message(encode_header(ENVELOPE, fields), upload))
+    return encode_frame(ENVELOPE, fields, _SIG_LEN.pack(len(sig)) + sig + upload)
 
 
 class EnvelopeVerifier:
@@ -94,8 +99,15 @@ class EnvelopeVerifier:
         Sink of ``upload.rejected`` events.
     """
 
-    def __init__(self, *, keys: Mapping[str, SM2PublicKey], submit: Callable[..., str],
-                 params: str, max_bytes: int, audit: AuditSink | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        keys: Mapping[str, SM2PublicKey],
+        submit: Callable[..., str],
+        params: str,
+        max_bytes: int,
+        audit: AuditSink | None = None,
+    ) -> None:
         self.keys, self.submit, self.params = dict(keys), submit, params
         self.max_bytes, self.audit = max_bytes, audit
 
@@ -113,36 +125,27 @@ class EnvelopeVerifier:
         except SecureFedError as exc:
             _log.warning("upload rejected: %s", exc)
             if self.audit is not None:
-                self.audit.record("upload.rejected", {"round_id": round_id, "code": exc.code,
-                                                      "reason": exc.message,
-                                                      "bytes": len(envelope)})
+                details = {"round_id": round_id, "code": exc.code, "reason": exc.message}
+                self.audit.record("upload.rejected", {**details, "bytes": len(envelope)})
             raise
 
     def _verify(self, data: bytes) -> tuple[dict[str, object], bytes]:
         if not isinstance(data, bytes) or len(data) > self.max_bytes:
             raise UploadMalformed(f"envelope must be bytes of at most {self.max_bytes} bytes")
-        if len(data) < 11 or data[:4] != MAGIC or data[4] != VERSION:
-            raise UploadMalformed("envelope does not start with the b'SFSE' v1 frame")
-        (head_len,) = struct.unpack(">I", data[5:9])
-        if head_len > _MAX_HEADER or 9 + head_len + 2 > len(data):
-            raise UploadMalformed(f"envelope header length {head_len} is out of range")
-        raw_head = data[9 : 9 + head_len]
-        (sig_len,) = struct.unpack(">H", data[9 + head_len : 11 + head_len])
-        start = 11 + head_len
-        if sig_len > _MAX_SIG or start + sig_len > len(data):
+        head, payload = decode_frame(data, ENVELOPE, max_bytes=self.max_bytes)
+        if len(payload) < _SIG_LEN.size:
+            raise UploadSignatureInvalid("envelope is truncated before the signature length")
+        (sig_len,) = _SIG_LEN.unpack_from(payload)
+        start = _SIG_LEN.size
+        if sig_len > _MAX_SIG or start + sig_len > len(payload):
             raise UploadSignatureInvalid(f"envelope signature length {sig_len} is out of range")
-        sig, upload = data[start : start + sig_len], data[start + sig_len :]
-        try:
-            head = json.loads(raw_head.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UploadMalformed(f"envelope header is not JSON: {exc}") from None
-        if not isinstance(head, dict) or raw_head != _canonical(head):
-            raise UploadMalformed("envelope header must be canonical JSON")
+        sig, upload = payload[start : start + sig_len], payload[start + sig_len :]
         pid = head.get("participant_id")
-        if pid not in self.keys:
+        if not isinstance(pid, str) or pid not in self.keys:
             raise UploadParticipantUnknown(f"participant {pid!r} has no registered SM2 key")
+        signed = _signed_message(encode_header(ENVELOPE, head), upload)
         try:
-            self.keys[str(pid)].verify(_signed_message(raw_head, upload), sig)
+            self.keys[pid].verify(signed, sig)
         except CryptoError as exc:
             raise UploadSignatureInvalid(f"signature of {pid!r} does not verify: {exc}") from None
         self._check_binding(head, upload)

@@ -1,32 +1,39 @@
 """Model schema registry with semantic-version contracts.
 
-Implements the "model topology registry and schema version contract" of seed
-article 001, section 2.2: every participant declares a model id, a semantic
-version (``MAJOR.MINOR.PATCH``, https://semver.org) and the spec of what it
-uploads. A round fixes a :class:`RoundSchema` (a MAJOR version and an
-:class:`OutputSpec`); an upload whose MAJOR version or output spec differs is
-refused with a typed error, while MINOR and PATCH changes pass (the seed's
-"hot-load adapter" and "pass-through" cases).
+A model topology registry with a schema version contract: every participant
+declares a model id, a semantic version (``MAJOR.MINOR.PATCH``,
+https://semver.org) and the spec of what it uploads. A round fixes a
+:class:`RoundSchema` (a MAJOR version and an :class:`OutputSpec`); an upload
+whose MAJOR version or output spec differs is refused with a typed error,
+while MINOR changes (an adapter can load them) and PATCH changes (nothing the
+aggregate sees changed) pass.
 
 In federated distillation the only tensor that crosses the boundary is the
 prediction matrix on the public set, so the output spec is the whole contract:
 number of classes, representation and the public bound on every value.
+
+Serialized forms are canonical JSON (:mod:`privacy_ledger.audit.canonical`,
+no floats): the bound is an exact decimal string (``8.0`` -> ``"8.0"``), and
+:meth:`RoundSchema.schema_hash` is the SM3 digest of those bytes. This is the
+version-2 schema hash carried by ``upload`` frames of version 2
+(``docs/wire.md``); the earlier float encoding hashed differently.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 
 from crypto.sm.sm3 import sm3_digest
+from privacy_ledger.audit import canonical
 from secure_fed.errors import (
     OutputSpecMismatch,
     SchemaInvalid,
     SchemaMajorMismatch,
     SchemaUnknown,
 )
+from secure_fed.wire import decimal_text, number_from_wire
 
 __all__ = [
     "REPRESENTATIONS",
@@ -115,18 +122,26 @@ class OutputSpec:
         return {
             "num_classes": self.num_classes,
             "representation": self.representation,
-            "bound": float(self.bound),
+            "bound": decimal_text(float(self.bound)),
         }
 
     @classmethod
     def from_dict(cls, data: object) -> OutputSpec:
-        """Build from :meth:`to_dict` output, raising :class:`SchemaInvalid` on bad input."""
+        """Build from :meth:`to_dict` output, raising :class:`SchemaInvalid` on bad input.
+
+        ``bound`` may be a decimal string (the wire form) or a number (stored
+        round states written before the canonical encoding).
+        """
         if not isinstance(data, dict) or set(data) != {"num_classes", "representation", "bound"}:
             raise SchemaInvalid(f"output spec must have num_classes/representation/bound: {data!r}")
+        bound = data["bound"]
+        number = bound if isinstance(bound, float) else number_from_wire(bound)
+        if number is None:
+            raise SchemaInvalid(f"bound must be a number or a decimal string, got {bound!r}")
         return cls(
             num_classes=data["num_classes"],
             representation=data["representation"],
-            bound=data["bound"],
+            bound=number,
         )
 
 
@@ -202,10 +217,9 @@ class RoundSchema:
     def schema_hash(self) -> str:
         """Return the hex SM3 digest of the canonical JSON contract.
 
-        Uploads carry this hash (and later sign it), binding them to the contract.
+        Uploads carry this hash inside their signed header, binding them to the contract.
         """
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return sm3_digest(canonical.encode("utf-8")).hex()
+        return sm3_digest(canonical.encode(self.to_dict())).hex()
 
     def check(self, declared: ModelSchema) -> None:
         """Refuse a declared schema that breaks this contract.

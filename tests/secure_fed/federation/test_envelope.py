@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
 
+from crypto.sm import sm3_digest
 from secure_fed.errors import (
     SecureFedError,
     UploadMalformed,
@@ -11,8 +13,9 @@ from secure_fed.errors import (
     UploadReplayed,
     UploadSignatureInvalid,
 )
+from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.scoring.outlier import MemoryAuditSink
+from secure_fed.wire import ENVELOPE, decode_frame
 from tests.secure_fed.secure.helpers import Harness, population
 
 N, C = 40, 4
@@ -47,6 +50,11 @@ def _head_len(env: bytes) -> int:
     return struct.unpack(">I", env[5:9])[0]
 
 
+def _sig_at(env: bytes) -> int:
+    """Offset of the signature length: magic, version, header length, header, payload length."""
+    return 9 + _head_len(env) + 8
+
+
 @pytest.mark.parametrize("case,error,fragment", [
     ("oversize", UploadMalformed, "at most"),
     ("magic", UploadMalformed, "SFSE"),
@@ -57,17 +65,17 @@ def _head_len(env: bytes) -> int:
 ])
 def test_each_rejection_is_typed_and_audited(harness, case, error, fragment) -> None:  # type: ignore[no-untyped-def]
     env = harness.envelope("a", population(1, N, C)["p00"], 1)
-    hl = _head_len(env)
+    at = _sig_at(env)
     if case == "oversize":
         harness.verifier.max_bytes = len(env) - 1
     elif case == "magic":
         env = b"XXXX" + env[4:]
     elif case == "signature":
-        env = _flip(env, 11 + hl + 20)
+        env = _flip(env, at + 2 + 20)
     elif case == "payload":
         env = _flip(env, len(env) - 3)  # the signature covers the upload digest
     elif case == "sig_len":
-        env = env[: 9 + hl] + struct.pack(">H", 999) + env[11 + hl :]
+        env = env[:at] + struct.pack(">H", 999) + env[at + 2 :]
     elif case == "unknown":
         del harness.verifier.keys["a"]
     with pytest.raises(error, match=fragment):
@@ -102,3 +110,18 @@ def test_a_rejected_upload_does_not_disturb_the_round(harness) -> None:  # type:
     harness.engine.filter(1)
     harness.engine.publish(1)
     assert harness.engine.state(1).stage.value == "published"
+
+
+def test_a_signed_but_non_canonical_header_is_refused(harness) -> None:  # type: ignore[no-untyped-def]
+    """The signed header bytes are the canonical ones: a re-spelled header fails before the key."""
+    env = harness.envelope("a", population(1, N, C)["p00"], 1)
+    head, payload = decode_frame(env, ENVELOPE)
+    upload = payload[2 + struct.unpack(">H", payload[:2])[0] :]
+    spelled = json.dumps(head, sort_keys=True).encode()  # ", " and ": " separators
+    sig = harness.keys["a"].sign(sm3_digest(spelled) + sm3_digest(upload))
+    body = struct.pack(">H", len(sig)) + sig + upload
+    forged = b"SFSE\x02" + struct.pack(">I", len(spelled)) + spelled
+    forged += struct.pack(">Q", len(body)) + body
+    with pytest.raises(UploadMalformed, match="canonical"):
+        harness.verifier.accept(forged, round_id=1)
+    assert harness.engine.state(1).uploads == {}

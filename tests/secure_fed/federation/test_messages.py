@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from secure_fed.federation.messages import (
     encode_publication,
     encode_upload,
 )
+from secure_fed.wire import PUBLICATION, encode_frame, encode_matrix
 from tests.secure_fed.federation.helpers import honest, make_upload
 
 
@@ -79,3 +82,33 @@ def test_publication_round_trip_and_errors() -> None:
         decode_publication(data, max_bytes=10**6, shape=(1, 1))
     with pytest.raises(UploadMalformed, match="SFPB"):
         decode_publication(b"SFUP" + data[4:], max_bytes=10**6)
+
+
+def test_upload_header_bytes_are_canonical_and_version_2() -> None:
+    msg = make_upload("a", honest(0))
+    assert msg[:5] == b"SFUP\x02"
+    head_len = struct.unpack(">I", msg[5:9])[0]
+    head = msg[9 : 9 + head_len]
+    assert b'"bound":"8.0"' in head and b" " not in head  # no float literal, no whitespace
+    with pytest.raises(UploadMalformed, match="version 1 is not supported"):
+        decode_upload(msg[:4] + b"\x01" + msg[5:], max_bytes=10**6)
+    spaced = head.replace(b'"round_id":', b'"round_id": ')  # same JSON, not canonical
+    bad = msg[:5] + struct.pack(">I", len(spaced)) + spaced + msg[9 + head_len :]
+    with pytest.raises(UploadMalformed, match="canonical"):
+        decode_upload(bad, max_bytes=10**6)
+
+
+def test_publication_weights_travel_exactly() -> None:
+    weights = {"a": 0.1, "b": 0.1 + 0.2, "c": 1 / 3}
+    data = encode_publication(Publication(round_id=1, aggregate=honest(0), weights=weights))
+    assert b'"a":"0.1"' in data and b'"b":"0.30000000000000004"' in data
+    back = decode_publication(data, max_bytes=10**6)
+    assert back.weights == weights  # bit-exact, not rounded
+
+
+@pytest.mark.parametrize("weights", [{"a": "x"}, {"a": True}, {"a": "1e-3"}])
+def test_publication_weights_must_be_decimal_numbers(weights: dict[str, object]) -> None:
+    header = {"round_id": 1, "weights": weights, "excluded": []}
+    data = encode_frame(PUBLICATION, header, encode_matrix(honest(0)))
+    with pytest.raises(UploadMalformed, match="weights must be numbers"):
+        decode_publication(data, max_bytes=10**6)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from crypto.sm.sm3 import sm3_digest
+from privacy_ledger.audit import canonical
 from secure_fed.errors import OutputSpecMismatch, SchemaInvalid, SchemaMajorMismatch, SchemaUnknown
 from secure_fed.federation.schema import (
     ModelSchema,
@@ -91,3 +93,30 @@ def test_round_trip_and_hash() -> None:
     assert len(CONTRACT.schema_hash()) == 64 and CONTRACT.schema_hash() != other.schema_hash()
     with pytest.raises(SchemaInvalid, match="model_id/version/output"):
         ModelSchema.from_dict({"model_id": "x"})
+
+
+def test_contract_bytes_and_hash_are_pinned() -> None:
+    """Version-2 schema hash: SM3 of canonical JSON with the bound as a decimal string."""
+    contract = RoundSchema(major=1, output=OutputSpec(num_classes=10))
+    expected = (
+        b'{"major":1,"output":{"bound":"8.0","num_classes":10,"representation":"clipped_logits"}}'
+    )
+    assert canonical.encode(contract.to_dict()) == expected
+    assert contract.schema_hash() == sm3_digest(expected).hex()
+    assert contract.schema_hash() == (
+        "98fcb97f0a2a357a7f2c4ae4d6896ccac811741e60a811bb3a765de376a8a794"
+    )
+
+
+@pytest.mark.parametrize(("bound", "expected"), [("8.0", 8.0), (8.0, 8.0), (8, 8.0), ("0.5", 0.5)])
+def test_output_bound_accepts_decimal_strings_and_stored_numbers(bound: object,
+                                                                  expected: float) -> None:
+    data = {"num_classes": 3, "representation": "clipped_logits", "bound": bound}
+    assert OutputSpec.from_dict(data).bound == expected
+
+
+@pytest.mark.parametrize("bound", ["8e0", True, None, "nan", [8]])
+def test_output_bound_refuses_other_forms(bound: object) -> None:
+    data = {"num_classes": 3, "representation": "clipped_logits", "bound": bound}
+    with pytest.raises(SchemaInvalid, match="bound"):
+        OutputSpec.from_dict(data)
