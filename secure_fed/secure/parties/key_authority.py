@@ -1,15 +1,15 @@
 """The key authority: CKKS secret key holder, Beaver-triple dealer, gatekeeper of releases.
 
-ARCHITECTURE.md section 2: the key authority learns only what it is asked to
-decrypt, and it decrypts only
-
-* aggregates over at least ``min_participants`` distinct contributors
-  (the published aggregate, the scoring mean, the pooled second moments), and
-* single scalar scores, one participant at a time.
-
-Anything else (an upload, an aggregate over too few, a score that is not one
-scalar) is refused with :class:`~secure_fed.errors.DecryptionRefused` and an
-``access.denied`` audit event. Released values are noise-flooded by
+The key authority learns only what it is asked to decrypt, and it decrypts
+only what :class:`~secure_fed.secure.release_policy.ReleasePolicy` allows (the
+same policy as the shares-mode helper): aggregates over at least
+``min_participants`` distinct contributors (the published aggregate, the
+scoring mean, the pooled second moments) and single scalar scores, one
+participant at a time. The kind and contributor count come from the
+ciphertext's own header, read before anything is parsed, so an upload is
+refused whatever the request calls it. A refusal is
+:class:`~secure_fed.errors.DecryptionRefused` and an ``access.denied`` audit
+event. Released values are noise-flooded by
 :mod:`crypto.ckks` (Li and Micciancio, EUROCRYPT 2021). Optional central DP adds
 Gaussian noise to the published aggregate and charges every contributor one
 participant-level Gaussian mechanism (Dwork and Roth 2014, Theorem A.1 via the
@@ -25,8 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from crypto.ckks import (
     generate_keys,
     load_encrypted,
 )
+from crypto.ckks.wire import claimed_kind
 from crypto.errors import CryptoError
 from crypto.shares import ShareLabel, ShareMacKey, deal_triples
 from secure_fed.errors import (
@@ -44,41 +44,39 @@ from secure_fed.errors import (
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
 )
+from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,
     add_central_noise,
     central_sensitivity,
 )
-from secure_fed.secure.scoring.outlier import AuditSink
-from secure_fed.wire import decode_frame, encode_array, encode_frame
+from secure_fed.secure.release_policy import (
+    AGGREGATE_PURPOSES,
+    PURPOSES,
+    DecryptionRecord,
+    ReleasePolicy,
+    ReleaseRequest,
+    ReleaseRule,
+)
+from secure_fed.wire import (
+    KEY_AUTHORITY_REPLY,
+    KEY_AUTHORITY_REQUEST,
+    decode_frame,
+    encode_array,
+    encode_frame,
+    number_from_wire,
+)
 
-__all__ = ["AGGREGATE_PURPOSES", "CentralDP", "DecryptionRecord", "KeyAuthority"]
+__all__ = [
+    "AGGREGATE_PURPOSES",
+    "CentralDP",
+    "DecryptionRecord",
+    "KeyAuthority",
+    "decryption_request",
+]
 
 _log = logging.getLogger(__name__)
-
-REQUEST_MAGIC = b"SFKR"
-RESPONSE_MAGIC = b"SFKA"
-_CT_MAGIC = b"SFCKCT"  # crypto.ckks.wire: magic (6) | version (1) | kind (1) | ...
-_UPLOAD_KIND = 0  # index of "upload" in crypto.ckks.packing.KINDS
-#: Purposes whose ciphertext must be an aggregate over >= min_participants.
-AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
-
-
-@dataclass(frozen=True)
-class DecryptionRecord:
-    """One row of the decryption log (no values, only what was released and for whom)."""
-
-    round_id: int
-    purpose: str
-    kind: str
-    shape: tuple[int, ...]
-    contributors: int
-    participant_ids: tuple[str, ...]
-    released: bool
-    at: float
-    central_dp: bool = False
-
 
 @dataclass
 class KeyAuthority:
@@ -94,7 +92,9 @@ class KeyAuthority:
     central_dp: CentralDP | None = None
     budget: ChargeGate | None = None
     max_request_bytes: int = 256 << 20
+    release_rules: tuple[ReleaseRule, ...] = ()
     log: list[DecryptionRecord] = field(default_factory=list)
+    policy: ReleasePolicy = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
@@ -102,6 +102,9 @@ class KeyAuthority:
                 f"min_participants must be an integer >= 2, got {self.min_participants!r}")
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
+        self.policy = ReleasePolicy(party="key_authority", min_participants=self.min_participants,
+                                    refusal=DecryptionRefused, audit=self.audit, log=self.log,
+                                    rules=self.release_rules)
 
     @classmethod
     def for_ckks(cls, *, min_participants: int, preset: str = "CKKS_SCORING",
@@ -140,58 +143,45 @@ class KeyAuthority:
         DecryptionRefused
             Not an aggregate over enough contributors nor a single scalar score.
         """
-        header, payload = decode_frame(request, REQUEST_MAGIC, max_bytes=self.max_request_bytes)
+        header, payload = decode_frame(
+            request, KEY_AUTHORITY_REQUEST, max_bytes=self.max_request_bytes
+        )
         round_id, purpose, ids, shape = _parse_request(header)
         self._emit("decryption.requested", round_id, purpose, shape, ids)
-        kind: Literal["score", "aggregate"] = "score" if purpose == "score" else "aggregate"
-        self._check_policy(round_id, purpose, shape, ids)
-        if payload[:6] == _CT_MAGIC and len(payload) > 7 and payload[7] == _UPLOAD_KIND:
-            self._refuse(round_id, purpose, shape, ids, "a single participant's upload is "
-                         "never decrypted")  # fmt: skip
-        try:
-            matrix = load_encrypted(self._keys().public_context, payload, kind=kind,
-                                    n_samples=shape[0], n_classes=shape[1])  # fmt: skip
-        except CryptoError as exc:
-            raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
-        if kind == "aggregate" and matrix.contributors != len(ids):
-            self._refuse(round_id, purpose, shape, ids, "contributor count differs from the ids")
-        matrix.contributors = len(ids)
-        if kind == "score":
-            values = np.array([decrypt_score(self._keys(), matrix)])
-        else:
-            values = decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)
+        claim = claimed_kind(payload)
+        if claim is None:
+            raise AuthorityRequestMalformed("payload is not a CKKS ciphertext (header)")
+        value_kind, counted = claim
+        released = (1,) if purpose == "score" else shape
+        ask = ReleaseRequest(round_id=round_id, purpose=purpose, contributors=tuple(ids),
+                             value_kind=value_kind, shape=released, counted=counted)
+        self.policy.check(ask)  # before parsing: the kind and count are the header's claims
+        values = self._decrypt(payload, value_kind, shape)
         dp = purpose == "aggregate" and self.central_dp is not None
         if dp:
             values = self._central_noise(values, ids, header, round_id)
-        self.log.append(DecryptionRecord(round_id, purpose, kind, tuple(values.shape), len(ids),
-                                         tuple(ids), True, time.time(), dp))  # fmt: skip
-        self._emit("decryption.released", round_id, purpose, tuple(values.shape), ids, dp=dp)
+        self.policy.released(replace(ask, shape=tuple(values.shape)), central_dp=dp)
         meta, raw = encode_array(values)
-        return encode_frame(RESPONSE_MAGIC, {"purpose": purpose, "array": meta,
-                                             "central_dp": dp}, raw)  # fmt: skip
+        reply = {"purpose": purpose, "array": meta, "central_dp": dp}
+        return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
 
-    def _check_policy(self, round_id: int, purpose: str, shape: tuple[int, int],
-                      ids: Sequence[str]) -> None:  # fmt: skip
-        if purpose == "score":
-            if len(ids) != 1:
-                self._refuse(round_id, purpose, shape, ids, "a score belongs to exactly one id")
-        elif len(set(ids)) < self.min_participants:
-            self._refuse(round_id, purpose, shape, ids,
-                         f"aggregate over {len(set(ids))} < {self.min_participants} participants")
-
-    def _refuse(self, round_id: int, purpose: str, shape: tuple[int, ...], ids: Sequence[str],
-                reason: str) -> None:  # fmt: skip
-        self.log.append(DecryptionRecord(round_id, purpose, "refused", shape, len(ids),
-                                         tuple(ids), False, time.time()))  # fmt: skip
-        if self.audit is not None:
-            self.audit.record("access.denied", {"party": "key_authority", "round_id": round_id,
-                                                "purpose": purpose, "reason": reason})
-        raise DecryptionRefused(f"round {round_id}, {purpose}: {reason}")
+    def _decrypt(self, payload: bytes, kind: str, shape: tuple[int, int]) -> np.ndarray:
+        """Parse and decrypt a ciphertext whose kind the policy accepted."""
+        try:
+            matrix = load_encrypted(self._keys().public_context, payload,
+                                    kind="score" if kind == "score" else "aggregate",
+                                    n_samples=shape[0], n_classes=shape[1])
+        except CryptoError as exc:
+            raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
+        if kind == "score":
+            return np.array([decrypt_score(self._keys(), matrix)])
+        return decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)
 
     def _emit(self, event: str, round_id: int, purpose: str, shape: tuple[int, ...],
               ids: Sequence[str], *, dp: bool = False) -> None:  # fmt: skip
         if self.audit is not None:
-            self.audit.record(event, {"round_id": round_id, "purpose": purpose,
+            self.audit.record(event, {"party": "key_authority", "round_id": round_id,
+                                      "purpose": purpose,
                                       "shape": list(shape), "contributors": len(ids),
                                       "participant_ids": list(ids), "central_dp": dp})
 
@@ -200,7 +190,8 @@ class KeyAuthority:
     ) -> np.ndarray:
         dp, gate = self.central_dp, self.budget
         assert dp is not None and gate is not None  # noqa: S101 (checked in __post_init__)
-        bound, max_weight = header.get("bound"), header.get("max_weight")
+        bound = number_from_wire(header.get("bound"))  # decimal strings on the wire
+        max_weight = number_from_wire(header.get("max_weight"))
         sens = central_sensitivity(size=values.size, bound=bound, max_weight=max_weight)
         return add_central_noise(
             values, dp=dp, gate=gate, participant_ids=ids, sensitivity=sens, round_id=round_id
@@ -225,11 +216,10 @@ class KeyAuthority:
 def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tuple[int, int]]:
     round_id, purpose = header.get("round_id"), header.get("purpose")
     ids, shape = header.get("participant_ids"), header.get("shape")
-    if not isinstance(round_id, int) or round_id < 0:
+    if isinstance(round_id, bool) or not isinstance(round_id, int) or round_id < 0:
         raise AuthorityRequestMalformed("request needs an integer round_id >= 0")
-    if purpose not in (*AGGREGATE_PURPOSES, "score"):
-        raise AuthorityRequestMalformed(
-            f"purpose {purpose!r} is unknown; allowed: {[*AGGREGATE_PURPOSES, 'score']}")
+    if purpose not in PURPOSES:
+        raise AuthorityRequestMalformed(f"purpose {purpose!r} is unknown; allowed: {PURPOSES}")
     if not isinstance(ids, list) or not ids or not all(isinstance(p, str) for p in ids):
         raise AuthorityRequestMalformed("request needs a non-empty participant_ids list")
     if (not isinstance(shape, list) or len(shape) != 2
@@ -245,4 +235,4 @@ def decryption_request(*, round_id: int, purpose: str, participant_ids: Sequence
     header: dict[str, object] = {"round_id": round_id, "purpose": purpose,
                                  "participant_ids": list(participant_ids), "shape": list(shape)}
     header.update(extra)
-    return encode_frame(REQUEST_MAGIC, header, ciphertext)
+    return encode_frame(KEY_AUTHORITY_REQUEST, header, ciphertext)

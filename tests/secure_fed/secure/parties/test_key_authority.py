@@ -11,8 +11,8 @@ from secure_fed.errors import (
     KeyAuthorityConfigInvalid,
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.parties.key_authority import CentralDP, KeyAuthority, decryption_request
-from secure_fed.secure.scoring.outlier import MemoryAuditSink
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import population
 
@@ -52,7 +52,7 @@ def test_single_upload_and_small_aggregates_are_refused(ckks, uploads) -> None: 
     with pytest.raises(DecryptionRefused, match="single participant's upload"):
         dep.authority.handle(_request("score", ["p00"], one))
     two = weighted_sum([ups["p00"], ups["p01"]], [0.5, 0.5]).to_bytes()
-    with pytest.raises(DecryptionRefused, match="2 < 3"):
+    with pytest.raises(DecryptionRefused, match="2 distinct participants; at least 3"):
         dep.authority.handle(_request("mean", ["p00", "p01"], two))
     with pytest.raises(DecryptionRefused, match="contributor count"):
         dep.authority.handle(_request("mean", ["p00", "p01", "p02"], two))
@@ -60,6 +60,32 @@ def test_single_upload_and_small_aggregates_are_refused(ckks, uploads) -> None: 
         dep.authority.handle(_request("score", ["p00", "p01"], one))
     assert sink.named("access.denied")
     assert not dep.authority.log[-1].released
+
+
+def test_repeated_ids_are_not_distinct_contributors(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
+    """An aggregate naming one participant twice is refused, even with a consistent count."""
+    dep, sink = ckks
+    _, ups = uploads
+    denied = len(sink.named("access.denied"))
+    three = weighted_sum([ups["p00"], ups["p00"], ups["p01"]], [1 / 3] * 3).to_bytes()
+    with pytest.raises(DecryptionRefused, match="repeat"):
+        dep.authority.handle(_request("mean", ["p00", "p00", "p01"], three))
+    four = weighted_sum([ups[p] for p in ("p00", "p00", "p01", "p02")], [0.25] * 4).to_bytes()
+    with pytest.raises(DecryptionRefused, match="repeat"):
+        dep.authority.handle(_request("aggregate", ["p00", "p00", "p01", "p02"], four))
+    assert len(sink.named("access.denied")) == denied + 2
+    assert sink.named("access.denied")[-1]["party"] == "key_authority"
+    assert [r.released for r in dep.authority.log[-2:]] == [False, False]
+
+
+def test_the_ciphertext_header_decides_the_kind(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    _, ups = uploads
+    agg = weighted_sum([ups[p] for p in ("p00", "p01", "p02")], [1 / 3] * 3).to_bytes()
+    with pytest.raises(DecryptionRefused, match="needs a 'score' value"):
+        dep.authority.handle(_request("score", ["p00"], agg))  # an aggregate is not a score
+    with pytest.raises(AuthorityRequestMalformed, match="not a CKKS ciphertext"):
+        dep.authority.handle(_request("mean", ["p00", "p01", "p02"], b"SFCKCT" + bytes(10)))
 
 
 @pytest.mark.parametrize("mutate,fragment", [

@@ -1,0 +1,105 @@
+"""The shares-mode helper as a gatekeeper: it names contributors from the shares it holds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused
+from secure_fed.secure.modes.shares import SharesAggregator
+from secure_fed.secure.parties.helper import reply_array
+from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
+from tests.secure_fed.secure.conftest import C, N
+from tests.secure_fed.secure.helpers import BOUND, population
+
+
+def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-untyped-def]
+    """Send one upload through the aggregator (which forwards the seed); return its upload id."""
+    payload = dep.encoder(pid, bound=BOUND).encode(matrix)
+    agg.load(payload)
+    head, _ = decode_frame(payload, SHARES_UPLOAD)
+    return str(head["upload_id"])
+
+
+def _linear(dep, uids: list[str], weights: list[object], purpose: str = "mean") -> object:  # type: ignore[no-untyped-def]
+    request = {"op": "linear", "purpose": purpose, "uids": uids, "weights": weights,
+               "round_id": 1}
+    return reply_array(dep.helper.handle(encode_frame(HELPER_REQUEST, request)))
+
+
+@pytest.fixture
+def loaded(shares):  # type: ignore[no-untyped-def]
+    dep, sink = shares
+    agg = dep.aggregator(bound=BOUND)
+    preds = population(3, N, C, seed=3)
+    uids = {p: _load(dep, agg, p, m) for p, m in preds.items()}
+    uids["p00-again"] = _load(dep, agg, "p00", preds["p00"] * 0.5)
+    return dep, sink, uids
+
+
+def test_three_distinct_participants_are_opened(loaded) -> None:  # type: ignore[no-untyped-def]
+    dep, sink, uids = loaded
+    _linear(dep, [uids["p00"], uids["p01"], uids["p02"]], [1 / 3] * 3)
+    assert dep.helper.log[-1].released and dep.helper.log[-1].participant_ids == (
+        "p00", "p01", "p02")
+    assert sink.named("decryption.released")[-1]["party"] == "helper"
+
+
+@pytest.mark.parametrize("names", [
+    ["p00", "p00-again", "p01"],          # 3 uploads, 2 distinct participants
+    ["p00", "p00-again", "p01", "p02"],   # 3 distinct participants, one counted twice
+    ["p00", "p00", "p01", "p02"],         # the same upload named twice
+])
+def test_one_participant_never_counts_twice(loaded, names: list[str]) -> None:  # type: ignore[no-untyped-def]
+    dep, sink, uids = loaded
+    with pytest.raises(OpeningRefused, match="repeat"):
+        _linear(dep, [uids[n] for n in names], [1 / len(names)] * len(names))
+    assert not dep.helper.log[-1].released
+    denied = sink.named("access.denied")[-1]
+    assert denied["party"] == "helper" and "repeat" in str(denied["reason"])
+
+
+def test_weights_and_purposes_are_checked(loaded) -> None:  # type: ignore[no-untyped-def]
+    dep, _, uids = loaded
+    three = [uids["p00"], uids["p01"], uids["p02"]]
+    with pytest.raises(OpeningRefused, match=r"weight in \(0, 1\]"):
+        _linear(dep, three, [0.5, 0.5, 0.0])
+    with pytest.raises(OpeningRefused, match=r"weight in \(0, 1\]"):
+        _linear(dep, three, [0.5, 0.5])
+    with pytest.raises(AuthorityRequestMalformed, match="numeric weights"):
+        _linear(dep, three, ["half", 0.5, 0.5])
+    with pytest.raises(AuthorityRequestMalformed, match="linear purpose"):
+        _linear(dep, [uids["p00"]], [1.0], purpose="score")  # a label cannot make it a score
+
+
+def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # type: ignore[no-untyped-def]
+    dep, _, uids = loaded
+    with pytest.raises(OpeningRefused, match="at least 3"):
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {
+            "op": "open", "kind": "moments", "op_id": "m1", "round_id": 1,
+            "uids": [uids["p00"], uids["p01"]], "parts": [0, 0, 0]}))
+    with pytest.raises(AuthorityRequestMalformed, match="Beaver kind"):
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {
+            "op": "open", "kind": "vector", "op_id": "v1", "round_id": 1,
+            "uids": [uids["p00"]], "parts": [0, 0, 0]}))
+
+
+def test_a_beaver_operation_finishes_in_its_own_round(shares) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares
+
+    def relabel(request: bytes) -> bytes:  # the aggregator's channel, finish moved to round 2
+        head, payload = decode_frame(request, HELPER_REQUEST)
+        if head["op"] == "finish":
+            head = {**head, "round_id": 2}
+        return dep.helper.handle(encode_frame(HELPER_REQUEST, head, payload))
+
+    agg = SharesAggregator(shape=(N, C), bound=BOUND,
+                           keys=replace(dep.server_keys(), helper=relabel))
+    preds = population(3, N, C, seed=4)
+    handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
+    backend = agg.scoring_round(handles, round_id=1)
+    with pytest.raises(AuthorityRequestMalformed, match="another round"):
+        backend.second_moment(sorted(preds), 16, np.zeros((N, C)))
+    assert not any(r.released and r.purpose == "moments" for r in dep.helper.log)
