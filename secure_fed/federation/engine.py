@@ -1,13 +1,16 @@
 """The aggregator's round engine: drives :class:`~secure_fed.federation.stages.Stage` transitions.
 
-Implements steps 1 and 4 to 7 of ARCHITECTURE.md section 3 on the server side:
-open a round, validate and collect upload bytes (size, framing, round, replay,
+The server side of a round (docs/federation.md, sections 1 and 2): open a
+round, validate and collect upload bytes (size, framing, round, replay,
 schema, mode, payload), close on deadline or demand (dropouts: the round
 completes with whoever uploaded if at least ``min_participants`` did, else it
-aborts), score every upload against a preliminary aggregate (the outlier-filter
-seam), aggregate with dynamic weights (seed article 001, section 3.1), and
-publish soft-label bytes. Every transition is persisted before it is reported,
-so :meth:`RoundEngine.recover` can resume or abort after a crash.
+aborts), score every upload and let the outlier filter decide an action and a
+weight factor per participant, aggregate with the dynamic weights times those
+factors (:meth:`~secure_fed.federation.weighting.DynamicWeighting.weigh`), and
+publish soft-label bytes. The audit log gets one ``outlier.decision`` event per
+participant with the decision and the weight that was actually applied.
+Every transition is persisted before it is reported, so
+:meth:`RoundEngine.recover` can resume or abort after a crash.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from secure_fed.errors import (
     UploadMalformed,
     UploadReplayed,
 )
+from secure_fed.federation.decisions import KeepAll, OutlierFilter, decide, decision_events
 from secure_fed.federation.messages import Publication, decode_upload, encode_publication
 from secure_fed.federation.schema import SchemaRegistry
 from secure_fed.federation.stages import (
@@ -42,27 +45,14 @@ from secure_fed.federation.stages import (
     UploadRecord,
     advance,
 )
-from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores, sharpen_logits
+from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharpen_logits
+from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
+from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
-__all__ = ["KeepAll", "OutlierFilter", "RoundEngine"]
+__all__ = ["RoundEngine"]
 
 _log = logging.getLogger(__name__)
-
-
-class OutlierFilter(Protocol):
-    """Decides exclusions from one scalar score per participant (filter seam)."""
-
-    def decide(self, scores: Mapping[str, float]) -> set[str]:
-        """Return the participant ids to exclude."""
-
-
-class KeepAll:
-    """Filter that excludes nobody; scores still feed the dynamic weights."""
-
-    def decide(self, scores: Mapping[str, float]) -> set[str]:
-        """Exclude nobody."""
-        return set()
 
 
 class RoundEngine:
@@ -81,7 +71,9 @@ class RoundEngine:
     weighting
         Dynamic weighting (its EMA history is restored by :meth:`recover`).
     outlier_filter
-        Exclusion decisions from scores (default: keep all).
+        Decisions and weight factors from scores (default: keep all).
+    audit
+        Sink of the ``outlier.decision`` events (None: no audit trail).
     sharpen_temperature
         DS-FL entropy reduction of the published aggregate; 1.0 disables it.
     clock
@@ -97,12 +89,14 @@ class RoundEngine:
         registry: SchemaRegistry,
         weighting: DynamicWeighting | None = None,
         outlier_filter: OutlierFilter | None = None,
+        audit: AuditSink | None = None,
         sharpen_temperature: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store, self.aggregator, self.mode, self.registry = store, aggregator, mode, registry
         self.weighting = weighting if weighting is not None else DynamicWeighting()
         self.outlier_filter = outlier_filter if outlier_filter is not None else KeepAll()
+        self.audit = audit
         sharpen_logits(np.zeros((1, 2)), temperature=sharpen_temperature)  # validates
         self.sharpen_temperature = sharpen_temperature
         self.clock = clock
@@ -206,10 +200,14 @@ class RoundEngine:
         self.registry.validate(header.schema, state.config.schema)
         handle = self.aggregator.load(payload)
         state.uploads[header.participant_id] = UploadRecord(
-            participant_id=header.participant_id, nonce=header.nonce,
-            num_samples=header.num_samples, model_id=header.schema.model_id,
-            version=str(header.schema.version), received_at=now, payload=payload,
-        )  # fmt: skip
+            participant_id=header.participant_id,
+            nonce=header.nonce,
+            num_samples=header.num_samples,
+            model_id=header.schema.model_id,
+            version=str(header.schema.version),
+            received_at=now,
+            payload=payload,
+        )
         try:
             self.store.save(state)
         except Exception:
@@ -263,14 +261,41 @@ class RoundEngine:
         self._require(state, Stage.FILTERING, "filter")
         handles = self._live_handles(state)
         state.scores = dict(self.aggregator.score(handles, round_id=round_id).scores)
-        state.excluded = sorted(self.outlier_filter.decide(state.scores))
+        decisions = self._decide(state)
         kept = len(state.uploads) - len(state.excluded)
         if kept < state.config.min_participants:
             reason = f"filter kept {kept} of the required {state.config.min_participants}"
+            self._record(state, decisions, None)
             self._move(state, Stage.ABORTED, reason=reason)
             raise TooFewParticipants(f"round {round_id} aborted: {reason}")
         self._move(state, Stage.AGGREGATING)
         return dict(state.scores)
+
+    def _decide(self, state: RoundState) -> dict[str, Decision]:
+        """Ask the filter; the decisions and exclusions are kept in ``state``."""
+        decisions = decide(self.outlier_filter, state.scores, round_id=state.round_id)
+        state.decisions = {p: d.to_dict() for p, d in decisions.items()}
+        state.excluded = sorted(excluded_ids(decisions))
+        return decisions
+
+    def _record(
+        self,
+        state: RoundState,
+        decisions: Mapping[str, Decision],
+        terms: Mapping[str, WeightTerms] | None,
+    ) -> None:
+        """Audit every decision with the weight it led to (None: aborted at the filter)."""
+        if self.audit is None:
+            return
+        events = decision_events(
+            round_id=state.round_id,
+            decisions=decisions,
+            num_samples={p: u.num_samples for p, u in state.uploads.items()},
+            terms=terms,
+            publication_sm3=state.publication_sm3,
+        )
+        for details in events:
+            self.audit.record("outlier.decision", details)
 
     def publish(self, round_id: int) -> bytes:
         """Aggregate the accepted uploads with dynamic weights; ``aggregating`` -> ``published``.
@@ -280,21 +305,30 @@ class RoundEngine:
         state = self.state(round_id)
         self._require(state, Stage.AGGREGATING, "publish")
         accepted = {p: h for p, h in self._live_handles(state).items() if p not in state.excluded}
-        scores = {p: state.scores[p] for p in accepted}
-        counts = {p: state.uploads[p].num_samples for p in accepted}
+        decisions = {p: Decision.from_dict(d) for p, d in state.decisions.items()}
         self.weighting.history = dict(state.weighting_history)
-        state.weights = self.weighting.update(counts, quality_from_scores(scores))
+        terms = self.weighting.weigh(
+            {p: state.uploads[p].num_samples for p in accepted},
+            {p: state.scores[p] for p in accepted},
+            {p: decisions[p].factor for p in accepted},
+        )
+        state.weights = {p: t.weight for p, t in terms.items()}
         aggregate = self.aggregator.reveal(
             self.aggregator.weighted_sum(accepted, state.weights), round_id=round_id
         )
         if self.sharpen_temperature < 1.0:
             aggregate = sharpen_logits(aggregate, temperature=self.sharpen_temperature)
         message = encode_publication(
-            Publication(round_id=round_id, aggregate=aggregate, weights=state.weights,
-                        excluded=tuple(state.excluded))
-        )  # fmt: skip
+            Publication(
+                round_id=round_id,
+                aggregate=aggregate,
+                weights=state.weights,
+                excluded=tuple(state.excluded),
+            )
+        )
         state.weighting_history = dict(self.weighting.history)
         state.publication_sm3 = sm3_digest(message).hex()
+        self._record(state, decisions, terms)
         self._move(state, Stage.PUBLISHED)
         self._handles.pop(round_id, None)
         return message

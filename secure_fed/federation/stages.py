@@ -169,6 +169,7 @@ class RoundState:
     uploads: dict[str, UploadRecord] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
     excluded: list[str] = field(default_factory=list)
+    decisions: dict[str, dict[str, object]] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
     weighting_history: dict[str, float] = field(default_factory=dict)
     publication_sm3: str | None = None
@@ -196,6 +197,7 @@ class RoundState:
             },  # fmt: skip
             "scores": self.scores,
             "excluded": self.excluded,
+            "decisions": self.decisions,
             "weights": self.weights,
             "weighting_history": self.weighting_history,
             "publication_sm3": self.publication_sm3,
@@ -217,6 +219,7 @@ class RoundState:
             uploads=uploads,
             scores=dict(data["scores"]),  # type: ignore[call-overload]
             excluded=list(data["excluded"]),  # type: ignore[call-overload]
+            decisions=dict(data.get("decisions", {})),  # type: ignore[call-overload]
             weights=dict(data["weights"]),  # type: ignore[call-overload]
             weighting_history=dict(data["weighting_history"]),  # type: ignore[call-overload]
             publication_sm3=data["publication_sm3"],  # type: ignore[arg-type]

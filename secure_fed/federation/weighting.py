@@ -1,17 +1,23 @@
-"""Dynamic, contribution-aware aggregation weights and entropy reduction.
+"""Contribution-aware aggregation weights, the outlier factor, and entropy reduction.
 
-Weights follow seed article 001, section 3.1 (dynamic weighted aggregation):
+One formula turns a round's scores and outlier decisions into the published
+weights (:meth:`DynamicWeighting.weigh`; docs/federation.md, section 5):
 
-    w_k^(t)  = softmax_k(alpha * q_k) * n_k / sum_j n_j            (then renormalised)
-    w~_k^(t) = beta * w~_k^(t-1) + (1 - beta) * w_k^(t)           (EMA, then renormalised)
+    q_k      = 1 / (1 + s_k / median_j s_j)                         (quality)
+    w_k^(t)  = softmax_k(alpha * q_k) * n_k / sum_j n_j             (then renormalised)
+    d_k^(t)  = beta * d_k^(t-1) + (1 - beta) * w_k^(t)              (EMA, then renormalised)
+    W_k^(t)  = f_k * d_k^(t) / sum_j f_j * d_j^(t)                  (published weight)
 
-where ``n_k`` is the participant's declared sample count and ``q_k`` a quality
-score in ``[0, 1]``. The seed uses validation accuracy; the aggregator here has
-no labels and in the secure modes sees only one distance score ``s_k`` per
-participant, so the quality is derived from that score, made scale-free by the
-median: ``q_k = 1 / (1 + s_k / median(s))`` (1 for a participant exactly at the
-aggregate, 1/2 for a typical one, towards 0 for an outlier). This prefers
-down-weighting to hard exclusion, as NOTES.md section 6 advises.
+over the participants that were not excluded, where ``n_k`` is the declared
+sample count, ``s_k`` the participant's distance score and ``f_k`` in ``(0, 1]``
+the outlier policy's weight factor (excluded participants have ``f_k = 0`` and
+weight 0). Contribution-weighted aggregation usually scores quality by
+validation accuracy; the aggregator here has no labels and in the secure modes
+sees only one distance score per participant, so the quality is derived from
+that score, made scale-free by the median (1 for a participant exactly at the
+aggregate, 1/2 for a typical one, towards 0 for an outlier). The EMA history
+keeps ``d`` (before the factor), so the outlier policy's own score history is
+the only memory of a down-weighting and a participant is not punished twice.
 
 Entropy reduction follows DS-FL (Itahara et al., "Distillation-Based
 Semi-Supervised Federated Learning", IEEE TMC 2021): the averaged soft labels
@@ -29,7 +35,14 @@ import numpy as np
 
 from secure_fed.errors import WeightingInvalid
 
-__all__ = ["DynamicWeighting", "quality_from_scores", "sharpen_logits", "softmax_entropy"]
+__all__ = [
+    "DynamicWeighting",
+    "WeightTerms",
+    "apply_factors",
+    "quality_from_scores",
+    "sharpen_logits",
+    "softmax_entropy",
+]
 
 
 def quality_from_scores(scores: Mapping[str, float]) -> dict[str, float]:
@@ -49,6 +62,41 @@ def quality_from_scores(scores: Mapping[str, float]) -> dict[str, float]:
     if median <= 0:
         return {pid: 1.0 if s <= 0 else 0.0 for pid, s in scores.items()}
     return {pid: 1.0 / (1.0 + s / median) for pid, s in scores.items()}
+
+
+def _check_factors(factors: Mapping[str, float]) -> None:
+    for pid, f in factors.items():
+        if not (math.isfinite(f) and 0 < f <= 1):
+            raise WeightingInvalid(f"factor of {pid!r} must be in (0, 1], got {f!r}")
+
+
+def apply_factors(dynamic: Mapping[str, float], factors: Mapping[str, float]) -> dict[str, float]:
+    """Return the published weights ``f_k * d_k / sum_j f_j * d_j`` (sum to 1).
+
+    Raises
+    ------
+    WeightingInvalid
+        If the ids differ, a factor is outside ``(0, 1]`` or a weight is not positive.
+    """
+    if set(dynamic) != set(factors):
+        raise WeightingInvalid("dynamic weights and factors name different participants")
+    _check_factors(factors)
+    for pid in factors:
+        if not (math.isfinite(dynamic[pid]) and dynamic[pid] > 0):
+            raise WeightingInvalid(f"weight of {pid!r} must be > 0, got {dynamic[pid]!r}")
+    scaled = {pid: factors[pid] * w for pid, w in dynamic.items()}
+    total = sum(scaled.values())
+    return {pid: w / total for pid, w in scaled.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightTerms:
+    """How one participant's published weight was formed (see the module formula)."""
+
+    quality: float
+    dynamic: float
+    factor: float
+    weight: float
 
 
 @dataclass(kw_only=True)
@@ -75,7 +123,9 @@ class DynamicWeighting:
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
 
-    def instant(self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]) -> dict[str, float]:  # noqa: E501
+    def instant(
+        self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]
+    ) -> dict[str, float]:
         """Return this round's un-smoothed weights (sum to 1).
 
         Raises
@@ -99,7 +149,9 @@ class DynamicWeighting:
         raw = soft / soft.sum() * np.array([sample_counts[p] for p in ids], dtype=np.float64)
         return {p: float(w) for p, w in zip(ids, raw / raw.sum(), strict=True)}
 
-    def update(self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]) -> dict[str, float]:  # noqa: E501
+    def update(
+        self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]
+    ) -> dict[str, float]:
         """Compute this round's weights, smooth them with the EMA history, and store them.
 
         A participant without history starts from its instant weight; the
@@ -114,6 +166,38 @@ class DynamicWeighting:
         result = {p: w / total for p, w in smooth.items()}
         self.history.update(result)
         return result
+
+    def weigh(
+        self,
+        sample_counts: Mapping[str, int],
+        scores: Mapping[str, float],
+        factors: Mapping[str, float],
+    ) -> dict[str, WeightTerms]:
+        """Return every term of this round's published weights; update the EMA history.
+
+        ``sample_counts``, ``scores`` and ``factors`` name the participants that
+        take part in the aggregate (the excluded ones are left out by the caller).
+
+        Raises
+        ------
+        WeightingInvalid
+            On mismatched ids or out-of-range inputs (nothing is updated then).
+        """
+        if not (set(sample_counts) == set(scores) == set(factors)):
+            raise WeightingInvalid("sample_counts, scores and factors name different participants")
+        _check_factors(factors)  # update() validates the rest before the history moves
+        qualities = quality_from_scores(scores)
+        dynamic = self.update(sample_counts, qualities)
+        weights = apply_factors(dynamic, factors)
+        return {
+            pid: WeightTerms(
+                quality=qualities[pid],
+                dynamic=dynamic[pid],
+                factor=factors[pid],
+                weight=weights[pid],
+            )
+            for pid in sorted(weights)
+        }
 
 
 def sharpen_logits(logits: np.ndarray, *, temperature: float) -> np.ndarray:

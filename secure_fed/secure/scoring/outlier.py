@@ -16,11 +16,12 @@ Policy (defaults in :class:`OutlierConfig`, documented in docs/secure-aggregatio
 * at most a minority is excluded in a round, never leaving fewer than
   ``min_keep``; the highest scores go first, the rest are down-weighted;
 * between the down-weight and the exclusion thresholds the weight factor falls
-  linearly from 1 to ``min_factor`` (NOTES.md section 6: prefer down-weighting
-  when the evidence is weak); the factor multiplies the quality fed to
-  :class:`secure_fed.federation.weighting.DynamicWeighting`;
-* every decision is an audit event ``outlier.decision`` with score, EMA and both
-  thresholds, written through the small :class:`AuditSink` protocol.
+  linearly from 1 to ``min_factor``, and stays at ``min_factor`` above: with
+  heterogeneous honest models the evidence of one distance is weak, so a
+  lower weight is preferred to removal. The round engine multiplies the factor
+  into the published weight (:meth:`secure_fed.federation.weighting.DynamicWeighting.weigh`)
+  and writes one ``outlier.decision`` audit event per participant with the
+  decision, the factor and the weight it applied.
 
 The scores themselves come from the robust (C-step) estimate of
 :func:`secure_fed.secure.scoring.mahalanobis.pooled_mahalanobis`.
@@ -31,19 +32,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from scipy.stats import chi2
 
-from secure_fed.errors import OutlierConfigInvalid
+from secure_fed.errors import OutlierConfigInvalid, StaleRound
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 
 __all__ = [
+    "ACTIONS",
     "AuditSink",
     "Decision",
     "MemoryAuditSink",
     "OutlierConfig",
     "OutlierPolicy",
+    "excluded_ids",
 ]
 
 _log = logging.getLogger(__name__)
@@ -65,12 +68,17 @@ class OutlierConfig:
         A raw score above ``hard_factor * exclusion threshold`` excludes regardless of
         history; ``>= 1``.
     min_factor
-        Weight factor reached at the exclusion threshold, in ``[0, 1]``.
+        Weight factor reached at the exclusion threshold, in ``(0, 1]``. Zero is
+        refused: a zero weight is an exclusion, and exclusions are capped to a
+        minority (a participant in the sum with weight 0 would also still count
+        towards the round's ``min_participants`` without contributing).
     exclude
         When False, never exclude: everything above the down-weight threshold is
         down-weighted (factor ``min_factor`` at and above the exclusion threshold).
-        The federation's default (NOTES.md section 6; see docs/secure-aggregation.md
-        for the false positives measured on heterogeneous DP-trained models).
+        The federation's default: predictions of weak, structurally different
+        honest models can be as far from the consensus as poisoned ones (see
+        docs/secure-aggregation.md for the false positives measured on
+        heterogeneous DP-trained models).
     """
 
     exclude_quantile: float = 0.999
@@ -86,7 +94,7 @@ class OutlierConfig:
             ("downweight_quantile", 0.5 < self.downweight_quantile <= self.exclude_quantile),
             ("ema", 0 <= self.ema < 1),
             ("hard_factor", math.isfinite(self.hard_factor) and self.hard_factor >= 1),
-            ("min_factor", 0 <= self.min_factor <= 1),
+            ("min_factor", 0 < self.min_factor <= 1),
             ("exclude", isinstance(self.exclude, bool)),
         ]
         for name, ok in checks:
@@ -97,25 +105,74 @@ class OutlierConfig:
         """``(downweight, exclude)`` thresholds for ``dof`` degrees of freedom."""
         if not isinstance(dof, int) or dof < 1:
             raise OutlierConfigInvalid(f"dof must be an integer >= 1, got {dof!r}")
-        return (float(chi2.ppf(self.downweight_quantile, dof)),
-                float(chi2.ppf(self.exclude_quantile, dof)))  # fmt: skip
+        return (
+            float(chi2.ppf(self.downweight_quantile, dof)),
+            float(chi2.ppf(self.exclude_quantile, dof)),
+        )
 
 
-@dataclass(frozen=True)
+ACTIONS = ("keep", "downweight", "exclude")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decision:
-    """One participant's decision in one round."""
+    """One participant's decision in one round.
+
+    ``factor`` multiplies the participant's weight: 1 for ``keep``, in
+    ``(0, 1]`` for ``downweight`` and exactly 0 for ``exclude``. The
+    thresholds are None when the filter has none (:class:`KeepAll`-style filters).
+
+    Raises
+    ------
+    OutlierConfigInvalid
+        If the action is unknown or the factor does not match it.
+    """
 
     participant_id: str
     score: float
     smoothed: float
-    action: str  # "keep", "downweight" or "exclude"
+    action: str
     factor: float
-    downweight_threshold: float
-    exclude_threshold: float
+    downweight_threshold: float | None = None
+    exclude_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise OutlierConfigInvalid(f"action must be one of {ACTIONS}, got {self.action!r}")
+        if not (math.isfinite(self.factor) and 0 <= self.factor <= 1):
+            raise OutlierConfigInvalid(f"factor must be in [0, 1], got {self.factor!r}")
+        if (self.action == "exclude") != (self.factor == 0):
+            raise OutlierConfigInvalid(
+                f"factor of {self.participant_id!r} is {self.factor!r}, which does not match "
+                f"action {self.action!r} (0 exactly when excluded)"
+            )
+
+    @property
+    def excluded(self) -> bool:
+        """True when the participant is left out of the aggregate."""
+        return self.action == "exclude"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields (persisted with the round state)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Decision:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)  # type: ignore[arg-type]
+
+
+def excluded_ids(decisions: Mapping[str, Decision]) -> set[str]:
+    """Ids of the excluded participants among ``decisions``."""
+    return {pid for pid, d in decisions.items() if d.excluded}
 
 
 class OutlierPolicy:
-    """Stateful decision policy: EMA history per participant, audit on every decision.
+    """Stateful decision policy: EMA score history per participant.
+
+    Implements the round engine's ``OutlierFilter`` seam. It writes no audit
+    events itself: the engine records each decision together with the weight
+    it applied, once that weight exists.
 
     Parameters
     ----------
@@ -123,50 +180,66 @@ class OutlierPolicy:
         Degrees of freedom ``C - 1``.
     config
         Thresholds and smoothing.
-    audit
-        Sink for ``outlier.decision`` events (optional).
     min_keep
         Never exclude so many that fewer remain (the round's ``min_participants``).
     """
 
-    def __init__(self, *, dof: int, config: OutlierConfig | None = None,
-                 audit: AuditSink | None = None, min_keep: int = 1) -> None:  # fmt: skip
+    def __init__(self, *, dof: int, config: OutlierConfig | None = None, min_keep: int = 1) -> None:
         if not isinstance(min_keep, int) or min_keep < 1:
             raise OutlierConfigInvalid(f"min_keep must be an integer >= 1, got {min_keep!r}")
         self.min_keep = min_keep
         self.config = config or OutlierConfig()
         self.low, self.high = self.config.thresholds(dof)
-        self.audit = audit
         self.history: dict[str, float] = {}
-        self.last: dict[str, Decision] = {}
-        self.round_id: int | None = None
+        self._before: dict[str, float] = {}
+        self._round: int | None = None
 
-    def decide_all(self, scores: Mapping[str, float], *, round_id: int | None = None) -> dict[str, Decision]:  # noqa: E501
-        """Decide for every participant, update the EMA history, audit each decision.
+    def decide(self, scores: Mapping[str, float], *, round_id: int) -> dict[str, Decision]:
+        """Decide for every scored participant of round ``round_id``; update the EMA history.
+
+        Deciding the same round again (e.g. after the aggregator restarted in
+        the filtering stage) starts from the history before that round, so a
+        round enters the EMA once.
 
         Raises
         ------
         OutlierConfigInvalid
             If a score is negative or not finite.
+        StaleRound
+            If ``round_id`` is older than the last round decided.
         """
         for pid, s in scores.items():
             if not (isinstance(s, int | float) and math.isfinite(s) and s >= 0):
                 raise OutlierConfigInvalid(f"score of {pid!r} must be finite and >= 0, got {s!r}")
+        if self._round is not None and round_id < self._round:
+            raise StaleRound(f"round {round_id} is older than the last decided round {self._round}")
+        if round_id != self._round:
+            self._before, self._round = dict(self.history), round_id
+        self.history = dict(self._before)
         out = {pid: self._decide(pid, float(scores[pid])) for pid in sorted(scores)}
         self._cap(out)
-        for pid in sorted(out):
-            self._audit(out[pid], round_id)
-        self.last = out
+        for d in out.values():
+            _log.info(
+                "round %d: %s %s (score %.3g, smoothed %.3g, factor %.3g)",
+                round_id,
+                d.participant_id,
+                d.action,
+                d.score,
+                d.smoothed,
+                d.factor,
+            )
         return out
 
     def _cap(self, out: dict[str, Decision]) -> None:
         """Exclude at most a minority, and never below ``min_keep`` (highest scores go first).
 
         A filter that removes a majority is no longer robust statistics but a
-        takeover (NOTES.md section 6); the others are down-weighted instead.
+        takeover by whoever controls the majority; the others are down-weighted
+        to ``min_factor`` instead.
         """
-        excluded = sorted((d for d in out.values() if d.action == "exclude"),
-                          key=lambda d: (-d.score, d.participant_id))  # fmt: skip
+        excluded = sorted(
+            (d for d in out.values() if d.excluded), key=lambda d: (-d.score, d.participant_id)
+        )
         limit = max(0, min((len(out) - 1) // 2, len(out) - self.min_keep))
         for d in excluded[limit:]:
             out[d.participant_id] = replace(d, action="downweight", factor=self.config.min_factor)
@@ -179,28 +252,18 @@ class OutlierPolicy:
         if score > cfg.hard_factor * self.high or (smoothed > self.high and score > self.high):
             action, factor = ("exclude", 0.0) if cfg.exclude else ("downweight", cfg.min_factor)
         elif smoothed > self.low:
-            frac = (smoothed - self.low) / max(self.high - self.low, 1e-12)
-            action, factor = "downweight", 1.0 - frac * (1.0 - cfg.min_factor)
+            # a high history alone (this round's score below the exclusion threshold) keeps
+            # the factor at min_factor, never below
+            frac = min(1.0, (smoothed - self.low) / max(self.high - self.low, 1e-12))
+            action, factor = "downweight", cfg.min_factor + (1.0 - frac) * (1.0 - cfg.min_factor)
         else:
             action, factor = "keep", 1.0
-        return Decision(pid, score, smoothed, action, factor, self.low, self.high)
-
-    def _audit(self, d: Decision, round_id: int | None) -> None:
-        _log.info("outlier decision %s: %s (score %.3g, smoothed %.3g)", d.participant_id,
-                  d.action, d.score, d.smoothed)  # fmt: skip
-        if self.audit is not None:
-            self.audit.record("outlier.decision", {
-                "round_id": round_id, "participant_id": d.participant_id, "score": d.score,
-                "smoothed": d.smoothed, "action": d.action, "factor": d.factor,
-                "downweight_threshold": d.downweight_threshold,
-                "exclude_threshold": d.exclude_threshold,
-            })  # fmt: skip
-
-    def decide(self, scores: Mapping[str, float]) -> set[str]:
-        """Round-engine seam (``OutlierFilter``): decide and return the excluded ids."""
-        return {p for p, d in self.decide_all(scores, round_id=self.round_id).items()
-                if d.action == "exclude"}  # fmt: skip
-
-    def factors(self) -> dict[str, float]:
-        """Weight factors of the last decisions (1 keep, 0 exclude, in between down-weight)."""
-        return {p: d.factor for p, d in self.last.items()}
+        return Decision(
+            participant_id=pid,
+            score=score,
+            smoothed=smoothed,
+            action=action,
+            factor=factor,
+            downweight_threshold=self.low,
+            exclude_threshold=self.high,
+        )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from privacy_ledger.budget.participants import ParticipantRegistry
 from privacy_ledger.db import create_ledger_engine, upgrade
 from secure_fed.errors import (
+    OutlierConfigInvalid,
     OutputSpecMismatch,
     RoundConfigInvalid,
     RoundNotFound,
@@ -27,7 +29,8 @@ from secure_fed.federation.messages import decode_publication
 from secure_fed.federation.schema import OutputSpec, SchemaRegistry
 from secure_fed.federation.stages import TRANSITIONS, RoundState, RoundStore, Stage, advance
 from secure_fed.federation.store import JsonFileRoundStore, LedgerRoundStore
-from secure_fed.secure.mode import get_mode
+from secure_fed.secure.modes.plaintext import InsecurePlaintextAggregator
+from secure_fed.secure.scoring.outlier import Decision
 from tests.secure_fed.federation.helpers import (
     BOUND,
     N_PUB,
@@ -40,11 +43,15 @@ from tests.secure_fed.federation.helpers import (
 )
 
 ALLOWED = {
-    (Stage.OPEN, Stage.COLLECTING), (Stage.OPEN, Stage.ABORTED),
-    (Stage.COLLECTING, Stage.FILTERING), (Stage.COLLECTING, Stage.ABORTED),
-    (Stage.FILTERING, Stage.AGGREGATING), (Stage.FILTERING, Stage.ABORTED),
-    (Stage.AGGREGATING, Stage.PUBLISHED), (Stage.AGGREGATING, Stage.ABORTED),
-}  # fmt: skip
+    (Stage.OPEN, Stage.COLLECTING),
+    (Stage.OPEN, Stage.ABORTED),
+    (Stage.COLLECTING, Stage.FILTERING),
+    (Stage.COLLECTING, Stage.ABORTED),
+    (Stage.FILTERING, Stage.AGGREGATING),
+    (Stage.FILTERING, Stage.ABORTED),
+    (Stage.AGGREGATING, Stage.PUBLISHED),
+    (Stage.AGGREGATING, Stage.ABORTED),
+}
 
 
 @pytest.mark.parametrize(("src", "dst"), list(itertools.product(Stage, Stage)))
@@ -86,9 +93,11 @@ def _store(directory: Path) -> RoundStore:
 def _engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngine:
     return RoundEngine(
         store=_store(tmp_path),
-        aggregator=get_mode("plaintext").aggregator(shape=(N_PUB, C), bound=BOUND),
-        mode="plaintext", registry=registry, clock=clock,
-    )  # fmt: skip
+        aggregator=InsecurePlaintextAggregator(shape=(N_PUB, C), bound=BOUND),
+        mode="plaintext",
+        registry=registry,
+        clock=clock,
+    )
 
 
 @pytest.fixture
@@ -134,7 +143,9 @@ def test_step_methods_out_of_order(engine: RoundEngine) -> None:
         engine.close(1)
 
 
-def test_upload_before_collecting_is_out_of_order(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_upload_before_collecting_is_out_of_order(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     eng = _engine(tmp_path, registry, clock)
     eng.open(make_config())
     with pytest.raises(RoundOutOfOrder, match="needs stage 'collecting'"):
@@ -165,7 +176,9 @@ def test_stale_and_unknown_round(engine: RoundEngine) -> None:
         engine.state(9)
 
 
-def test_stale_round_lookup_after_restart(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_stale_round_lookup_after_restart(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     eng = _engine(tmp_path, registry, clock)
     eng.open(make_config(5))
     fresh = _engine(tmp_path, registry, clock)
@@ -206,10 +219,15 @@ def test_out_of_bound_payload_rejected(engine: RoundEngine) -> None:
 
     payload = encode_matrix(np.full((N_PUB, C), 50.0))
     header = UploadHeader(
-        round_id=1, participant_id="a", mode="plaintext", schema=schema(),
-        schema_hash=make_config().schema.schema_hash(), num_samples=3, nonce="cd" * 16,
+        round_id=1,
+        participant_id="a",
+        mode="plaintext",
+        schema=schema(),
+        schema_hash=make_config().schema.schema_hash(),
+        num_samples=3,
+        nonce="cd" * 16,
         payload_sm3=sm3_digest(payload).hex(),
-    )  # fmt: skip
+    )
     with pytest.raises(UploadMalformed, match="public bound"):
         engine.submit(encode_upload(header, payload), round_id=1)
 
@@ -244,7 +262,9 @@ def test_config_validation() -> None:
         make_config(deadline=float("inf"))
 
 
-def test_engine_refuses_config_of_other_mode(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_engine_refuses_config_of_other_mode(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     from dataclasses import replace
 
     eng = _engine(tmp_path, registry, clock)
@@ -252,7 +272,9 @@ def test_engine_refuses_config_of_other_mode(tmp_path: Path, registry: SchemaReg
         eng.open(replace(make_config(), mode="ckks"))
 
 
-def test_restart_resumes_collecting_round(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_restart_resumes_collecting_round(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     eng = _engine(tmp_path, registry, clock)
     eng.open(make_config())
     eng.start_collecting(1)
@@ -279,7 +301,9 @@ def _to_aggregating(directory: Path, registry: SchemaRegistry, clock: Clock) -> 
     return eng
 
 
-def test_restart_mid_aggregation_resumes_from_stored_uploads(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_restart_mid_aggregation_resumes_from_stored_uploads(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     expected = _to_aggregating(tmp_path / "one", registry, clock).publish(1)
     crashed = _to_aggregating(tmp_path / "two", registry, clock)
     del crashed  # crash between filtering and publishing
@@ -291,7 +315,9 @@ def test_restart_mid_aggregation_resumes_from_stored_uploads(tmp_path: Path, reg
     assert got.weights == pytest.approx(want.weights)
 
 
-def test_restart_after_deadline_aborts_or_completes(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_restart_after_deadline_aborts_or_completes(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     eng = _engine(tmp_path, registry, clock)
     eng.open(make_config(1))
     eng.start_collecting(1)
@@ -310,7 +336,9 @@ def test_restart_after_deadline_aborts_or_completes(tmp_path: Path, registry: Sc
     assert again.store.open_rounds()[0].round_id == 2
 
 
-def test_ema_history_survives_restart(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_ema_history_survives_restart(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     eng = _engine(tmp_path, registry, clock)
     eng.open(make_config(1))
     eng.start_collecting(1)
@@ -325,7 +353,9 @@ def test_ema_history_survives_restart(tmp_path: Path, registry: SchemaRegistry, 
     assert fresh.weighting.history == history and history
 
 
-def test_ledger_store_refuses_unregistered_participant_and_records_evidence(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> None:  # noqa: E501
+def test_ledger_store_refuses_unregistered_participant_and_records_evidence(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
     if STORE_KIND["kind"] != "ledger":
         pytest.skip("ledger-specific")
     eng = _engine(tmp_path, registry, clock)
@@ -341,3 +371,34 @@ def test_ledger_store_refuses_unregistered_participant_and_records_evidence(tmp_
     got = [(e.participant_id, e.kind, e.shape) for e in evidence]
     assert got == [("a", "plaintext", [N_PUB, C])]
     assert store.load(1).uploads["a"].payload.startswith(b"SFMX")  # type: ignore[union-attr]
+
+
+class _ForgetfulFilter:
+    """A wrong filter: decides for one participant fewer than were scored."""
+
+    def decide(self, scores: Mapping[str, float], *, round_id: int) -> dict[str, Decision]:
+        return {
+            p: Decision(participant_id=p, score=s, smoothed=s, action="keep", factor=1.0)
+            for p, s in sorted(scores.items())[1:]
+        }
+
+
+def test_filter_must_decide_for_every_scored_upload(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+) -> None:
+    eng = RoundEngine(
+        store=_store(tmp_path),
+        registry=registry,
+        clock=clock,
+        mode="plaintext",
+        aggregator=InsecurePlaintextAggregator(shape=(N_PUB, C), bound=BOUND),
+        outlier_filter=_ForgetfulFilter(),
+    )
+    eng.open(make_config())
+    eng.start_collecting(1)
+    for i, pid in enumerate("abc"):
+        eng.submit(make_upload(pid, honest(i)), round_id=1)
+    eng.close(1)
+    with pytest.raises(OutlierConfigInvalid, match=r"decided for \['b', 'c'\], but round 1 scored"):
+        eng.filter(1)
+    assert eng.state(1).stage is Stage.FILTERING

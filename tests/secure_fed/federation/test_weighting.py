@@ -6,6 +6,7 @@ import pytest
 from secure_fed.errors import WeightingInvalid
 from secure_fed.federation.weighting import (
     DynamicWeighting,
+    apply_factors,
     quality_from_scores,
     sharpen_logits,
     softmax_entropy,
@@ -17,7 +18,7 @@ def test_alpha_zero_is_sample_count_weighting() -> None:
     assert w == pytest.approx({"a": 0.25, "b": 0.75})
 
 
-def test_quality_raises_weight_and_formula_matches_seed() -> None:
+def test_quality_raises_weight_through_the_softmax() -> None:
     wt = DynamicWeighting(alpha=2.0, beta=0.0)
     w = wt.instant({"a": 1, "b": 1}, {"a": 1.0, "b": 0.0})
     ea, eb = np.exp(2.0), np.exp(0.0)
@@ -67,6 +68,40 @@ def test_inputs_validated() -> None:
         wt.update({"a": 0}, {"a": 0.5})
     with pytest.raises(WeightingInvalid, match="quality"):
         wt.update({"a": 1}, {"a": 2.0})
+
+
+def test_factor_multiplies_the_dynamic_weight() -> None:
+    assert apply_factors({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.25}) == pytest.approx(
+        {"a": 0.8, "b": 0.2}
+    )
+    wt = DynamicWeighting(alpha=5.0, beta=0.5)
+    counts, scores = {"a": 100, "b": 300, "c": 200}, {"a": 2.0, "b": 3.0, "c": 12.0}
+    terms = wt.weigh(counts, scores, {"a": 1.0, "b": 1.0, "c": 0.1})
+    plain = DynamicWeighting(alpha=5.0, beta=0.5).update(counts, quality_from_scores(scores))
+    assert {p: t.dynamic for p, t in terms.items()} == pytest.approx(plain)
+    assert wt.history == pytest.approx(plain)  # the EMA keeps the weight before the factor
+    assert terms["c"].quality == pytest.approx(1 / (1 + 12.0 / 3.0))
+    total = plain["a"] + plain["b"] + 0.1 * plain["c"]
+    assert terms["c"].weight == pytest.approx(0.1 * plain["c"] / total)
+    assert sum(t.weight for t in terms.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("factors", "fragment"),
+    [
+        ({"a": 1.0, "b": 0.0}, "factor of 'b' must be in \\(0, 1\\]"),
+        ({"a": 1.0, "b": 1.5}, "factor of 'b'"),
+        ({"a": 1.0, "b": float("nan")}, "factor of 'b'"),
+        ({"a": 1.0}, "different participants"),
+    ],
+)
+def test_bad_factors_are_refused_before_the_history_moves(
+    factors: dict[str, float], fragment: str
+) -> None:
+    wt = DynamicWeighting()
+    with pytest.raises(WeightingInvalid, match=fragment):
+        wt.weigh({"a": 1, "b": 1}, {"a": 1.0, "b": 2.0}, factors)
+    assert wt.history == {}
 
 
 def test_sharpening_reduces_entropy() -> None:

@@ -1,0 +1,99 @@
+"""The round engine's outlier seam and the audit events of what it applied.
+
+A round goes scores -> decisions -> weights along one path:
+
+1. the mode scores every upload (one scalar each);
+2. an :class:`OutlierFilter` turns the scores into one
+   :class:`~secure_fed.secure.scoring.outlier.Decision` per participant: an
+   action and a weight factor (:func:`decide`);
+3. :meth:`~secure_fed.federation.weighting.DynamicWeighting.weigh` multiplies
+   the factors into the published weights (docs/federation.md, section 5);
+4. :func:`decision_events` describes, per participant, the decision together
+   with the weight that was applied; the engine writes them as
+   ``outlier.decision`` audit events once the weights exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from secure_fed.errors import OutlierConfigInvalid
+from secure_fed.federation.weighting import WeightTerms
+from secure_fed.secure.scoring.outlier import Decision
+
+__all__ = ["KeepAll", "OutlierFilter", "decide", "decision_events"]
+
+
+class OutlierFilter(Protocol):
+    """Decides, from one scalar score per participant, an action and a weight factor.
+
+    :class:`~secure_fed.secure.scoring.outlier.OutlierPolicy` is the real one.
+    """
+
+    def decide(self, scores: Mapping[str, float], *, round_id: int) -> Mapping[str, Decision]:
+        """Return one decision per scored participant of round ``round_id``."""
+        ...
+
+
+class KeepAll:
+    """Filter that excludes nobody (factor 1); scores still feed the dynamic weights."""
+
+    def decide(self, scores: Mapping[str, float], *, round_id: int) -> dict[str, Decision]:
+        """Keep everybody."""
+        return {
+            pid: Decision(participant_id=pid, score=s, smoothed=s, action="keep", factor=1.0)
+            for pid, s in scores.items()
+        }
+
+
+def decide(
+    outlier_filter: OutlierFilter, scores: Mapping[str, float], *, round_id: int
+) -> dict[str, Decision]:
+    """Ask ``outlier_filter`` and check it decided for exactly the scored participants.
+
+    Raises
+    ------
+    OutlierConfigInvalid
+        If the filter skipped a scored participant or named an unscored one.
+    """
+    decisions = dict(outlier_filter.decide(scores, round_id=round_id))
+    if set(decisions) != set(scores):
+        raise OutlierConfigInvalid(
+            f"the outlier filter decided for {sorted(decisions)}, "
+            f"but round {round_id} scored {sorted(scores)}"
+        )
+    return decisions
+
+
+def decision_events(
+    *,
+    round_id: int,
+    decisions: Mapping[str, Decision],
+    num_samples: Mapping[str, int],
+    terms: Mapping[str, WeightTerms] | None,
+    publication_sm3: str | None,
+) -> list[dict[str, object]]:
+    """Details of one ``outlier.decision`` event per participant, sorted by id.
+
+    Each carries the decision (score, EMA, thresholds, action, factor), the
+    sample count and the weight terms that were applied: quality, dynamic
+    weight and the published weight. ``terms`` is None when the round aborted
+    at the filter: nothing was aggregated and every weight is null. Otherwise an
+    excluded participant has weight 0.
+    """
+    events = []
+    for pid in sorted(decisions):
+        t = terms.get(pid) if terms is not None else None
+        events.append(
+            {
+                "round_id": round_id,
+                **decisions[pid].to_dict(),
+                "num_samples": num_samples[pid],
+                "quality": t.quality if t else None,
+                "dynamic_weight": t.dynamic if t else None,
+                "weight": None if terms is None else (t.weight if t else 0.0),
+                "publication_sm3": publication_sm3,
+            }
+        )
+    return events
