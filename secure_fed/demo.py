@@ -4,7 +4,9 @@ Loads a built-in task, registers every participant and its epsilon budget in
 a SQLite privacy ledger inside the working folder (round state lives in the
 same database), runs
 :class:`~secure_fed.federation.federation.Federation` for the requested rounds, and
-writes ``results.json`` next to the ledger. The command line
+writes ``results.json`` next to the ledger. The round loop is the
+federation's (:meth:`~secure_fed.federation.federation.Federation.run`); this
+module only configures it, calls it and reports. The command line
 (``api/cli/demo.py``) only parses options and renders progress and tables.
 """
 
@@ -42,9 +44,13 @@ _log = logging.getLogger(__name__)
 
 #: Files and folders the demo owns inside its working folder.
 DEMO_FILES = (
-    "ledger.db", "ledger.db-wal", "ledger.db-shm", "results.json",
-    "log-signing-key.pem", "log-public-key.pem",
-)  # fmt: skip
+    "ledger.db",
+    "ledger.db-wal",
+    "ledger.db-shm",
+    "results.json",
+    "log-signing-key.pem",
+    "log-public-key.pem",
+)
 
 
 def _demo_audit_log(out: Path) -> AuditLog:
@@ -97,10 +103,15 @@ class DemoConfig:
         if self.attack:
             attack = parse_attack_spec(self.attack, participants=self.participants)
         return FederationConfig(
-            participants=self.participants, rounds=self.rounds, alpha=self.alpha,
-            epsilon=self.epsilon, attack=attack, mode=self.mode, seed=self.seed,
+            participants=self.participants,
+            rounds=self.rounds,
+            alpha=self.alpha,
+            epsilon=self.epsilon,
+            attack=attack,
+            mode=self.mode,
+            seed=self.seed,
             central_dp=self.central_dp,
-        )  # fmt: skip
+        )
 
 
 @dataclass(kw_only=True)
@@ -177,29 +188,34 @@ def run_demo(
     for p in plan:
         ledger.register_participant(p.participant_id, institution=p.institution, kind=p.kind)
         ledger.register_asset(p.participant_id, ASSET_ID)
-        ledger.set_budget(p.participant_id, ASSET_ID, epsilon=repr(float(fed_config.epsilon)),
-                          delta=fed_config.delta, accountant="rdp")  # fmt: skip
+        ledger.set_budget(
+            p.participant_id,
+            ASSET_ID,
+            epsilon=repr(float(fed_config.epsilon)),
+            delta=fed_config.delta,
+            accountant="rdp",
+        )
     task = load_task(config.dataset, seed=config.seed)
     federation = Federation(
-        config=fed_config, task=task, budget=ledger,
+        config=fed_config,
+        task=task,
+        budget=ledger,
         store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
         audit=LedgerAuditSink(engine=ledger.engine, log=audit),
-    )  # fmt: skip
+    )
     results = DemoResults(
         config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-        ledger_url=url, results_path=str(out / "results.json"),
-    )  # fmt: skip
-    for _ in range(fed_config.rounds):
-        result = federation.run_round()
-        results.rounds.append(result)
-        if on_round is not None:
-            on_round(result)
+        ledger_url=url,
+        results_path=str(out / "results.json"),
+    )
+    results.rounds = federation.run(on_round=on_round)
     for p in plan:
         status = ledger.budget_status(p.participant_id, ASSET_ID)
         results.budgets[p.participant_id] = {
-            "limit": float(status.limit), "spent": float(status.spent),
+            "limit": float(status.limit),
+            "spent": float(status.spent),
             "remaining": float(status.remaining),
-        }  # fmt: skip
+        }
     with Session(ledger.engine) as session:
         audit.checkpoint(session, force=True)
         session.commit()

@@ -3,11 +3,13 @@
 Wires participants (different architectures, each with a DP-SGD trainer on a
 Dirichlet(alpha) share of the private data), an aggregator
 (:class:`~secure_fed.federation.engine.RoundEngine` over a registered aggregation
-mode) and a budget gate, and runs rounds in the order of ARCHITECTURE.md
-section 3: budget-checked DP-SGD, predictions on ``D_pub``, upload bytes,
+mode) and a budget gate, and runs rounds in the order of docs/federation.md,
+section 1: budget-checked DP-SGD, predictions on ``D_pub``, upload bytes,
 validation and aggregation, publication bytes, distillation (FedMD, Li and
-Wang 2019; FedDF, Lin et al. 2020). Parties exchange only bytes, so the
-services issue can move each into its own process.
+Wang 2019; FedDF, Lin et al. 2020). This module holds the only round loop
+(:meth:`Federation.run_round`); each party is a message handler
+(:mod:`secure_fed.federation.handlers`) and the loop only moves bytes between
+them, so a deployment can run the same handlers in separate processes.
 
 Every participant also has a *local-only twin*: the same architecture and
 initial weights, trained by the same DP-SGD goal on the same private rows,
@@ -32,7 +34,8 @@ from crypto.sm import SM2PrivateKey
 from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
 from secure_fed.evaluation.attacks import AttackSpec, make_attack
 from secure_fed.federation.engine import RoundEngine
-from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
+from secure_fed.federation.envelope import EnvelopeVerifier
+from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
 from secure_fed.federation.participant import (
     DistillSettings,
     LocalTrainer,
@@ -59,16 +62,12 @@ from secure_fed.learning.private_training import (
     evaluate,
     train_nonprivate,
 )
+from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import get_mode, mode_names
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.secure.scoring.outlier import (
-    AuditSink,
-    MemoryAuditSink,
-    OutlierConfig,
-    OutlierPolicy,
-)
+from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
 
 __all__ = ["Federation", "FederationConfig", "ParticipantRound", "RoundResult"]
 
@@ -185,13 +184,17 @@ class RoundResult:
 
 @dataclass
 class _Member:
-    participant: Participant
+    handler: ParticipantHandler
     architecture: str
     attacker: bool
     twin: LocalTrainer | None
     twin_model: nn.Module | None
     epsilon: float | None = None
     status: str = "pending"
+
+    @property
+    def participant(self) -> Participant:
+        return self.handler.participant
 
 
 @dataclass(frozen=True)
@@ -226,8 +229,17 @@ def plan_participants(config: FederationConfig) -> list[PlannedParticipant]:
 class NonPrivateTrainer:
     """Trainer without DP, same interface as ``PrivateTrainer`` (baselines only)."""
 
-    def __init__(self, *, model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float,
-                 batch_size: int, seed: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        epochs: int,
+        lr: float,
+        batch_size: int,
+        seed: int,
+    ) -> None:
         self.model, self.x, self.y = model, x, y
         self.epochs, self.lr, self.batch_size, self.seed = epochs, lr, batch_size, seed
         self._calls = 0
@@ -236,13 +248,24 @@ class NonPrivateTrainer:
         """Train ``epochs`` epochs without noise; nothing is charged (no DP claim)."""
         self._calls += 1
         train_nonprivate(
-            self.model, self.x, self.y, epochs=self.epochs, lr=self.lr,
-            batch_size=self.batch_size, seed=self.seed * 1000 + self._calls,
-        )  # fmt: skip
+            self.model,
+            self.x,
+            self.y,
+            epochs=self.epochs,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            seed=self.seed * 1000 + self._calls,
+        )
         return TrainReport(
-            round_id=round_id, trained=True, refused_reason=None, noise_multiplier=0.0,
-            sample_rate=1.0, steps=0, max_grad_norm=0.0, epsilon_spent=math.inf,
-        )  # fmt: skip
+            round_id=round_id,
+            trained=True,
+            refused_reason=None,
+            noise_multiplier=0.0,
+            sample_rate=1.0,
+            steps=0,
+            max_grad_norm=0.0,
+            epsilon_spent=math.inf,
+        )
 
 
 class Federation:
@@ -263,16 +286,24 @@ class Federation:
         Unix-time source for round deadlines.
     """
 
-    def __init__(self, *, config: FederationConfig, task: TaskData, budget: BudgetGate,
-                 store: RoundStore, clock: Callable[[], float] = time.time,
-                 audit: AuditSink | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        config: FederationConfig,
+        task: TaskData,
+        budget: BudgetGate,
+        store: RoundStore,
+        clock: Callable[[], float] = time.time,
+        audit: AuditSink | None = None,
+    ) -> None:
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         shape = (len(task.public_x), task.num_classes)
         self.output = OutputSpec(num_classes=task.num_classes, bound=PUBLIC_LOGIT_BOUND)
         self.contract = RoundSchema(major=1, output=self.output)
         self.registry = SchemaRegistry()
         # Secure modes: key authority, helper and enrolment (secure_fed.secure.deployment);
-        # every mode scores by robust pooled Mahalanobis and decides by OutlierPolicy.
+        # every mode scores by robust pooled Mahalanobis and decides by OutlierPolicy,
+        # whose factors the engine multiplies into the published weights and audits.
         self.audit = audit if audit is not None else MemoryAuditSink()
         plan = plan_participants(config)
         scoring = ScoringConfig(min_subset=config.quorum())
@@ -282,41 +313,59 @@ class Federation:
                 noise_multiplier=config.central_dp, delta=config.delta, asset_id=ASSET_ID
             )
         self.deployment = SecureDeployment.create(
-            mode=config.mode, shape=shape, participant_ids=[p.participant_id for p in plan],
-            min_participants=config.quorum(), audit=self.audit, scoring=scoring,
-            central_dp=central_dp, budget=budget if central_dp is not None else None,
-        )  # fmt: skip
+            mode=config.mode,
+            shape=shape,
+            participant_ids=[p.participant_id for p in plan],
+            min_participants=config.quorum(),
+            audit=self.audit,
+            scoring=scoring,
+            central_dp=central_dp,
+            budget=budget if central_dp is not None else None,
+        )
         aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
         self.policy = OutlierPolicy(
-            dof=task.num_classes - 1, audit=self.audit, min_keep=config.quorum(),
+            dof=task.num_classes - 1,
+            min_keep=config.quorum(),
             config=OutlierConfig(exclude=config.exclude_outliers),
-        )  # fmt: skip
+        )
         self.engine = RoundEngine(
-            store=store, aggregator=aggregator, mode=config.mode, registry=self.registry,
+            store=store,
+            aggregator=aggregator,
+            mode=config.mode,
+            registry=self.registry,
             weighting=DynamicWeighting(alpha=config.weighting_alpha, beta=config.weighting_beta),
-            outlier_filter=self.policy, sharpen_temperature=config.sharpen_temperature,
+            outlier_filter=self.policy,
+            audit=self.audit,
+            sharpen_temperature=config.sharpen_temperature,
             clock=clock,
-        )  # fmt: skip
-        self.signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
+        )
+        signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
         self.gate = EnvelopeVerifier(
-            keys={p: k.public_key for p, k in self.signing_keys.items()},
-            submit=self.engine.submit, params=self.deployment.params,
-            max_bytes=64 * 1024 * 1024, audit=self.audit,
-        )  # fmt: skip
+            keys={p: k.public_key for p, k in signing_keys.items()},
+            submit=self.engine.submit,
+            params=self.deployment.params,
+            max_bytes=64 * 1024 * 1024,
+            audit=self.audit,
+        )
+        self.aggregator = AggregatorHandler(engine=self.engine, gate=self.gate)
         self.public_sm3 = public_set_digest(task.public_x)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
         parts = dirichlet_split(
-            task.private_y, parts=config.participants, alpha=config.alpha, seed=config.seed,
+            task.private_y,
+            parts=config.participants,
+            alpha=config.alpha,
+            seed=config.seed,
             min_size=16,
-        )  # fmt: skip
+        )
         self.members = [
-            self._build(planned, idx, k, shape)
-            for k, (planned, idx) in enumerate(zip(plan_participants(config), parts, strict=True))
+            self._build(planned, idx, k, signing_keys[planned.participant_id])
+            for k, (planned, idx) in enumerate(zip(plan, parts, strict=True))
         ]
         self.round_id = 0
 
-    def _trainer(self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate,
-                 seed: int) -> LocalTrainer:  # fmt: skip
+    def _trainer(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate, seed: int
+    ) -> LocalTrainer:
         c = self.config
         # At least 3 batches per epoch: with a batch as large as the data, Poisson sampling
         # gives q = 1 and DP-SGD loses its privacy amplification by subsampling.
@@ -324,55 +373,98 @@ class Federation:
         batch = max(4, min(c.batch_size, len(x) // 3))
         lr = c.lr * batch / c.batch_size
         if not c.private:
-            return NonPrivateTrainer(model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr,
-                                     batch_size=batch, seed=seed)  # fmt: skip
+            return NonPrivateTrainer(
+                model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr, batch_size=batch, seed=seed
+            )
         return PrivateTrainer(
-            model=model, x=x, y=y, goal=DPGoal(epsilon=c.epsilon, delta=c.delta, rounds=c.rounds),
-            budget=gate, participant_id=pid, asset_id=ASSET_ID, batch_size=batch, lr=lr,
-            epochs_per_round=c.epochs_per_round, seed=seed,
-        )  # fmt: skip
+            model=model,
+            x=x,
+            y=y,
+            goal=DPGoal(epsilon=c.epsilon, delta=c.delta, rounds=c.rounds),
+            budget=gate,
+            participant_id=pid,
+            asset_id=ASSET_ID,
+            batch_size=batch,
+            lr=lr,
+            epochs_per_round=c.epochs_per_round,
+            seed=seed,
+        )
 
-    def _build(self, planned: PlannedParticipant, idx: np.ndarray, k: int,
-               shape: tuple[int, int]) -> _Member:  # fmt: skip
+    def _build(
+        self, planned: PlannedParticipant, idx: np.ndarray, k: int, key: SM2PrivateKey
+    ) -> _Member:
         c, t = self.config, self.task
-        model = build_model(planned.architecture, input_shape=t.input_shape,
-                            num_classes=t.num_classes, seed=c.seed * 100 + k)  # fmt: skip
+        model = build_model(
+            planned.architecture,
+            input_shape=t.input_shape,
+            num_classes=t.num_classes,
+            seed=c.seed * 100 + k,
+        )
         check_private_compatible(model)
-        schema = ModelSchema(model_id=planned.architecture, version=SemVer(1, k % 3, 0),
-                             output=self.output)  # fmt: skip
+        schema = ModelSchema(
+            model_id=planned.architecture, version=SemVer(1, k % 3, 0), output=self.output
+        )
         self.registry.register(schema)
         x, y = t.private_x[idx], t.private_y[idx]
         seed = c.seed * 100 + k
         twin_model = copy.deepcopy(model) if c.baseline else None
         twin = None
         if twin_model is not None:
-            twin = self._trainer(twin_model, x, y, planned.participant_id, self._baseline_gate,
-                                 seed)  # fmt: skip
+            twin = self._trainer(
+                twin_model, x, y, planned.participant_id, self._baseline_gate, seed
+            )
         attack = None
         if planned.attacker and c.attack is not None:
             attack = make_attack(c.attack.kind, bound=PUBLIC_LOGIT_BOUND, seed=c.seed + k)
         participant = Participant(
-            participant_id=planned.participant_id, model=model, schema=schema,
+            participant_id=planned.participant_id,
+            model=model,
+            schema=schema,
             trainer=self._trainer(model, x, y, planned.participant_id, self.budget, seed),
-            public_x=t.public_x, num_samples=len(idx),
+            public_x=t.public_x,
+            num_samples=len(idx),
             encoder=self.deployment.encoder(planned.participant_id, bound=PUBLIC_LOGIT_BOUND),
-            mode=c.mode, distill_settings=c.distill, attack=attack, seed=seed,
-        )  # fmt: skip
-        return _Member(participant, planned.architecture, planned.attacker, twin, twin_model)
+            mode=c.mode,
+            distill_settings=c.distill,
+            attack=attack,
+            seed=seed,
+        )
+        handler = ParticipantHandler(
+            participant=participant,
+            signing_key=key,
+            params=self.deployment.params,
+            total_rounds=c.rounds,
+        )
+        return _Member(handler, planned.architecture, planned.attacker, twin, twin_model)
 
     def round_config(self, round_id: int) -> RoundConfig:
         """Return the config the aggregator opens round ``round_id`` with."""
         return RoundConfig(
-            round_id=round_id, public_set_id=f"{self.task.name}-public",
-            public_set_sm3=self.public_sm3, schema=self.contract, mode=self.config.mode,
-            num_public=len(self.task.public_x), min_participants=self.config.quorum(),
+            round_id=round_id,
+            public_set_id=f"{self.task.name}-public",
+            public_set_sm3=self.public_sm3,
+            schema=self.contract,
+            mode=self.config.mode,
+            num_public=len(self.task.public_x),
+            min_participants=self.config.quorum(),
             deadline=self.clock() + self.config.round_timeout,
-            projection_seed=self.config.seed, max_upload_bytes=64 * 1024 * 1024,
-        )  # fmt: skip
+            projection_seed=self.config.seed,
+            max_upload_bytes=64 * 1024 * 1024,
+        )
 
-    def _train(self, member: _Member, round_id: int) -> None:
-        p = member.participant
-        report = p.train_private(f"r{round_id}")
+    def _participant_round(self, member: _Member, config: RoundConfig) -> bytes | None:
+        """Run the participant's round (train, upload envelope); None if it sent no upload."""
+        try:
+            return member.handler.handle_round(config)
+        except SecureFedError as exc:
+            _log.warning("participant %s sent no upload: %s", member.handler, exc)
+            return None
+        finally:
+            self._record_training(member, config.round_id)
+
+    def _record_training(self, member: _Member, round_id: int) -> None:
+        """Table status of the participant's private training; trains its local-only twin."""
+        p, report = member.participant, member.handler.report
         if report is not None and report.trained:
             member.status = "trained"
             member.epsilon = report.epsilon_spent if self.config.private else None
@@ -384,34 +476,32 @@ class Federation:
                 member.twin = None  # the local-only twin's budget is spent as well
 
     def run_round(self) -> RoundResult:
-        """Run the next round end to end and return its table rows."""
+        """Run the next round end to end and return its table rows.
+
+        The loop only moves messages: the round config to every participant
+        handler, each upload envelope to the aggregator handler, the
+        publication back to every participant.
+        """
         start = self.clock()
         self.round_id += 1
         rid = self.round_id
-        config = self.round_config(rid)
-        self.policy.round_id = rid
-        self.engine.open(config)
-        self.engine.start_collecting(rid)
+        config = self.aggregator.open_round(self.round_config(rid))
         for member in self.members:
-            self._train(member, rid)
+            envelope = self._participant_round(member, config)
+            if envelope is None:
+                continue
             try:
-                pid = member.participant.participant_id
-                envelope = seal_upload(member.participant.upload(config),
-                                       key=self.signing_keys[pid], params=self.gate.params)
-                self.gate.accept(envelope, round_id=rid)
+                self.aggregator.handle_upload(envelope, round_id=rid)
             except SecureFedError as exc:
-                _log.warning("upload of %s refused: %s", member.participant.participant_id, exc)
+                _log.warning("upload of %s refused: %s", member.handler, exc)
         reason = None
         try:
-            self.engine.close(rid)
-            self.engine.filter(rid)
-            publication = self.engine.publish(rid)
+            publication = self.aggregator.finish_round(rid)
         except TooFewParticipants as exc:
             reason = exc.message
         else:
             for member in self.members:
-                member.participant.learn(publication, round_index=rid - 1,
-                                         total_rounds=self.config.rounds)  # fmt: skip
+                member.handler.handle_publication(publication)
         return self._result(rid, reason, self.clock() - start)
 
     def _result(self, rid: int, reason: str | None, seconds: float) -> RoundResult:
@@ -420,16 +510,26 @@ class Federation:
         rows = []
         for m in self.members:
             pid = m.participant.participant_id
-            rows.append(ParticipantRound(
-                participant_id=pid, architecture=m.architecture, attacker=m.attacker,
-                accuracy_federated=evaluate(m.participant.model, t.test_x, t.test_y),
-                accuracy_local=(evaluate(m.twin_model, t.test_x, t.test_y)
-                                if m.twin_model is not None else None),
-                epsilon_spent=m.epsilon, weight=state.weights.get(pid),
-                score=state.scores.get(pid), private_training=m.status,
-            ))  # fmt: skip
-        return RoundResult(round_id=rid, stage=state.stage.value, reason=reason,
-                           rows=tuple(rows), seconds=seconds)  # fmt: skip
+            rows.append(
+                ParticipantRound(
+                    participant_id=pid,
+                    architecture=m.architecture,
+                    attacker=m.attacker,
+                    accuracy_federated=evaluate(m.participant.model, t.test_x, t.test_y),
+                    accuracy_local=(
+                        evaluate(m.twin_model, t.test_x, t.test_y)
+                        if m.twin_model is not None
+                        else None
+                    ),
+                    epsilon_spent=m.epsilon,
+                    weight=state.weights.get(pid),
+                    score=state.scores.get(pid),
+                    private_training=m.status,
+                )
+            )
+        return RoundResult(
+            round_id=rid, stage=state.stage.value, reason=reason, rows=tuple(rows), seconds=seconds
+        )
 
     def run(self, on_round: Callable[[RoundResult], None] | None = None) -> list[RoundResult]:
         """Run ``config.rounds`` rounds, calling ``on_round`` after each."""

@@ -1,7 +1,7 @@
 """A federated-distillation participant: DP-SGD locally, predictions out, soft labels in.
 
-One participant's side of a round (ARCHITECTURE.md section 3; FedMD, Li and
-Wang 2019; FedDF, Lin et al. 2020):
+One participant's side of a round (docs/federation.md, section 1; FedMD, Li
+and Wang 2019; FedDF, Lin et al. 2020):
 
 1. private DP-SGD on its own data through a
    :class:`~secure_fed.learning.private_training.PrivateTrainer`,
@@ -16,6 +16,8 @@ Wang 2019; FedDF, Lin et al. 2020):
    distillation with the decaying weight ``lambda_t``.
 
 Only bytes cross the boundary; the participant never sees another's upload.
+:class:`~secure_fed.federation.handlers.ParticipantHandler` adds the signing
+key and exposes the participant as a message handler.
 """
 
 from __future__ import annotations
@@ -162,29 +164,41 @@ class Participant:
             preds = self.attack(preds)
         payload = self.encoder.encode(preds)
         header = UploadHeader(
-            round_id=config.round_id, participant_id=self.participant_id, mode=self.mode,
-            schema=self.schema, schema_hash=config.schema.schema_hash(),
-            num_samples=self.num_samples, nonce=secrets.token_hex(16),
+            round_id=config.round_id,
+            participant_id=self.participant_id,
+            mode=self.mode,
+            schema=self.schema,
+            schema_hash=config.schema.schema_hash(),
+            num_samples=self.num_samples,
+            nonce=secrets.token_hex(16),
             payload_sm3=sm3_digest(payload).hex(),
-        )  # fmt: skip
+        )
         return encode_upload(header, payload)
 
-    def learn(self, publication: bytes, *, round_index: int, total_rounds: int) -> float:
+    def learn(self, publication: bytes, *, total_rounds: int) -> float:
         """Distill from published soft labels; return the temperature used.
 
-        ``round_index`` counts from 0; the temperature follows the cosine
-        schedule and the distillation weight decays like ``1 / sqrt(t)``.
+        Rounds are numbered from 1, so the publication of round ``r`` is step
+        ``t = r - 1`` of the schedules: the temperature follows the cosine
+        schedule over ``total_rounds`` and the distillation weight decays like
+        ``1 / sqrt(t + 1)``.
         """
         pub = decode_publication(publication, max_bytes=_MAX_PUBLICATION)
         if pub.aggregate.shape[0] != len(self.public_x):
             rows, expected = pub.aggregate.shape[0], len(self.public_x)
             raise UploadMalformed(f"publication has {rows} rows, the public set {expected}")
+        round_index = pub.round_id - 1
         temperature = temperature_schedule(round_index, total_rounds)
         soft = soft_labels_from_aggregate(pub.aggregate, temperature=temperature)
         distill(
-            self.model, self.public_x, soft, temperature=temperature,
-            weight=distill_weight(round_index), epochs=self.settings.epochs,
-            lr=self.settings.lr, batch_size=self.settings.batch_size,
+            self.model,
+            self.public_x,
+            soft,
+            temperature=temperature,
+            weight=distill_weight(round_index),
+            epochs=self.settings.epochs,
+            lr=self.settings.lr,
+            batch_size=self.settings.batch_size,
             seed=self.seed + round_index,
-        )  # fmt: skip
+        )
         return float(temperature)

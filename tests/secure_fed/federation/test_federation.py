@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from secure_fed.federation.stages import Stage
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, load_task
+from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.wire import decode_matrix
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -27,16 +30,19 @@ def task() -> TaskData:
 
 def _fed(task: TaskData, tmp_path: Path, **kw: object) -> Federation:
     defaults: dict[str, object] = {
-        "participants": 3, "rounds": 3, "architectures": ("logreg", "mlp"),
+        "participants": 3,
+        "rounds": 3,
+        "architectures": ("logreg", "mlp"),
         "distill": DistillSettings(epochs=5),
-    }  # fmt: skip
+    }
     defaults.update(kw)
     epsilon = float(defaults.get("epsilon", 8.0))  # type: ignore[arg-type]
     return Federation(
         config=FederationConfig(**defaults),  # type: ignore[arg-type]
-        task=task, budget=InMemoryBudgetGate(epsilon=epsilon, delta=1e-5),
+        task=task,
+        budget=InMemoryBudgetGate(epsilon=epsilon, delta=1e-5),
         store=JsonFileRoundStore(directory=tmp_path / "rounds"),
-    )  # fmt: skip
+    )
 
 
 def test_federated_beats_local_only_with_dp(task: TaskData, tmp_path: Path) -> None:
@@ -53,7 +59,9 @@ def test_federated_beats_local_only_with_dp(task: TaskData, tmp_path: Path) -> N
     assert [s.stage if s else None for s in stored] == [Stage.PUBLISHED] * 3
 
 
-def test_budget_refusal_stops_private_training_and_round_goes_on(task: TaskData, tmp_path: Path) -> None:  # noqa: E501
+def test_budget_refusal_stops_private_training_and_round_goes_on(
+    task: TaskData, tmp_path: Path
+) -> None:
     fed = _fed(task, tmp_path, rounds=2, distill=DistillSettings(epochs=1))
     p0 = fed.members[0].participant
     # Another mechanism eats this participant's whole budget on the real gate.
@@ -63,15 +71,23 @@ def test_budget_refusal_stops_private_training_and_round_goes_on(task: TaskData,
     result = fed.run_round()
     assert result.stage == "published"
     row = {r.participant_id: r for r in result.rows}[p0.participant_id]
-    assert row.private_training.startswith("stopped") and "BUDGET_REFUSED" in row.private_training
+    # refused at calibration (no noise fits 0.05) or at reservation: typed, with the code
+    stop = r"stopped: \[(LEDGER_CALIBRATION_IMPOSSIBLE|BUDGET_REFUSED)\] "
+    assert re.match(stop, row.private_training), row.private_training
     assert p0.private_training_stopped and row.weight is not None  # still uploads and distills
     assert all(r.private_training == "trained" for r in result.rows if r is not row)
     assert gate.epsilon_spent(p0.participant_id, "private-train") == 0.0
 
 
 def test_attackers_upload_poison_and_are_down_weighted(task: TaskData, tmp_path: Path) -> None:
-    fed = _fed(task, tmp_path, participants=4, rounds=1, attack=AttackSpec("gaussian", 1),
-               distill=DistillSettings(epochs=1))  # fmt: skip
+    fed = _fed(
+        task,
+        tmp_path,
+        participants=4,
+        rounds=1,
+        attack=AttackSpec("gaussian", 1),
+        distill=DistillSettings(epochs=1),
+    )
     result = fed.run_round()
     rows = {r.participant_id: r for r in result.rows}
     attacker = [r for r in result.rows if r.attacker]
@@ -82,6 +98,14 @@ def test_attackers_upload_poison_and_are_down_weighted(task: TaskData, tmp_path:
     honest_weights = [r.weight or 0.0 for r in result.rows if not r.attacker]
     assert (attacker[0].weight or 0.0) < min(honest_weights)
     assert rows  # table has every participant
+    # the audit log says which factor and which weight each participant got, and the
+    # table's weights are exactly those (the federation's default only down-weights)
+    assert isinstance(fed.audit, MemoryAuditSink)
+    events = {str(e["participant_id"]): e for e in fed.audit.named("outlier.decision")}
+    assert {p: e["weight"] for p, e in events.items()} == {p: r.weight for p, r in rows.items()}
+    assert all(e["action"] != "exclude" for e in events.values())
+    factor = float(events[attacker[0].participant_id]["factor"])  # type: ignore[arg-type]
+    assert factor < 1.0, "a poisoning attacker's weight is cut by the outlier factor"
 
 
 def test_upload_is_bounded_bytes_bound_to_round(task: TaskData, tmp_path: Path) -> None:
@@ -91,8 +115,9 @@ def test_upload_is_bounded_bytes_bound_to_round(task: TaskData, tmp_path: Path) 
     header, payload = decode_upload(msg, max_bytes=config.max_upload_bytes)
     assert header.round_id == 7 and header.schema_hash == config.schema.schema_hash()
     assert header.num_samples == fed.members[0].participant.num_samples
-    matrix = np.frombuffer(payload, dtype="<f4", offset=12)
-    assert np.abs(matrix).max() <= 8.0 and matrix.size == len(task.public_x) * task.num_classes
+    matrix = decode_matrix(payload)  # the plaintext mode's frame, shape read from it
+    assert matrix.shape == (len(task.public_x), task.num_classes)
+    assert np.abs(matrix).max() <= 8.0
 
 
 def test_participant_refuses_round_with_other_public_set(task: TaskData, tmp_path: Path) -> None:
@@ -104,7 +129,9 @@ def test_participant_refuses_round_with_other_public_set(task: TaskData, tmp_pat
         fed.members[0].participant.upload(config)
 
 
-def test_too_few_uploads_abort_the_round_without_distillation(task: TaskData, tmp_path: Path) -> None:  # noqa: E501
+def test_too_few_uploads_abort_the_round_without_distillation(
+    task: TaskData, tmp_path: Path
+) -> None:
     fed = _fed(task, tmp_path, rounds=1, min_participants=3)
     # one participant drops out: its upload never reaches the aggregator
     fed.members[0].participant.upload = lambda config: b"dropped"  # type: ignore[method-assign]
@@ -115,8 +142,9 @@ def test_too_few_uploads_abort_the_round_without_distillation(task: TaskData, tm
 
 
 def test_nonprivate_mode_reports_no_epsilon(task: TaskData, tmp_path: Path) -> None:
-    fed = _fed(task, tmp_path, rounds=1, private=False, baseline=False,
-               distill=DistillSettings(epochs=1))  # fmt: skip
+    fed = _fed(
+        task, tmp_path, rounds=1, private=False, baseline=False, distill=DistillSettings(epochs=1)
+    )
     result = fed.run_round()
     assert all(r.epsilon_spent is None and r.accuracy_local is None for r in result.rows)
 
@@ -130,8 +158,11 @@ def test_nonprivate_mode_reports_no_epsilon(task: TaskData, tmp_path: Path) -> N
         ({"epsilon": -1.0}, FederationConfigInvalid, "epsilon"),
         ({"architectures": ("resnet",)}, FederationConfigInvalid, "not registered"),
         ({"mode": "rot13"}, UnknownMode, "registered"),
-        ({"attack": AttackSpec("sign_flip", 4), "participants": 4}, FederationConfigInvalid,
-         "honest"),
+        (
+            {"attack": AttackSpec("sign_flip", 4), "participants": 4},
+            FederationConfigInvalid,
+            "honest",
+        ),
         ({"min_participants": 9}, FederationConfigInvalid, "min_participants"),
     ],
 )

@@ -1,0 +1,122 @@
+"""The two roles of a round as message handlers: message in, message out, no transport.
+
+* :class:`AggregatorHandler` is the aggregator: it opens a round from a
+  :class:`~secure_fed.federation.stages.RoundConfig`, takes signed upload
+  envelopes (bytes) and returns the publication (bytes).
+* :class:`ParticipantHandler` is one participant: a round config in, private
+  training and a signed upload envelope (bytes) out; the publication (bytes) in,
+  distillation.
+
+:class:`~secure_fed.federation.federation.Federation` runs both in one process
+and only moves the bytes between them; a deployment runs the same handlers
+behind a network transport. Neither handler sees the other's objects.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from crypto.sm import SM2PrivateKey
+from secure_fed.federation.engine import RoundEngine
+from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
+from secure_fed.federation.participant import Participant
+from secure_fed.federation.stages import RoundConfig
+from secure_fed.learning.private_training import TrainReport
+
+__all__ = ["AggregatorHandler", "ParticipantHandler"]
+
+_log = logging.getLogger(__name__)
+
+
+class AggregatorHandler:
+    """The aggregator as a message handler over a :class:`RoundEngine`.
+
+    Parameters
+    ----------
+    engine
+        The round engine (stages, scoring, weighting, publication).
+    gate
+        The envelope verifier in front of ``engine.submit``.
+    """
+
+    def __init__(self, *, engine: RoundEngine, gate: EnvelopeVerifier) -> None:
+        self.engine, self.gate = engine, gate
+
+    def open_round(self, config: RoundConfig) -> RoundConfig:
+        """Open round ``config.round_id`` and start collecting; return the config to send out."""
+        self.engine.open(config)
+        self.engine.start_collecting(config.round_id)
+        return config
+
+    def handle_upload(self, envelope: bytes, *, round_id: int) -> str:
+        """Verify and store one signed upload envelope; return its sender.
+
+        Raises
+        ------
+        SecureFedError
+            Whatever the envelope gate or the round engine refuse (typed, with a code).
+        """
+        return self.gate.accept(envelope, round_id=round_id)
+
+    def finish_round(self, round_id: int) -> bytes:
+        """Close collection, filter, aggregate and return the publication bytes.
+
+        Raises
+        ------
+        TooFewParticipants
+            When too few uploaded or the filter left too few (the round is aborted).
+        """
+        self.engine.close(round_id)
+        self.engine.filter(round_id)
+        return self.engine.publish(round_id)
+
+
+class ParticipantHandler:
+    """One participant as a message handler.
+
+    Parameters
+    ----------
+    participant
+        The participant (model, private trainer, public set, encoder).
+    signing_key
+        The participant's SM2 key; the aggregator holds the public half.
+    params
+        The mode's envelope parameter label (``SecureDeployment.params``).
+    total_rounds
+        Length of the distillation schedules.
+    """
+
+    def __init__(
+        self,
+        *,
+        participant: Participant,
+        signing_key: SM2PrivateKey,
+        params: str,
+        total_rounds: int,
+    ) -> None:
+        self.participant, self.params, self.total_rounds = participant, params, total_rounds
+        self._key = signing_key
+        self.report: TrainReport | None = None
+
+    def __repr__(self) -> str:
+        return f"ParticipantHandler({self.participant.participant_id!r})"
+
+    def handle_round(self, config: RoundConfig) -> bytes:
+        """Train privately for the round, then return the signed upload envelope.
+
+        The training report (None when private training stopped or is absent)
+        stays in :attr:`report`, for the participant's own records.
+
+        Raises
+        ------
+        RoundConfigInvalid
+            If the round names a public set this participant does not hold.
+        """
+        self.report = None
+        self.report = self.participant.train_private(f"r{config.round_id}")
+        upload = self.participant.upload(config)
+        return seal_upload(upload, key=self._key, params=self.params)
+
+    def handle_publication(self, publication: bytes) -> float:
+        """Distill from the publication bytes; return the temperature used."""
+        return self.participant.learn(publication, total_rounds=self.total_rounds)
