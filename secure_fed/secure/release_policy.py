@@ -1,7 +1,7 @@
 """The one release policy of both gatekeepers: the key authority and the shares helper.
 
 A gatekeeper releases a value (decrypts a ciphertext, or gives its share of an
-opening) only when the policy allows it; ARCHITECTURE.md section 2 in rules:
+opening) only when the policy allows it. The rules:
 
 * an aggregate (purposes ``aggregate``, ``mean``, ``moments``) combines at least
   ``min_participants`` **distinct** participants, each exactly once: a repeated

@@ -78,12 +78,28 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+
 @dataclass
 class KeyAuthority:
     """The key authority party; talks to the aggregator in bytes (:meth:`handle`).
 
-    Build with :meth:`for_ckks` (generates a CKKS_SCORING key epoch) or
-    :meth:`for_shares` (dealer only).
+    Build with :meth:`for_ckks` (generates a CKKS_SCORING key epoch); without
+    ``keys`` it only deals Beaver triples (shares mode).
+
+    Parameters
+    ----------
+    min_participants
+        Smallest distinct participant set of a decrypted aggregate (>= 2).
+    keys
+        The CKKS key epoch (``None`` in shares mode).
+    audit
+        Sink of ``key.generated``, ``decryption.*`` and ``access.denied`` events.
+    central_dp, budget
+        Optional central DP on the published aggregate and the gate it charges.
+    max_request_bytes
+        Refuse larger requests before parsing (below the wire table's ceiling).
+    release_rules
+        Extra release rules (a round's release plan), after the built-in ones.
     """
 
     min_participants: int
@@ -99,21 +115,30 @@ class KeyAuthority:
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
             raise KeyAuthorityConfigInvalid(
-                f"min_participants must be an integer >= 2, got {self.min_participants!r}")
+                f"min_participants must be an integer >= 2, got {self.min_participants!r}"
+            )
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
-        self.policy = ReleasePolicy(party="key_authority", min_participants=self.min_participants,
-                                    refusal=DecryptionRefused, audit=self.audit, log=self.log,
-                                    rules=self.release_rules)
+        self.policy = ReleasePolicy(
+            party="key_authority",
+            min_participants=self.min_participants,
+            refusal=DecryptionRefused,
+            audit=self.audit,
+            log=self.log,
+            rules=self.release_rules,
+        )
 
     @classmethod
-    def for_ckks(cls, *, min_participants: int, preset: str = "CKKS_SCORING",
-                 **kwargs: object) -> KeyAuthority:  # fmt: skip
+    def for_ckks(
+        cls, *, min_participants: int, preset: str = "CKKS_SCORING", **kwargs: object
+    ) -> KeyAuthority:
         """Generate a key epoch and return the authority holding it."""
         ka = cls(min_participants=min_participants, keys=generate_keys(preset), **kwargs)  # type: ignore[arg-type]
         if ka.audit is not None and ka.keys is not None:
-            ka.audit.record("key.generated", {"kind": "ckks", "preset": preset,
-                                              "fingerprint": ka.keys.fingerprint.hex()})
+            ka.audit.record(
+                "key.generated",
+                {"kind": "ckks", "preset": preset, "fingerprint": ka.keys.fingerprint.hex()},
+            )
         return ka
 
     @property
@@ -153,8 +178,14 @@ class KeyAuthority:
             raise AuthorityRequestMalformed("payload is not a CKKS ciphertext (header)")
         value_kind, counted = claim
         released = (1,) if purpose == "score" else shape
-        ask = ReleaseRequest(round_id=round_id, purpose=purpose, contributors=tuple(ids),
-                             value_kind=value_kind, shape=released, counted=counted)
+        ask = ReleaseRequest(
+            round_id=round_id,
+            purpose=purpose,
+            contributors=tuple(ids),
+            value_kind=value_kind,
+            shape=released,
+            counted=counted,
+        )
         self.policy.check(ask)  # before parsing: the kind and count are the header's claims
         values = self._decrypt(payload, value_kind, shape)
         dp = purpose == "aggregate" and self.central_dp is not None
@@ -168,22 +199,42 @@ class KeyAuthority:
     def _decrypt(self, payload: bytes, kind: str, shape: tuple[int, int]) -> np.ndarray:
         """Parse and decrypt a ciphertext whose kind the policy accepted."""
         try:
-            matrix = load_encrypted(self._keys().public_context, payload,
-                                    kind="score" if kind == "score" else "aggregate",
-                                    n_samples=shape[0], n_classes=shape[1])
+            matrix = load_encrypted(
+                self._keys().public_context,
+                payload,
+                kind="score" if kind == "score" else "aggregate",
+                n_samples=shape[0],
+                n_classes=shape[1],
+            )
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
         if kind == "score":
             return np.array([decrypt_score(self._keys(), matrix)])
         return decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)
 
-    def _emit(self, event: str, round_id: int, purpose: str, shape: tuple[int, ...],
-              ids: Sequence[str], *, dp: bool = False) -> None:  # fmt: skip
+    def _emit(
+        self,
+        event: str,
+        round_id: int,
+        purpose: str,
+        shape: tuple[int, ...],
+        ids: Sequence[str],
+        *,
+        dp: bool = False,
+    ) -> None:
         if self.audit is not None:
-            self.audit.record(event, {"party": "key_authority", "round_id": round_id,
-                                      "purpose": purpose,
-                                      "shape": list(shape), "contributors": len(ids),
-                                      "participant_ids": list(ids), "central_dp": dp})
+            self.audit.record(
+                event,
+                {
+                    "party": "key_authority",
+                    "round_id": round_id,
+                    "purpose": purpose,
+                    "shape": list(shape),
+                    "contributors": len(ids),
+                    "participant_ids": list(ids),
+                    "central_dp": dp,
+                },
+            )
 
     def _central_noise(
         self, values: np.ndarray, ids: Sequence[str], header: dict[str, object], round_id: int
@@ -199,8 +250,15 @@ class KeyAuthority:
 
     # -- shares mode: Beaver triples ------------------------------------------------
 
-    def deal(self, *, round_id: int, tensor: str, count: int, key_aggregator: ShareMacKey,
-             key_helper: ShareMacKey) -> tuple[bytes, bytes]:  # fmt: skip
+    def deal(
+        self,
+        *,
+        round_id: int,
+        tensor: str,
+        count: int,
+        key_aggregator: ShareMacKey,
+        key_helper: ShareMacKey,
+    ) -> tuple[bytes, bytes]:
         """Deal ``count`` Beaver triples; return (blob for the aggregator, blob for the helper).
 
         The authority holds no shares in this mode, so the masked openings it
@@ -208,8 +266,11 @@ class KeyAuthority:
         """
         label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
         t0, t1 = deal_triples(count, label=label, seeded=True)
-        self.log.append(DecryptionRecord(round_id, f"triples:{tensor}", "triples", (count,), 0,
-                                         (), False, time.time()))  # fmt: skip
+        self.log.append(
+            DecryptionRecord(
+                round_id, f"triples:{tensor}", "triples", (count,), 0, (), False, time.time()
+            )
+        )
         return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
 
 
@@ -222,17 +283,30 @@ def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tupl
         raise AuthorityRequestMalformed(f"purpose {purpose!r} is unknown; allowed: {PURPOSES}")
     if not isinstance(ids, list) or not ids or not all(isinstance(p, str) for p in ids):
         raise AuthorityRequestMalformed("request needs a non-empty participant_ids list")
-    if (not isinstance(shape, list) or len(shape) != 2
-            or not all(isinstance(s, int) and s >= 1 for s in shape)):
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 2
+        or not all(isinstance(s, int) and s >= 1 for s in shape)
+    ):
         raise AuthorityRequestMalformed(f"request shape must be [rows, cols], got {shape!r}")
     return round_id, str(purpose), list(ids), (shape[0], shape[1])
 
 
-def decryption_request(*, round_id: int, purpose: str, participant_ids: Sequence[str],
-                       shape: tuple[int, int], ciphertext: bytes,
-                       **extra: object) -> bytes:  # fmt: skip
+def decryption_request(
+    *,
+    round_id: int,
+    purpose: str,
+    participant_ids: Sequence[str],
+    shape: tuple[int, int],
+    ciphertext: bytes,
+    **extra: object,
+) -> bytes:
     """Build the bytes of a decryption request (aggregator side)."""
-    header: dict[str, object] = {"round_id": round_id, "purpose": purpose,
-                                 "participant_ids": list(participant_ids), "shape": list(shape)}
+    header: dict[str, object] = {
+        "round_id": round_id,
+        "purpose": purpose,
+        "participant_ids": list(participant_ids),
+        "shape": list(shape),
+    }
     header.update(extra)
     return encode_frame(KEY_AUTHORITY_REQUEST, header, ciphertext)
