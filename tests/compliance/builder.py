@@ -129,8 +129,11 @@ def _round(r: int, ledger: PrivacyLedger, log: AuditLog, rounds: RoundStore, bui
     rounds.save(round_key, stage="published", state={"round": r})
 
 
-def build_ledger(url: str, *, rounds: int = 3) -> Built:
-    """Write the ledger described in the module docstring at ``url``."""
+def build_ledger(url: str, *, rounds: int = 3, every_key: bool = False) -> Built:
+    """Write the ledger described in the module docstring at ``url``.
+
+    With ``every_key`` both participants register their SM2 public key.
+    """
     clock = Clock()
     log_key = SM2PrivateKey.generate()
     log = AuditLog(
@@ -146,7 +149,7 @@ def build_ledger(url: str, *, rounds: int = 3) -> Built:
     for i, p in enumerate(PARTICIPANTS):
         key = SM2PrivateKey.generate()
         built.participant_keys[p] = key
-        pem = key.public_key.to_pem() if i == 0 else None
+        pem = key.public_key.to_pem() if i == 0 or every_key else None
         ledger.register_participant(
             p,
             institution=f"Institution {p}",
