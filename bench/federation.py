@@ -37,7 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from secure_fed.errors import DatasetUnavailable  # noqa: E402
-from secure_fed.federation.federation import Federation, FederationConfig  # noqa: E402
+from secure_fed.federation.config import FederationConfig  # noqa: E402
+from secure_fed.federation.federation import Federation  # noqa: E402
 from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
 from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
 from secure_fed.learning.data import TaskData, load_task  # noqa: E402

@@ -31,7 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
 from secure_fed.evaluation.attacks import make_attack  # noqa: E402
-from secure_fed.federation.federation import Federation, FederationConfig  # noqa: E402
+from secure_fed.federation.config import FederationConfig  # noqa: E402
+from secure_fed.federation.federation import Federation  # noqa: E402
 from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
 from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores  # noqa: E402
 from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402

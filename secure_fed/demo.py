@@ -27,13 +27,8 @@ from privacy_ledger import AuditLog
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import FederationConfigInvalid, UnknownDataset
 from secure_fed.evaluation.attacks import parse_attack_spec
-from secure_fed.federation.federation import (
-    ASSET_ID,
-    Federation,
-    FederationConfig,
-    RoundResult,
-    plan_participants,
-)
+from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
+from secure_fed.federation.federation import Federation, RoundResult
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.learning.data import DATASET_REGISTRY, load_task
 from secure_fed.secure.audit import LedgerAuditSink

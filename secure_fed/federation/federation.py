@@ -25,19 +25,24 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from torch import nn
 
 from crypto.sm import SM2PrivateKey
-from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
-from secure_fed.evaluation.attacks import AttackSpec, make_attack
+from secure_fed.errors import SecureFedError, TooFewParticipants
+from secure_fed.evaluation.attacks import make_attack
+from secure_fed.federation.config import (
+    ASSET_ID,
+    FederationConfig,
+    PlannedParticipant,
+    plan_participants,
+)
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
 from secure_fed.federation.participant import (
-    DistillSettings,
     LocalTrainer,
     Participant,
     public_set_digest,
@@ -54,7 +59,7 @@ from secure_fed.federation.weighting import DynamicWeighting
 from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, dirichlet_split
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
-from secure_fed.learning.models import MODEL_REGISTRY, build_model, check_private_compatible
+from secure_fed.learning.models import build_model, check_private_compatible
 from secure_fed.learning.private_training import (
     DPGoal,
     PrivateTrainer,
@@ -64,89 +69,13 @@ from secure_fed.learning.private_training import (
 )
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.mode import get_mode, mode_names
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
 
-__all__ = ["Federation", "FederationConfig", "ParticipantRound", "RoundResult"]
+__all__ = ["Federation", "ParticipantRound", "RoundResult"]
 
 _log = logging.getLogger(__name__)
-
-ASSET_ID = "private-train"
-KINDS = ("hospital", "bank")
-
-
-@dataclass(frozen=True, kw_only=True)
-class FederationConfig:
-    """Everything a run needs, validated (the parameter is named in every error)."""
-
-    participants: int = 4
-    rounds: int = 5
-    alpha: float = 0.5
-    epsilon: float = 8.0
-    delta: float = 1e-5
-    private: bool = True
-    attack: AttackSpec | None = None
-    mode: str = "plaintext"
-    seed: int = 0
-    architectures: tuple[str, ...] = ("mlp", "cnn", "transformer", "logreg")
-    epochs_per_round: int = 8
-    lr: float = 0.3
-    batch_size: int = 128
-    distill: DistillSettings = field(default_factory=DistillSettings)
-    weighting_alpha: float = 5.0
-    weighting_beta: float = 0.5
-    sharpen_temperature: float = 0.5
-    min_participants: int | None = None
-    baseline: bool = True
-    round_timeout: float = 600.0
-    exclude_outliers: bool = False
-    central_dp: float | None = None
-
-    def __post_init__(self) -> None:
-        checks = [
-            ("participants", 2 <= self.participants <= 100, "an integer in [2, 100]"),
-            ("rounds", 1 <= self.rounds <= 1000, "an integer in [1, 1000]"),
-            ("alpha", math.isfinite(self.alpha) and self.alpha > 0, "a number > 0"),
-            ("epsilon", math.isfinite(self.epsilon) and self.epsilon > 0, "a number > 0"),
-            ("delta", 0 < self.delta < 1, "in (0, 1)"),
-            ("epochs_per_round", self.epochs_per_round >= 1, ">= 1"),
-            ("lr", math.isfinite(self.lr) and self.lr > 0, "> 0"),
-            ("batch_size", self.batch_size >= 1, ">= 1"),
-            ("round_timeout", self.round_timeout > 0, "> 0"),
-        ]
-        for name, ok, what in checks:
-            if not ok:
-                raise FederationConfigInvalid(f"{name} must be {what}, got {getattr(self, name)!r}")
-        if not self.architectures:
-            raise FederationConfigInvalid("architectures must name at least one model")
-        unknown = [a for a in self.architectures if a not in MODEL_REGISTRY]
-        if unknown:
-            raise FederationConfigInvalid(
-                f"architectures {unknown} are not registered; registered: {sorted(MODEL_REGISTRY)}"
-            )
-        mode = get_mode(self.mode)  # UnknownMode lists the registered names
-        dp = self.central_dp
-        if dp is not None and not (math.isfinite(dp) and dp > 0 and mode.central_dp):
-            able = [m for m in mode_names() if get_mode(m).central_dp]
-            raise FederationConfigInvalid(
-                f"central_dp must be a noise multiplier > 0 in a mode that adds it before the "
-                f"aggregator sees the aggregate ({able}), got {dp!r} in mode {self.mode!r}"
-            )
-        if self.attack is not None and self.attack.count >= self.participants:
-            raise FederationConfigInvalid(
-                f"attack count {self.attack.count} leaves no honest participant"
-            )
-        quorum = self.min_participants
-        if quorum is not None and not 1 <= quorum <= self.participants:
-            raise FederationConfigInvalid(
-                f"min_participants must be in [1, participants], got {self.min_participants!r}"
-            )
-
-    def quorum(self) -> int:
-        """Minimum participants per round (default: half, rounded up, at least 2)."""
-        return self.min_participants or max(2, math.ceil(self.participants / 2))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,35 +124,6 @@ class _Member:
     @property
     def participant(self) -> Participant:
         return self.handler.participant
-
-
-@dataclass(frozen=True)
-class PlannedParticipant:
-    """Identity of a participant before it is built (for ledger registration)."""
-
-    participant_id: str
-    institution: str
-    kind: str
-    architecture: str
-    attacker: bool
-
-
-def plan_participants(config: FederationConfig) -> list[PlannedParticipant]:
-    """Ids, institution kinds and architectures, in a fixed order (attackers last)."""
-    attackers = config.attack.count if config.attack is not None else 0
-    plan = []
-    for k in range(config.participants):
-        kind = KINDS[k % len(KINDS)]
-        plan.append(
-            PlannedParticipant(
-                participant_id=f"{kind}-{k + 1}",
-                institution=f"{kind.title()} {k + 1}",
-                kind=kind,
-                architecture=config.architectures[k % len(config.architectures)],
-                attacker=k >= config.participants - attackers,
-            )
-        )
-    return plan
 
 
 class NonPrivateTrainer:

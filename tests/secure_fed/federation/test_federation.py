@@ -10,7 +10,8 @@ import pytest
 
 from secure_fed.errors import FederationConfigInvalid, RoundConfigInvalid, UnknownMode
 from secure_fed.evaluation.attacks import AttackSpec
-from secure_fed.federation.federation import Federation, FederationConfig, plan_participants
+from secure_fed.federation.config import FederationConfig, plan_participants
+from secure_fed.federation.federation import Federation
 from secure_fed.federation.messages import decode_upload
 from secure_fed.federation.participant import DistillSettings
 from secure_fed.federation.stages import Stage

@@ -20,7 +20,8 @@ from privacy_ledger.budget.service import PrivacyLedger
 from privacy_ledger.errors import BudgetExceeded
 from secure_fed.demo import DemoConfig
 from secure_fed.errors import FederationConfigInvalid
-from secure_fed.federation.federation import ASSET_ID, Federation, FederationConfig
+from secure_fed.federation.config import ASSET_ID, FederationConfig
+from secure_fed.federation.federation import Federation
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import load_task

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.federation.federation import Federation, FederationConfig
+from secure_fed.federation.config import FederationConfig
+from secure_fed.federation.federation import Federation
 from secure_fed.federation.participant import DistillSettings
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
