@@ -101,8 +101,10 @@ class BudgetTrack:
         return None
 
     def _commit(self, reservation: str, fields: dict[str, Any], index: int) -> dict[str, Any]:
-        self.states[reservation] = "committed"
-        planned, round_id = self.reserved.get(reservation, ({}, fields.get("round")))
+        self.states.pop(reservation, None)
+        # a committed reservation is never resolved again (commits are idempotent and
+        # write no second entry): drop its inputs so memory does not grow with history
+        planned, round_id = self.reserved.pop(reservation, ({}, fields.get("round")))
         parsed = _mechanism(planned)
         pair, steps, norm = parsed if parsed is not None else (None, 0, 0.0)
         self.commits.append((None if round_id is None else str(round_id), pair, steps, norm))

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from compliance.bundle import SECTION_ORDER, b64, write_bundle
 from compliance.collect import Collected, collect
 from compliance.errors import ReportFormatUnknown, ReportParameterInvalid, SigningKeyRequired
-from compliance.scope import NOT_RECORDED, Scope, timestamp
+from compliance.scope import Scope, timestamp
 from compliance.spool import Spools
 from crypto.sm import DEFAULT_SM2_ID, SM2PrivateKey, SM2PublicKey
 
@@ -81,7 +81,9 @@ def build_meta(
             "at": produced_at,
             "by": produced_by,
             "tool": _tool(),
-            "signer_fingerprint": NOT_RECORDED if signer is None else signer.fingerprint(),
+            "signer_fingerprint": "none (this document is not signed)"
+            if signer is None
+            else signer.fingerprint(),
         },
         "log": {
             "origin": c.origin,

@@ -61,10 +61,6 @@ def _facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def _eps(value: object) -> str:
-    return text(value)
-
-
 def _filing(spools: Any, max_rows: int) -> list[Table]:
     budget = Table(
         "budget",
@@ -109,9 +105,9 @@ def _filing(spools: Any, max_rows: int) -> list[Table]:
                 r["accountant"],
                 r["delta"],
                 r["epsilon_limit"],
-                _eps(r["epsilon_spent"]),
-                _eps(r["epsilon_reserved"]),
-                _eps(r["epsilon_remaining"]),
+                text(r["epsilon_spent"]),
+                text(r["epsilon_reserved"]),
+                text(r["epsilon_remaining"]),
                 text(r["committed_events"]),
             ]
             for r in rows
