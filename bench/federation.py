@@ -36,14 +36,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from secure_fed.errors import DatasetUnavailable  # noqa: E402
-from secure_fed.federation.config import FederationConfig  # noqa: E402
-from secure_fed.federation.federation import Federation  # noqa: E402
-from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
-from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
-from secure_fed.learning.data import TaskData, load_task  # noqa: E402
-from secure_fed.learning.models import build_model  # noqa: E402
-from secure_fed.learning.private_training import evaluate, train_nonprivate  # noqa: E402
+from secure_fed.errors import DatasetUnavailable
+from secure_fed.federation.config import FederationConfig
+from secure_fed.federation.federation import Federation
+from secure_fed.federation.store import JsonFileRoundStore
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.learning.data import TaskData, load_task
+from secure_fed.learning.models import build_model
+from secure_fed.learning.private_training import evaluate, train_nonprivate
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -55,34 +55,55 @@ def subsample(task: TaskData, *, public: int, private: int, test: int, seed: int
     def pick(n_all: int, n: int) -> np.ndarray:
         return np.sort(rng.permutation(n_all)[: min(n, n_all)])
 
-    pub, priv, tst = pick(len(task.public_x), public), pick(len(task.private_y), private), pick(
-        len(task.test_y), test)  # fmt: skip
-    return replace(task, public_x=task.public_x[pub], private_x=task.private_x[priv],
-                   private_y=task.private_y[priv], test_x=task.test_x[tst],
-                   test_y=task.test_y[tst])  # fmt: skip
+    pub, priv, tst = (
+        pick(len(task.public_x), public),
+        pick(len(task.private_y), private),
+        pick(len(task.test_y), test),
+    )
+    return replace(
+        task,
+        public_x=task.public_x[pub],
+        private_x=task.private_x[priv],
+        private_y=task.private_y[priv],
+        test_x=task.test_x[tst],
+        test_y=task.test_y[tst],
+    )
 
 
-def _run(task: TaskData, config: FederationConfig, workdir: Path) -> tuple[dict[str, object], Federation]:  # noqa: E501
-    fed = Federation(config=config, task=task,
-                     budget=InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta),
-                     store=JsonFileRoundStore(directory=workdir))  # fmt: skip
+def _run(
+    task: TaskData, config: FederationConfig, workdir: Path
+) -> tuple[dict[str, object], Federation]:
+    fed = Federation(
+        config=config,
+        task=task,
+        budget=InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta),
+        store=JsonFileRoundStore(directory=workdir),
+    )
     start = time.perf_counter()
     results = fed.run()
     last = results[-1]
     out = {
         "federated": {r.participant_id: round(r.accuracy_federated, 4) for r in last.rows},
-        "local": {r.participant_id: round(r.accuracy_local, 4) for r in last.rows
-                  if r.accuracy_local is not None},
-        "epsilon": {r.participant_id: round(r.epsilon_spent, 3) for r in last.rows
-                    if r.epsilon_spent is not None},
+        "local": {
+            r.participant_id: round(r.accuracy_local, 4)
+            for r in last.rows
+            if r.accuracy_local is not None
+        },
+        "epsilon": {
+            r.participant_id: round(r.epsilon_spent, 3)
+            for r in last.rows
+            if r.epsilon_spent is not None
+        },
         "architecture": {r.participant_id: r.architecture for r in last.rows},
         "per_round_mean_federated": [round(r.mean_accuracy()[0], 4) for r in results],
         "seconds": round(time.perf_counter() - start, 1),
-    }  # fmt: skip
+    }
     return out, fed
 
 
-def _nonfederated(task: TaskData, fed: Federation, config: FederationConfig) -> dict[str, dict[str, float]]:  # noqa: E501
+def _nonfederated(
+    task: TaskData, fed: Federation, config: FederationConfig
+) -> dict[str, dict[str, float]]:
     """Local-only without DP and pooled training, per participant (architecture)."""
     epochs = config.rounds * config.epochs_per_round
     local, pooled = {}, {}
@@ -90,14 +111,24 @@ def _nonfederated(task: TaskData, fed: Federation, config: FederationConfig) -> 
         pid = member.participant.participant_id
         trainer = member.participant.trainer
         x, y = trainer.x, trainer.y  # type: ignore[union-attr]
-        kw = {"input_shape": task.input_shape, "num_classes": task.num_classes,
-              "seed": config.seed * 100 + k}  # fmt: skip
+        kw = {
+            "input_shape": task.input_shape,
+            "num_classes": task.num_classes,
+            "seed": config.seed * 100 + k,
+        }
         alone = build_model(member.architecture, **kw)  # type: ignore[arg-type]
         train_nonprivate(alone, x, y, epochs=epochs, lr=0.05, batch_size=32, seed=k)
         local[pid] = round(evaluate(alone, task.test_x, task.test_y), 4)
         together = build_model(member.architecture, **kw)  # type: ignore[arg-type]
-        train_nonprivate(together, task.private_x, task.private_y, epochs=max(2, epochs // 2),
-                         lr=0.05, batch_size=32, seed=k)  # fmt: skip
+        train_nonprivate(
+            together,
+            task.private_x,
+            task.private_y,
+            epochs=max(2, epochs // 2),
+            lr=0.05,
+            batch_size=32,
+            seed=k,
+        )
         pooled[pid] = round(evaluate(together, task.test_x, task.test_y), 4)
     return {"local_only_nonprivate": local, "pooled": pooled}
 
@@ -110,14 +141,17 @@ def _points(a: float, b: float) -> float:
     return round(100 * (a - b), 1)
 
 
-def case(task: TaskData, k: int, rounds: int, seed: int, tmp: Path,
-         **overrides: object) -> dict[str, object]:  # fmt: skip
+def case(
+    task: TaskData, k: int, rounds: int, seed: int, tmp: Path, **overrides: object
+) -> dict[str, object]:
     """All five configurations for one dataset and participant count."""
-    base = FederationConfig(participants=k, rounds=rounds, alpha=0.5, epsilon=8.0, seed=seed,
-                            **overrides)  # type: ignore[arg-type]  # fmt: skip
+    base = FederationConfig(
+        participants=k, rounds=rounds, alpha=0.5, epsilon=8.0, seed=seed, **overrides
+    )  # type: ignore[arg-type]
     dp, fed_dp = _run(task, base, tmp / f"{task.name}-{k}-dp")
-    nondp, _ = _run(task, replace(base, private=False, baseline=False),
-                    tmp / f"{task.name}-{k}-nodp")  # fmt: skip
+    nondp, _ = _run(
+        task, replace(base, private=False, baseline=False), tmp / f"{task.name}-{k}-nodp"
+    )
     accs: dict[str, dict[str, float]] = {
         "local_only_dp": dp["local"],  # type: ignore[dict-item]
         "fd_nonprivate": nondp["federated"],  # type: ignore[dict-item]
@@ -126,38 +160,61 @@ def case(task: TaskData, k: int, rounds: int, seed: int, tmp: Path,
     }
     means = {name: _mean(v) for name, v in accs.items()}
     return {
-        "dataset": task.name, "participants": k, "rounds": rounds, "alpha": 0.5,
-        "epsilon": 8.0, "delta": base.delta, "architectures": dp["architecture"],
-        "n_public": len(task.public_x), "n_private": len(task.private_y),
-        "n_test": len(task.test_y), "epochs_per_round": base.epochs_per_round, "lr": base.lr,
-        "distill_epochs": base.distill.epochs, "accuracy": accs, "mean_accuracy": means,
-        "epsilon_spent": dp["epsilon"], "fd_dp_mean_per_round": dp["per_round_mean_federated"],
+        "dataset": task.name,
+        "participants": k,
+        "rounds": rounds,
+        "alpha": 0.5,
+        "epsilon": 8.0,
+        "delta": base.delta,
+        "architectures": dp["architecture"],
+        "n_public": len(task.public_x),
+        "n_private": len(task.private_y),
+        "n_test": len(task.test_y),
+        "epochs_per_round": base.epochs_per_round,
+        "lr": base.lr,
+        "distill_epochs": base.distill.epochs,
+        "accuracy": accs,
+        "mean_accuracy": means,
+        "epsilon_spent": dp["epsilon"],
+        "fd_dp_mean_per_round": dp["per_round_mean_federated"],
         "seconds": {"fd_dp_with_twins": dp["seconds"], "fd_nonprivate": nondp["seconds"]},
         "targets": {
             "fd_dp_minus_local_only_dp_points": _points(means["fd_dp"], means["local_only_dp"]),
             "fd_dp_minus_local_only_nonprivate_points": _points(
-                means["fd_dp"], means["local_only_nonprivate"]),
+                means["fd_dp"], means["local_only_nonprivate"]
+            ),
             "fd_nonprivate_minus_fd_dp_points": _points(means["fd_nonprivate"], means["fd_dp"]),
             "met_plus_5_vs_local_only_dp": means["fd_dp"] >= means["local_only_dp"] + 0.05,
             "met_within_10_of_fd_nonprivate": means["fd_dp"] >= means["fd_nonprivate"] - 0.10,
         },
-    }  # fmt: skip
+    }
 
 
 def _fashion_status() -> str:
     probe = subprocess.run(["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True, text=True)
-    return "installed" if probe.returncode == 0 else "not installed (apt-get install -y dataset-fashion-mnist)"  # noqa: E501
+    return (
+        "installed"
+        if probe.returncode == 0
+        else "not installed (apt-get install -y dataset-fashion-mnist)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="digits only, K=4, 3 rounds")
-    parser.add_argument("--datasets", default="digits,fashion_mnist",
-                        help="comma-separated subset of digits,fashion_mnist")
+    parser.add_argument(
+        "--datasets",
+        default="digits,fashion_mnist",
+        help="comma-separated subset of digits,fashion_mnist",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=None,
-                        help="nominal local learning rate (default: FederationConfig's)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="nominal local learning rate (default: FederationConfig's)",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/secure-fed-bench-federation"))
     args = parser.parse_args()
     started = time.perf_counter()
@@ -169,7 +226,7 @@ def main() -> None:
     wanted = set(args.datasets.split(","))
     if "digits" in wanted:
         digits = load_task("digits", seed=args.seed)
-        for k in ([4] if args.quick else [4, 10]):
+        for k in [4] if args.quick else [4, 10]:
             cases.append(case(digits, k, rounds, args.seed, tmp, **extra))
     fashion = _fashion_status()
     if not args.quick and "fashion_mnist" in wanted:
@@ -181,13 +238,29 @@ def main() -> None:
             # 28x28 inputs: a subset keeps the run to minutes on 2 cores; the transformer is
             # left out (its distillation alone took ~10 s per epoch here under load).
             small = subsample(full, public=500, private=2000, test=1000, seed=args.seed)
-            cases.append(case(small, 4, rounds, args.seed, tmp,
-                              architectures=("mlp", "cnn", "logreg"), **extra))  # fmt: skip
-    print(json.dumps({
-        "benchmark": "federation", "fashion_mnist": fashion, "cases": cases,
-        "wall_seconds": round(time.perf_counter() - started, 1),
-        "machine": {"cpus": __import__("os").cpu_count()},
-    }, indent=2))  # fmt: skip
+            cases.append(
+                case(
+                    small,
+                    4,
+                    rounds,
+                    args.seed,
+                    tmp,
+                    architectures=("mlp", "cnn", "logreg"),
+                    **extra,
+                )
+            )
+    print(
+        json.dumps(
+            {
+                "benchmark": "federation",
+                "fashion_mnist": fashion,
+                "cases": cases,
+                "wall_seconds": round(time.perf_counter() - started, 1),
+                "machine": {"cpus": __import__("os").cpu_count()},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

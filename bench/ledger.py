@@ -34,8 +34,8 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.sm import SM2PrivateKey  # noqa: E402
-from privacy_ledger import (  # noqa: E402
+from crypto.sm import SM2PrivateKey
+from privacy_ledger import (
     AuditLog,
     MechanismEvent,
     PrivacyLedger,
@@ -43,8 +43,14 @@ from privacy_ledger import (  # noqa: E402
 )
 
 PG_BASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-EVENT = MechanismEvent(noise_multiplier=1.1, sample_rate=0.01, steps=10, delta=1e-5,
-                       max_grad_norm=1.0, versions={"opacus": "1.6.0"})
+EVENT = MechanismEvent(
+    noise_multiplier=1.1,
+    sample_rate=0.01,
+    steps=10,
+    delta=1e-5,
+    max_grad_norm=1.0,
+    versions={"opacus": "1.6.0"},
+)
 
 
 @contextmanager
@@ -65,12 +71,15 @@ def pg_schema() -> Iterator[str]:
 def _percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {"median_ms": round(statistics.median(ordered) * 1000, 2),
-            "p99_ms": round(p99 * 1000, 2)}
+    return {
+        "median_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(p99 * 1000, 2),
+    }
 
 
-def _round_trips(ledger: PrivacyLedger, participant: str, n: int,
-                 barrier: threading.Barrier | None) -> tuple[list[float], list[float], float]:
+def _round_trips(
+    ledger: PrivacyLedger, participant: str, n: int, barrier: threading.Barrier | None
+) -> tuple[list[float], list[float], float]:
     ledger.commit(ledger.reserve(participant, "a", EVENT).id)  # warm-up (caches, pool)
     if barrier is not None:
         barrier.wait()
@@ -105,9 +114,14 @@ def run_clients(ledger: PrivacyLedger, clients: int, ops: int, *, shared: bool) 
     wall = max(w for _, _, w in results)  # measured after the warm-up and the barrier
     reserve = [s for r, _, _ in results for s in r]
     total = [s for _, t, _ in results for s in t]
-    return {"clients": clients, "ops": len(total), "same_budget": shared,
-            "reserve": _percentiles(reserve), "round_trip": _percentiles(total),
-            "round_trips_per_s": round(len(total) / wall, 1)}
+    return {
+        "clients": clients,
+        "ops": len(total),
+        "same_budget": shared,
+        "reserve": _percentiles(reserve),
+        "round_trip": _percentiles(total),
+        "round_trips_per_s": round(len(total) / wall, 1),
+    }
 
 
 def reservation_latency(quick: bool) -> dict[str, Any]:
@@ -116,7 +130,7 @@ def reservation_latency(quick: bool) -> dict[str, Any]:
     try:
         context = pg_schema()
         url = context.__enter__()
-    except Exception as exc:  # noqa: BLE001 - the bench reports an absent server
+    except Exception as exc:
         return {"skipped": f"PostgreSQL unavailable: {type(exc).__name__}"}
     try:
         audit = AuditLog(signer=SM2PrivateKey.generate(), origin="bench.secure-fed/ledger")
@@ -141,8 +155,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer operations")
     parser.add_argument("--skip-audit", action="store_true", help="reservations only")
     args = parser.parse_args()
-    result: dict[str, Any] = {"bench": "ledger", "quick": args.quick,
-                              "reservations": reservation_latency(args.quick)}
+    result: dict[str, Any] = {
+        "bench": "ledger",
+        "quick": args.quick,
+        "reservations": reservation_latency(args.quick),
+    }
     if not args.skip_audit:
         from ledger_audit import audit_bench
 

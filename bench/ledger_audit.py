@@ -24,10 +24,10 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.sm import SM4GCM, SM2PrivateKey  # noqa: E402
-from privacy_ledger.audit.log import AuditLog  # noqa: E402
-from privacy_ledger.audit.verify.log import verify_log  # noqa: E402
-from privacy_ledger.db import create_ledger_engine, upgrade  # noqa: E402
+from crypto.sm import SM4GCM, SM2PrivateKey
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.audit.verify.log import verify_log
+from privacy_ledger.db import create_ledger_engine, upgrade
 
 PG_BASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_APPENDS_PER_S = 2000
@@ -35,15 +35,23 @@ TARGET_VERIFY_100K_S = 30.0
 
 
 def _log(key: SM2PrivateKey) -> AuditLog:
-    return AuditLog(signer=key, origin="bench.secure-fed/audit",
-                    evidence_key=SM4GCM(SM4GCM.generate_key()))
+    return AuditLog(
+        signer=key, origin="bench.secure-fed/audit", evidence_key=SM4GCM(SM4GCM.generate_key())
+    )
 
 
 def _append(log: AuditLog, session: Session, i: int) -> None:
     log.append(
-        session, event="budget.reserved", subject=f"participant:p{i % 16}",
-        fields={"reservation": f"{i:032x}", "epsilon_projected": f"1.{i % 997:03d}",
-                "noise_multiplier": "1.1", "sample_rate": "0.01", "steps": 500},
+        session,
+        event="budget.reserved",
+        subject=f"participant:p{i % 16}",
+        fields={
+            "reservation": f"{i:032x}",
+            "epsilon_projected": f"1.{i % 997:03d}",
+            "noise_multiplier": "1.1",
+            "sample_rate": "0.01",
+            "steps": 500,
+        },
         sensitive={"reason": "scheduled round"} if i % 10 == 0 else None,
     )
     log.checkpoint(session)
@@ -66,9 +74,11 @@ def _measure(engine: Engine, batched_n: int, single_n: int) -> dict[str, float]:
     log = _log(SM2PrivateKey.generate())
     return {
         "batched_1000_per_txn_appends_per_s": round(
-            appends(engine, log, batched_n, per_txn=1000), 1),
+            appends(engine, log, batched_n, per_txn=1000), 1
+        ),
         "one_txn_per_append_appends_per_s": round(
-            appends(engine, log, single_n, per_txn=1, start=batched_n), 1),
+            appends(engine, log, single_n, per_txn=1, start=batched_n), 1
+        ),
     }
 
 
@@ -87,7 +97,7 @@ def postgres_appends(quick: bool) -> dict[str, Any]:
     try:
         with admin.connect() as conn:
             conn.execute(text(f"CREATE SCHEMA {schema}"))
-    except Exception as exc:  # noqa: BLE001 - the bench reports an absent server
+    except Exception as exc:
         admin.dispose()
         return {"skipped": f"PostgreSQL unavailable: {type(exc).__name__}"}
     engine = create_ledger_engine(f"{PG_BASE_URL}?options=-csearch_path%3D{schema}")
@@ -112,8 +122,12 @@ def verify_time(workdir: Path, n: int) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
     finally:
         engine.dispose()
-    return {"entries": report.tree_size, "heads_checked": report.heads_checked,
-            "verify_seconds": round(seconds, 2), "build_appends_per_s": round(build_rate, 1)}
+    return {
+        "entries": report.tree_size,
+        "heads_checked": report.heads_checked,
+        "verify_seconds": round(seconds, 2),
+        "build_appends_per_s": round(build_rate, 1),
+    }
 
 
 def audit_bench(quick: bool) -> dict[str, Any]:
@@ -130,8 +144,8 @@ def audit_bench(quick: bool) -> dict[str, Any]:
         "postgres_appends": postgres,
         "verify_sqlite": verify,
         "targets": {
-            "sqlite_batched_appends_per_s>=2000":
-                sqlite["batched_1000_per_txn_appends_per_s"] >= TARGET_APPENDS_PER_S,
+            "sqlite_batched_appends_per_s>=2000": sqlite["batched_1000_per_txn_appends_per_s"]
+            >= TARGET_APPENDS_PER_S,
             "verify_100k_under_30s_projected": projected_100k < TARGET_VERIFY_100K_S,
         },
     }
@@ -141,8 +155,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="20,000-entry verification")
     args = parser.parse_args()
-    print(json.dumps({"bench": "ledger_audit", "quick": args.quick,
-                      "audit": audit_bench(args.quick)}, indent=2))
+    print(
+        json.dumps(
+            {"bench": "ledger_audit", "quick": args.quick, "audit": audit_bench(args.quick)},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,52 +30,63 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-from secure_fed.evaluation.attacks import make_attack  # noqa: E402
-from secure_fed.federation.config import FederationConfig  # noqa: E402
-from secure_fed.federation.federation import Federation  # noqa: E402
-from secure_fed.federation.store import JsonFileRoundStore  # noqa: E402
-from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores  # noqa: E402
-from secure_fed.learning.budget_gate import InMemoryBudgetGate  # noqa: E402
-from secure_fed.learning.data import load_task  # noqa: E402
-from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public  # noqa: E402
-from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis  # noqa: E402
-from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy, excluded_ids  # noqa: E402
+from secure_fed.evaluation.attacks import make_attack
+from secure_fed.federation.config import FederationConfig
+from secure_fed.federation.federation import Federation
+from secure_fed.federation.store import JsonFileRoundStore
+from secure_fed.federation.weighting import DynamicWeighting, quality_from_scores
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.learning.data import load_task
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis
+from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy, excluded_ids
 
 ATTACKS = ("label_flip", "sign_flip", "scaling", "constant", "gaussian")
 K, ATTACKERS = 10, 3
 
 
-def trained_predictions(dataset: str, alpha: float, rounds: int,
-                        seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:  # fmt: skip
+def trained_predictions(
+    dataset: str, alpha: float, rounds: int, seed: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Train one federation; return every participant's test-set logits and the labels."""
     task = load_task(dataset, seed=seed)
-    config = FederationConfig(participants=K, rounds=rounds, alpha=alpha, seed=seed,
-                              baseline=False)  # fmt: skip
-    fed = Federation(config=config, task=task, budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
-                     store=JsonFileRoundStore(directory=tempfile.mkdtemp()))  # fmt: skip
+    config = FederationConfig(participants=K, rounds=rounds, alpha=alpha, seed=seed, baseline=False)
+    fed = Federation(
+        config=config,
+        task=task,
+        budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
+        store=JsonFileRoundStore(directory=tempfile.mkdtemp()),
+    )
     fed.run()
-    preds = {m.participant.participant_id: predict_public(m.participant.model, task.test_x)
-             for m in fed.members}  # fmt: skip
+    preds = {
+        m.participant.participant_id: predict_public(m.participant.model, task.test_x)
+        for m in fed.members
+    }
     return preds, task.test_y
 
 
-def evaluate(preds: dict[str, np.ndarray], labels: np.ndarray, attackers: set[str],
-             exclude: bool) -> dict[str, object]:  # fmt: skip
+def evaluate(
+    preds: dict[str, np.ndarray], labels: np.ndarray, attackers: set[str], exclude: bool
+) -> dict[str, object]:
     """Score, decide, weight and aggregate once; return the quality figures."""
     ids = sorted(preds)
     n = len(labels)
-    scores = pooled_mahalanobis(PlainBackend(preds), ids, num_samples=n,
-                                config=ScoringConfig(min_subset=5)).scores  # fmt: skip
-    policy = OutlierPolicy(dof=preds[ids[0]].shape[1] - 1, min_keep=5,
-                           config=OutlierConfig(exclude=exclude))  # fmt: skip
+    scores = pooled_mahalanobis(
+        PlainBackend(preds), ids, num_samples=n, config=ScoringConfig(min_subset=5)
+    ).scores
+    policy = OutlierPolicy(
+        dof=preds[ids[0]].shape[1] - 1, min_keep=5, config=OutlierConfig(exclude=exclude)
+    )
     excluded = excluded_ids(policy.decide(scores, round_id=1))
     kept = [p for p in ids if p not in excluded]
-    weights = DynamicWeighting().instant({p: 1 for p in kept},
-                                         quality_from_scores({p: scores[p] for p in kept}))
+    weights = DynamicWeighting().instant(
+        {p: 1 for p in kept}, quality_from_scores({p: scores[p] for p in kept})
+    )
     agg = sum(weights[p] * preds[p] for p in kept)
     honest = [p for p in ids if p not in attackers]
-    hw = DynamicWeighting().instant({p: 1 for p in honest},
-                                    quality_from_scores({p: scores[p] for p in honest}))
+    hw = DynamicWeighting().instant(
+        {p: 1 for p in honest}, quality_from_scores({p: scores[p] for p in honest})
+    )
     honest_agg = sum(hw[p] * preds[p] for p in honest)
     caught = [p for p in attackers if p in excluded or weights.get(p, 0.0) < 0.05]
     return {
@@ -98,8 +109,13 @@ def main() -> None:
     args = parser.parse_args()
     alphas = (0.5,) if args.quick else (100.0, 0.5)
     rounds = 2 if args.quick else 3
-    out: dict[str, object] = {"dataset": args.dataset, "K": K, "attackers": ATTACKERS,
-                              "rounds_trained": rounds, "results": []}
+    out: dict[str, object] = {
+        "dataset": args.dataset,
+        "K": K,
+        "attackers": ATTACKERS,
+        "rounds_trained": rounds,
+        "results": [],
+    }
     for alpha in alphas:
         t = time.perf_counter()
         preds, labels = trained_predictions(args.dataset, alpha, rounds, seed=0)
@@ -107,16 +123,29 @@ def main() -> None:
         ids = sorted(preds, key=lambda p: int(p.split("-")[1]))
         attackers = set(ids[-ATTACKERS:])
         clean = evaluate(preds, labels, set(), exclude=True)
-        out["results"].append({"alpha": alpha, "attack": None, "train_seconds": train_seconds,  # type: ignore[attr-defined]
-                               "exclude": True, **clean})
+        out["results"].append(
+            {
+                "alpha": alpha,
+                "attack": None,
+                "train_seconds": train_seconds,  # type: ignore[attr-defined]
+                "exclude": True,
+                **clean,
+            }
+        )
         for j, kind in enumerate(ATTACKS):
             attacked = dict(preds)
             for k, p in enumerate(sorted(attackers)):
                 fn = make_attack(kind, bound=PUBLIC_LOGIT_BOUND, seed=100 * j + k)
                 attacked[p] = np.clip(fn(preds[p]), -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
             for exclude in (True, False):
-                out["results"].append({"alpha": alpha, "attack": kind, "exclude": exclude,  # type: ignore[attr-defined]
-                                       **evaluate(attacked, labels, attackers, exclude)})
+                out["results"].append(
+                    {
+                        "alpha": alpha,
+                        "attack": kind,
+                        "exclude": exclude,  # type: ignore[attr-defined]
+                        **evaluate(attacked, labels, attackers, exclude),
+                    }
+                )
     print(json.dumps(out, indent=1))
 
 

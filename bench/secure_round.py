@@ -32,11 +32,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-from secure_fed.secure.deployment import SecureDeployment  # noqa: E402
-from secure_fed.secure.mode import SecureAggregator  # noqa: E402
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment  # noqa: E402
-from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment  # noqa: E402
-from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids  # noqa: E402
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import SecureAggregator
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
+from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment
+from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids
 
 BOUND = 8.0
 
@@ -93,8 +93,9 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     ids = sorted(preds)
     n, c = next(iter(preds.values())).shape
     t = time.perf_counter()
-    dep = SecureDeployment.create(mode=mode, shape=(n, c), participant_ids=ids,
-                                  min_participants=max(2, len(ids) // 2))
+    dep = SecureDeployment.create(
+        mode=mode, shape=(n, c), participant_ids=ids, min_participants=max(2, len(ids) // 2)
+    )
     setup = time.perf_counter() - t
     agg, ka, helper, dealer = _timed_aggregator(dep)
     encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
@@ -112,11 +113,18 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}), round_id=1)
     server = time.perf_counter() - t
     return {
-        "mode": mode, "K": len(ids), "N": n, "C": c, "setup_seconds": round(setup, 3),
-        "upload_bytes": len(payloads[ids[0]]), "encode_seconds": round(encode, 4),
-        "load_seconds": round(load, 3), "server_seconds": round(server, 3),
-        "key_authority_seconds": round((ka.seconds if ka else 0.0)
-                                       + (dealer.seconds if dealer else 0.0), 3),
+        "mode": mode,
+        "K": len(ids),
+        "N": n,
+        "C": c,
+        "setup_seconds": round(setup, 3),
+        "upload_bytes": len(payloads[ids[0]]),
+        "encode_seconds": round(encode, 4),
+        "load_seconds": round(load, 3),
+        "server_seconds": round(server, 3),
+        "key_authority_seconds": round(
+            (ka.seconds if ka else 0.0) + (dealer.seconds if dealer else 0.0), 3
+        ),
         "helper_seconds": round((helper.seconds - load_helper) if helper else 0.0, 3),
         "excluded": sorted(excluded),
     }
@@ -134,15 +142,36 @@ def main() -> None:
     base = float(main_runs["plaintext"]["server_seconds"]) or 1e-9
     for r in main_runs.values():
         r["ratio_to_plaintext"] = round(float(r["server_seconds"]) / base, 1)
-    scaling = {m: [run_mode(m, population(k, n, 10, attackers=k * 3 // 10)) for k in ks]
-               for m in ("ckks", "shares")}
-    print(json.dumps({
-        "machine": {"python": platform.python_version(), "processor": platform.machine()},
-        "quick": args.quick, "round": main_runs,
-        "scaling": {m: [{k: r[k] for k in ("K", "server_seconds", "key_authority_seconds",
-                                           "helper_seconds", "load_seconds")} for r in runs]
-                    for m, runs in scaling.items()},
-    }, indent=2))
+    scaling = {
+        m: [run_mode(m, population(k, n, 10, attackers=k * 3 // 10)) for k in ks]
+        for m in ("ckks", "shares")
+    }
+    print(
+        json.dumps(
+            {
+                "machine": {"python": platform.python_version(), "processor": platform.machine()},
+                "quick": args.quick,
+                "round": main_runs,
+                "scaling": {
+                    m: [
+                        {
+                            k: r[k]
+                            for k in (
+                                "K",
+                                "server_seconds",
+                                "key_authority_seconds",
+                                "helper_seconds",
+                                "load_seconds",
+                            )
+                        }
+                        for r in runs
+                    ]
+                    for m, runs in scaling.items()
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -94,9 +94,7 @@ class DataAsset(Base):
 
     __tablename__ = "data_assets"
 
-    participant_id: Mapped[str] = mapped_column(
-        ForeignKey("participants.id"), primary_key=True
-    )
+    participant_id: Mapped[str] = mapped_column(ForeignKey("participants.id"), primary_key=True)
     asset_id: Mapped[str] = mapped_column(ID, primary_key=True)
     description: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Double)

@@ -93,8 +93,14 @@ class RoundStore:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
 
-    def save(self, round_id: str, *, stage: str, state: Mapping[str, Any],
-             expected_stage: str | None = None) -> None:
+    def save(
+        self,
+        round_id: str,
+        *,
+        stage: str,
+        state: Mapping[str, Any],
+        expected_stage: str | None = None,
+    ) -> None:
         """Create a round or update its stage and state.
 
         Parameters
@@ -115,14 +121,21 @@ class RoundStore:
             row = session.get(RoundRow, round_id, with_for_update=True)
             if expected_stage is not None and (row is None or row.stage != expected_stage):
                 found = None if row is None else row.stage
-                raise RoundUnknown(f"round {round_id!r}: expected stage {expected_stage!r}, "
-                                   f"found {found!r}")
+                raise RoundUnknown(
+                    f"round {round_id!r}: expected stage {expected_stage!r}, found {found!r}"
+                )
             if row is None:
-                session.add(RoundRow(id=round_id, stage=stage, state=dict(state),
-                                     created_at=now, updated_at=now))
+                session.add(
+                    RoundRow(
+                        id=round_id, stage=stage, state=dict(state), created_at=now, updated_at=now
+                    )
+                )
             else:
-                session.execute(update(RoundRow).where(RoundRow.id == round_id).values(
-                    stage=stage, state=dict(state), updated_at=now))
+                session.execute(
+                    update(RoundRow)
+                    .where(RoundRow.id == round_id)
+                    .values(stage=stage, state=dict(state), updated_at=now)
+                )
 
     def load(self, round_id: str) -> RoundRecord:
         """Return the stored round.
@@ -136,15 +149,31 @@ class RoundStore:
             row = session.get(RoundRow, round_id)
             if row is None:
                 raise RoundUnknown(f"round_id: {round_id!r} is not stored")
-            return RoundRecord(id=row.id, stage=row.stage, state=dict(row.state),
-                               created_at=row.created_at, updated_at=row.updated_at)
+            return RoundRecord(
+                id=row.id,
+                stage=row.stage,
+                state=dict(row.state),
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
 
-    def record_upload(self, round_id: str, participant_id: str, *, digest: str, size: int,
-                      kind: str, shape: Sequence[int]) -> None:
+    def record_upload(
+        self,
+        round_id: str,
+        participant_id: str,
+        *,
+        digest: str,
+        size: int,
+        kind: str,
+        shape: Sequence[int],
+    ) -> None:
         """Store evidence of an upload (hex digest, byte size, kind, tensor shape)."""
         digest = digest.lower() if isinstance(digest, str) else digest
-        if not isinstance(digest, str) or not 0 < len(digest) <= 128 or not set(
-                digest) <= _DIGEST_CHARS:
+        if (
+            not isinstance(digest, str)
+            or not 0 < len(digest) <= 128
+            or not set(digest) <= _DIGEST_CHARS
+        ):
             raise LedgerParameterInvalid("digest: must be 1-128 hex characters")
         _check_size("size", size)
         _check_label("kind", kind)
@@ -152,12 +181,21 @@ class RoundStore:
             raise LedgerParameterInvalid(f"shape: must be non-negative ints, got {shape!r}")
         with self._sessions() as session, session.begin():
             self._require_round(session, round_id)
-            session.add(UploadRow(round_id=round_id, participant_id=participant_id, digest=digest,
-                                  size=size, kind=kind, shape=list(shape),
-                                  created_at=self._clock()))
+            session.add(
+                UploadRow(
+                    round_id=round_id,
+                    participant_id=participant_id,
+                    digest=digest,
+                    size=size,
+                    kind=kind,
+                    shape=list(shape),
+                    created_at=self._clock(),
+                )
+            )
 
-    def record_decryption(self, round_id: str, *, requester: str, kind: str, what: str,
-                          aggregate_size: int) -> None:
+    def record_decryption(
+        self, round_id: str, *, requester: str, kind: str, what: str, aggregate_size: int
+    ) -> None:
         """Store one decryption request (who asked to decrypt what, and how large)."""
         check_id("requester", requester)
         _check_label("kind", kind)
@@ -165,27 +203,55 @@ class RoundStore:
         _check_size("aggregate_size", aggregate_size)
         with self._sessions() as session, session.begin():
             self._require_round(session, round_id)
-            session.add(DecryptionRequestRow(round_id=round_id, requester=requester, kind=kind,
-                                             what=what, aggregate_size=aggregate_size,
-                                             created_at=self._clock()))
+            session.add(
+                DecryptionRequestRow(
+                    round_id=round_id,
+                    requester=requester,
+                    kind=kind,
+                    what=what,
+                    aggregate_size=aggregate_size,
+                    created_at=self._clock(),
+                )
+            )
 
     def uploads(self, round_id: str) -> list[UploadRecord]:
         """Return the uploads of a round, in arrival order."""
         with self._sessions() as session:
-            rows = session.execute(select(UploadRow).where(UploadRow.round_id == round_id)
-                                   .order_by(UploadRow.id)).scalars()
-            return [UploadRecord(round_id=r.round_id, participant_id=r.participant_id,
-                                 digest=r.digest, size=r.size, kind=r.kind, shape=list(r.shape),
-                                 created_at=r.created_at) for r in rows]
+            rows = session.execute(
+                select(UploadRow).where(UploadRow.round_id == round_id).order_by(UploadRow.id)
+            ).scalars()
+            return [
+                UploadRecord(
+                    round_id=r.round_id,
+                    participant_id=r.participant_id,
+                    digest=r.digest,
+                    size=r.size,
+                    kind=r.kind,
+                    shape=list(r.shape),
+                    created_at=r.created_at,
+                )
+                for r in rows
+            ]
 
     def decryptions(self, round_id: str) -> list[DecryptionRecord]:
         """Return the decryption requests of a round, in arrival order."""
         with self._sessions() as session:
-            rows = session.execute(select(DecryptionRequestRow).where(
-                DecryptionRequestRow.round_id == round_id).order_by(DecryptionRequestRow.id))
-            return [DecryptionRecord(round_id=r.round_id, requester=r.requester, kind=r.kind,
-                                     what=r.what, aggregate_size=r.aggregate_size,
-                                     created_at=r.created_at) for r in rows.scalars()]
+            rows = session.execute(
+                select(DecryptionRequestRow)
+                .where(DecryptionRequestRow.round_id == round_id)
+                .order_by(DecryptionRequestRow.id)
+            )
+            return [
+                DecryptionRecord(
+                    round_id=r.round_id,
+                    requester=r.requester,
+                    kind=r.kind,
+                    what=r.what,
+                    aggregate_size=r.aggregate_size,
+                    created_at=r.created_at,
+                )
+                for r in rows.scalars()
+            ]
 
     @staticmethod
     def _require_round(session: Any, round_id: str) -> None:

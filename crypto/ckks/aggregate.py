@@ -109,8 +109,9 @@ def _check_uploads(uploads: Sequence[EncryptedMatrix]) -> EncryptedMatrix:
     for i, up in enumerate(uploads):
         if not isinstance(up, EncryptedMatrix) or up.kind != "upload":
             raise ParameterInvalid(f"uploads[{i}] is not an encrypted upload")
-        if up.preset is not first.preset or not hmac.compare_digest(up.fingerprint,
-                                                                     first.fingerprint):
+        if up.preset is not first.preset or not hmac.compare_digest(
+            up.fingerprint, first.fingerprint
+        ):
             raise ContextMismatch(f"uploads[{i}] belongs to another key epoch or preset")
         if up.layout != first.layout:
             raise ParameterInvalid(f"uploads[{i}] has another shape than uploads[0]")
@@ -160,9 +161,15 @@ def weighted_sum(uploads: Sequence[EncryptedMatrix], weights: Sequence[float]) -
             out.append(acc)
         bits = 0
     logger.info("weighted sum of %d uploads (%s)", len(uploads), preset.name)
-    return EncryptedMatrix(kind="aggregate", preset=preset, fingerprint=first.fingerprint,
-                           layout=first.layout, vectors=out, weight_bits=bits,
-                           contributors=len(uploads))
+    return EncryptedMatrix(
+        kind="aggregate",
+        preset=preset,
+        fingerprint=first.fingerprint,
+        layout=first.layout,
+        vectors=out,
+        weight_bits=bits,
+        contributors=len(uploads),
+    )
 
 
 def _check_plain(center: Any, whitening: Any, layout: Layout) -> tuple[NDArray[np.float64], ...]:
@@ -182,8 +189,7 @@ def score_factor(n_samples: int) -> float:
     return float(n_samples**-0.25)
 
 
-def _check_headroom(preset: CkksPreset, mu: NDArray[np.float64],
-                    lt: NDArray[np.float64]) -> None:
+def _check_headroom(preset: CkksPreset, mu: NDArray[np.float64], lt: NDArray[np.float64]) -> None:
     """Refuse inputs whose worst-case score could wrap modulo the last prime."""
     worst_diff = preset.input_bound + float(np.abs(mu).max())
     per_sample = float(np.linalg.norm(lt, 2)) ** 2 * lt.shape[1] * worst_diff**2
@@ -223,8 +229,10 @@ def quadratic_score(upload: EncryptedMatrix, center: Any, whitening: Any) -> Enc
     """
     preset = upload.preset
     if upload.kind != "upload" or preset.depth < 2 or not preset.galois_keys:
-        raise ParameterInvalid(f"quadratic_score needs a fresh upload under a depth-2 preset "
-                               f"with Galois keys; {preset.name} is not one")
+        raise ParameterInvalid(
+            f"quadratic_score needs a fresh upload under a depth-2 preset "
+            f"with Galois keys; {preset.name} is not one"
+        )
     layout = upload.layout
     mu, lt = _check_plain(center, whitening, layout)
     top = preset.data_primes
@@ -238,8 +246,10 @@ def quadratic_score(upload: EncryptedMatrix, center: Any, whitening: Any) -> Enc
     total: Any = None
     for chunk in range(layout.chunks):
         start, stop = layout.run(chunk)
-        diffs = [upload.vectors[layout.index(c, chunk)] - mu[start:stop, c].tolist()
-                 for c in range(layout.n_classes)]
+        diffs = [
+            upload.vectors[layout.index(c, chunk)] - mu[start:stop, c].tolist()
+            for c in range(layout.n_classes)
+        ]
         squares: Any = None
         for row in lt:
             z: Any = None
@@ -256,5 +266,6 @@ def quadratic_score(upload: EncryptedMatrix, center: Any, whitening: Any) -> Enc
             raise ParameterInvalid("whitening must not be all zeros")
         part = squares.sum()
         total = part if total is None else total.add_(part)
-    return EncryptedMatrix(kind="score", preset=preset, fingerprint=upload.fingerprint,
-                           layout=layout, vectors=[total])
+    return EncryptedMatrix(
+        kind="score", preset=preset, fingerprint=upload.fingerprint, layout=layout, vectors=[total]
+    )

@@ -31,13 +31,15 @@ logger = logging.getLogger(__name__)
 def _check_epoch(keys: KeyAuthorityKeys, matrix: EncryptedMatrix, kind: str) -> None:
     if not isinstance(matrix, EncryptedMatrix) or matrix.kind != kind:
         raise ParameterInvalid(f"the key authority decrypts only {kind}s here")
-    if matrix.preset is not keys.preset or not hmac.compare_digest(matrix.fingerprint,
-                                                                    keys.fingerprint):
+    if matrix.preset is not keys.preset or not hmac.compare_digest(
+        matrix.fingerprint, keys.fingerprint
+    ):
         raise ContextMismatch("ciphertexts belong to another key epoch than these keys")
 
 
-def decrypt_aggregate(keys: KeyAuthorityKeys, aggregate: EncryptedMatrix, *,
-                      min_contributors: int = 2) -> NDArray[np.float64]:
+def decrypt_aggregate(
+    keys: KeyAuthorityKeys, aggregate: EncryptedMatrix, *, min_contributors: int = 2
+) -> NDArray[np.float64]:
     """Decrypt a weighted sum and release it flooded, as a ``[N_pub, C]`` matrix.
 
     Parameters
@@ -71,8 +73,12 @@ def decrypt_aggregate(keys: KeyAuthorityKeys, aggregate: EncryptedMatrix, *,
     if aggregate.weight_bits:
         matrix = matrix / float(1 << aggregate.weight_bits)
     _count_release(keys)
-    logger.info("released flooded aggregate %dx%d over %d contributors",
-                aggregate.layout.n_samples, aggregate.layout.n_classes, aggregate.contributors)
+    logger.info(
+        "released flooded aggregate %dx%d over %d contributors",
+        aggregate.layout.n_samples,
+        aggregate.layout.n_classes,
+        aggregate.contributors,
+    )
     return flood(matrix, sigma=keys.preset.flood_sigma)
 
 

@@ -58,8 +58,15 @@ MAX_BLOB_BYTES = 256 << 20
 
 
 def _derive(passphrase: str, salt: bytes, t_cost: int, m_cost: int, lanes: int) -> bytes:
-    return hash_secret_raw(passphrase.encode("utf-8"), salt, time_cost=t_cost,
-                           memory_cost=m_cost, parallelism=lanes, hash_len=16, type=Type.ID)
+    return hash_secret_raw(
+        passphrase.encode("utf-8"),
+        salt,
+        time_cost=t_cost,
+        memory_cost=m_cost,
+        parallelism=lanes,
+        hash_len=16,
+        type=Type.ID,
+    )
 
 
 def _choose_key(passphrase: str | None, key: bytes | None) -> None:
@@ -107,10 +114,17 @@ def export_secret_key_encrypted(
     else:
         kdf, t_cost, m_cost, lanes = _KDF_KEY, 0, 0, 0
         aead_key = bytes(key or b"")
-    header = _HEADER.pack(MAGIC, kdf, t_cost, m_cost, lanes, salt, keys.preset.wire_id,
-                          keys.fingerprint)
-    private = bytes(ctx.serialize(save_public_key=True, save_secret_key=True,
-                                  save_galois_keys=False, save_relin_keys=False))
+    header = _HEADER.pack(
+        MAGIC, kdf, t_cost, m_cost, lanes, salt, keys.preset.wire_id, keys.fingerprint
+    )
+    private = bytes(
+        ctx.serialize(
+            save_public_key=True,
+            save_secret_key=True,
+            save_galois_keys=False,
+            save_relin_keys=False,
+        )
+    )
     secret = _LEN.pack(len(private)) + private + keys.public_context.data
     logger.warning("CKKS secret key of epoch %s exported (sealed)", keys.fingerprint.hex()[:16])
     return header + SM4GCM(aead_key).encrypt(secret, associated_data=header)
@@ -155,11 +169,11 @@ def import_secret_key_encrypted(
         if key is None:
             raise DecryptionFailed("this blob is protected by a raw key, not a passphrase")
         aead_key = key
-    secret = SM4GCM(aead_key).decrypt(blob[_HEADER.size:], associated_data=header)
+    secret = SM4GCM(aead_key).decrypt(blob[_HEADER.size :], associated_data=header)
     (size,) = _LEN.unpack_from(secret) if len(secret) >= _LEN.size else (len(secret),)
     if not 0 < size < len(secret) - _LEN.size:
         raise KeyInvalid("sealed key set is malformed (length prefix)")
-    private, public = secret[_LEN.size: _LEN.size + size], secret[_LEN.size + size:]
+    private, public = secret[_LEN.size : _LEN.size + size], secret[_LEN.size + size :]
     try:
         ctx = _tenseal.load_context(private)
     except Exception as exc:  # authenticated bytes that still fail to parse

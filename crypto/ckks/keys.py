@@ -164,8 +164,9 @@ class KeyAuthorityKeys:
 
     __slots__ = ("_ctx", "_public", "_preset", "_releases")
 
-    def __init__(self, token: object, ctx: TsContext, preset: CkksPreset,
-                 public_data: bytes | None = None) -> None:
+    def __init__(
+        self, token: object, ctx: TsContext, preset: CkksPreset, public_data: bytes | None = None
+    ) -> None:
         if token is not _TOKEN:
             raise TypeError("use crypto.ckks.generate_keys or import_secret_key_encrypted")
         if not bool(ctx.has_secret_key()):
@@ -214,8 +215,10 @@ class KeyAuthorityKeys:
         return self._releases
 
     def __repr__(self) -> str:
-        return (f"KeyAuthorityKeys({self._preset.name}, "
-                f"fingerprint={self.fingerprint.hex()[:16]}, secret=<hidden>)")
+        return (
+            f"KeyAuthorityKeys({self._preset.name}, "
+            f"fingerprint={self.fingerprint.hex()[:16]}, secret=<hidden>)"
+        )
 
     def __reduce__(self) -> NoReturn:
         raise KeyExportRefused(
@@ -271,8 +274,7 @@ def generate_keys(preset: str) -> KeyAuthorityKeys:
     return keys
 
 
-def _keys_from_context(ctx: TsContext, preset: CkksPreset,
-                       public_data: bytes) -> KeyAuthorityKeys:
+def _keys_from_context(ctx: TsContext, preset: CkksPreset, public_data: bytes) -> KeyAuthorityKeys:
     """Wrap an imported private context and its epoch's public context."""
     return KeyAuthorityKeys(_TOKEN, ctx, preset, public_data)
 

@@ -49,8 +49,10 @@ class Layout:
     slots: int
 
     def __post_init__(self) -> None:
-        for name, value, top in (("n_samples", self.n_samples, MAX_SAMPLES),
-                                 ("n_classes", self.n_classes, MAX_CLASSES)):
+        for name, value, top in (
+            ("n_samples", self.n_samples, MAX_SAMPLES),
+            ("n_classes", self.n_classes, MAX_CLASSES),
+        ):
             if not isinstance(value, int) or not 1 <= value <= top:
                 raise ParameterInvalid(f"{name} must be an integer in [1, {top}], got {value!r}")
 
@@ -84,11 +86,27 @@ class EncryptedMatrix:
     :func:`crypto.ckks.load_encrypted`.
     """
 
-    __slots__ = ("contributors", "fingerprint", "kind", "layout", "preset", "vectors",
-                 "weight_bits")
+    __slots__ = (
+        "contributors",
+        "fingerprint",
+        "kind",
+        "layout",
+        "preset",
+        "vectors",
+        "weight_bits",
+    )
 
-    def __init__(self, *, kind: Kind, preset: CkksPreset, fingerprint: bytes, layout: Layout,
-                 vectors: list[TsVector], weight_bits: int = 0, contributors: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        kind: Kind,
+        preset: CkksPreset,
+        fingerprint: bytes,
+        layout: Layout,
+        vectors: list[TsVector],
+        weight_bits: int = 0,
+        contributors: int = 1,
+    ) -> None:
         if kind not in KINDS:
             raise ParameterInvalid(f"kind must be one of {', '.join(KINDS)}")
         expected = 1 if kind == "score" else layout.count
@@ -107,8 +125,10 @@ class EncryptedMatrix:
         self.contributors = contributors
 
     def __repr__(self) -> str:
-        return (f"EncryptedMatrix({self.kind}, {self.preset.name}, "
-                f"{self.layout.n_samples}x{self.layout.n_classes}, {len(self.vectors)} ct)")
+        return (
+            f"EncryptedMatrix({self.kind}, {self.preset.name}, "
+            f"{self.layout.n_samples}x{self.layout.n_classes}, {len(self.vectors)} ct)"
+        )
 
     def to_bytes(self) -> bytes:
         """Serialize (ciphertexts only, never the context); see :mod:`crypto.ckks.wire`."""
@@ -162,8 +182,9 @@ def pack_class_major(public: PublicContext, matrix: Any) -> EncryptedMatrix:
             start, stop = layout.run(chunk)
             vectors.append(_tenseal.encrypt_vector(ctx, column[start:stop]))
     logger.debug("packed %d x %d into %d ciphertexts", *array.shape, len(vectors))
-    return EncryptedMatrix(kind="upload", preset=preset, fingerprint=public.fingerprint,
-                           layout=layout, vectors=vectors)
+    return EncryptedMatrix(
+        kind="upload", preset=preset, fingerprint=public.fingerprint, layout=layout, vectors=vectors
+    )
 
 
 def unpack_class_major(layout: Layout, runs: list[NDArray[np.float64]]) -> NDArray[np.float64]:

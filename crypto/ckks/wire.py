@@ -80,10 +80,18 @@ def claimed_kind(data: bytes) -> tuple[Kind, int] | None:
 
 def dump_encrypted(matrix: EncryptedMatrix) -> bytes:
     """Serialize an :class:`EncryptedMatrix` (ciphertexts only, no context)."""
-    header = _HEADER.pack(MAGIC, VERSION, KINDS.index(matrix.kind), matrix.preset.wire_id,
-                          matrix.weight_bits, matrix.contributors, matrix.fingerprint,
-                          matrix.layout.n_samples, matrix.layout.n_classes,
-                          len(matrix.vectors))
+    header = _HEADER.pack(
+        MAGIC,
+        VERSION,
+        KINDS.index(matrix.kind),
+        matrix.preset.wire_id,
+        matrix.weight_bits,
+        matrix.contributors,
+        matrix.fingerprint,
+        matrix.layout.n_samples,
+        matrix.layout.n_classes,
+        len(matrix.vectors),
+    )
     parts = [header]
     for vector in matrix.vectors:
         blob = bytes(vector.serialize())
@@ -103,7 +111,7 @@ def _split(data: bytes, count: int, limit: int) -> list[bytes]:
             raise CiphertextRejected(f"ciphertext {i} claims {size} bytes; limit is {limit}")
         if offset + size > len(data):
             raise CiphertextRejected(f"truncated: ciphertext {i} is cut short")
-        blobs.append(data[offset: offset + size])
+        blobs.append(data[offset : offset + size])
         offset += size
     if offset != len(data):
         raise CiphertextRejected(f"{len(data) - offset} trailing bytes after the last ciphertext")
@@ -119,8 +127,9 @@ def _parse_vector(ctx: TsContext, blob: bytes, i: int) -> TsVector:
         raise CiphertextRejected(f"ciphertext {i} does not parse: {type(exc).__name__}") from None
 
 
-def _check_vector(ctx: TsContext, vector: TsVector, i: int, preset: CkksPreset, level: int,
-                  size: int) -> None:
+def _check_vector(
+    ctx: TsContext, vector: TsVector, i: int, preset: CkksPreset, level: int, size: int
+) -> None:
     facts = _tenseal.ciphertext_facts(vector)
     if len(facts) != 1:
         raise CiphertextRejected(f"ciphertext {i} holds {len(facts)} SEAL ciphertexts; expected 1")
@@ -143,12 +152,23 @@ def _check_vector(ctx: TsContext, vector: TsVector, i: int, preset: CkksPreset, 
         raise CiphertextRejected(f"ciphertext {i} packs {packed} values; expected {size}")
 
 
-def _check_header(public: PublicContext, data: bytes, kind: Kind,
-                  layout: Layout) -> tuple[int, int, bytes]:
+def _check_header(
+    public: PublicContext, data: bytes, kind: Kind, layout: Layout
+) -> tuple[int, int, bytes]:
     """Check everything before the vectors; return (weight bits, contributors, fingerprint)."""
     preset = public.preset
-    (magic, version, kind_id, wire_id, weight_bits, contributors, fingerprint, rows, cols,
-     count) = _HEADER.unpack_from(data)
+    (
+        magic,
+        version,
+        kind_id,
+        wire_id,
+        weight_bits,
+        contributors,
+        fingerprint,
+        rows,
+        cols,
+        count,
+    ) = _HEADER.unpack_from(data)
     if magic != MAGIC or version != VERSION:
         raise CiphertextRejected("bad magic or version: not a secure-fed CKKS ciphertext")
     if kind_id >= len(KINDS) or KINDS[kind_id] != kind:
@@ -173,8 +193,9 @@ def _check_header(public: PublicContext, data: bytes, kind: Kind,
     return weight_bits, contributors, fingerprint
 
 
-def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples: int,
-                   n_classes: int) -> EncryptedMatrix:
+def load_encrypted(
+    public: PublicContext, data: bytes, *, kind: Kind, n_samples: int, n_classes: int
+) -> EncryptedMatrix:
     """Parse and validate untrusted ciphertext bytes for this key epoch.
 
     Parameters
@@ -217,5 +238,12 @@ def load_encrypted(public: PublicContext, data: bytes, *, kind: Kind, n_samples:
         start, stop = (0, 1) if kind == "score" else layout.run(i % layout.chunks)
         _check_vector(ctx, vector, i, preset, level, stop - start)
         vectors.append(vector)
-    return EncryptedMatrix(kind=kind, preset=preset, fingerprint=fingerprint, layout=layout,
-                           vectors=vectors, weight_bits=weight_bits, contributors=contributors)
+    return EncryptedMatrix(
+        kind=kind,
+        preset=preset,
+        fingerprint=fingerprint,
+        layout=layout,
+        vectors=vectors,
+        weight_bits=weight_bits,
+        contributors=contributors,
+    )

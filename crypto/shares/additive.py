@@ -81,24 +81,30 @@ class ShareBundle:
     _seed: bytes | None = field(default=None, repr=False)
 
     @classmethod
-    def from_values(cls, values: RingArray, *, label: ShareLabel, party: int,
-                    frac_bits: int) -> ShareBundle:
+    def from_values(
+        cls, values: RingArray, *, label: ShareLabel, party: int, frac_bits: int
+    ) -> ShareBundle:
         """Wrap an explicit share array for ``party`` (0 or 1)."""
         ring = as_ring(values, name="values").reshape(-1).copy()
         ring.flags.writeable = False
-        return cls(label=label, party=check_party(party), count=ring.size,
-                   frac_bits=_check_frac(frac_bits), _values=ring)
+        return cls(
+            label=label,
+            party=check_party(party),
+            count=ring.size,
+            frac_bits=_check_frac(frac_bits),
+            _values=ring,
+        )
 
     @classmethod
-    def from_seed(cls, seed: bytes, *, label: ShareLabel, count: int,
-                  frac_bits: int) -> ShareBundle:
+    def from_seed(
+        cls, seed: bytes, *, label: ShareLabel, count: int, frac_bits: int
+    ) -> ShareBundle:
         """Wrap a 32-byte seed as party 1's share of ``count`` elements."""
         if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
             raise ParameterInvalid(f"seed must be {SEED_BYTES} bytes")
         if count < 0:
             raise ParameterInvalid(f"count must be >= 0, got {count}")
-        return cls(label=label, party=1, count=count, frac_bits=_check_frac(frac_bits),
-                   _seed=seed)
+        return cls(label=label, party=1, count=count, frac_bits=_check_frac(frac_bits), _seed=seed)
 
     @property
     def seeded(self) -> bool:
@@ -119,14 +125,28 @@ class ShareBundle:
             kind, payload = wire.KIND_SEED, self._seed
         else:
             kind, payload = wire.KIND_VALUES, self.values().astype("<u8").tobytes()
-        frame = wire.Frame(kind=kind, party=self.party, frac_bits=self.frac_bits,
-                           count=self.count, label=self.label, payload=payload)
+        frame = wire.Frame(
+            kind=kind,
+            party=self.party,
+            frac_bits=self.frac_bits,
+            count=self.count,
+            label=self.label,
+            payload=payload,
+        )
         return wire.pack(frame, key)
 
     @classmethod
-    def parse(cls, blob: bytes, *, key: wire.ShareMacKey, label: ShareLabel, party: int,
-              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT,
-              count: int | None = None) -> ShareBundle:
+    def parse(
+        cls,
+        blob: bytes,
+        *,
+        key: wire.ShareMacKey,
+        label: ShareLabel,
+        party: int,
+        seeded: bool = False,
+        max_count: int = wire.DEFAULT_MAX_COUNT,
+        count: int | None = None,
+    ) -> ShareBundle:
         """Parse and verify an untrusted share blob.
 
         Parameters
@@ -149,13 +169,21 @@ class ShareBundle:
             If the size, ring id, kind, party, label, count or tag is wrong.
         """
         kind = wire.KIND_SEED if seeded else wire.KIND_VALUES
-        frame = wire.unpack(blob, key=key, kind=kind, party=check_party(party), label=label,
-                            max_count=max_count, count=count)
+        frame = wire.unpack(
+            blob,
+            key=key,
+            kind=kind,
+            party=check_party(party),
+            label=label,
+            max_count=max_count,
+            count=count,
+        )
         if frame.frac_bits > 62:
             raise ShareTampered(f"share blob frac_bits {frame.frac_bits} is out of range")
         if seeded:
-            return cls.from_seed(frame.payload, label=label, count=frame.count,
-                                 frac_bits=frame.frac_bits)
+            return cls.from_seed(
+                frame.payload, label=label, count=frame.count, frac_bits=frame.frac_bits
+            )
         values = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
         return cls.from_values(values, label=label, party=party, frac_bits=frame.frac_bits)
 
@@ -231,8 +259,9 @@ class WireSizes:
     per_value: float
 
 
-def wire_bytes_per_value(count: int, *, seeded: bool = True,
-                         label: ShareLabel | None = None) -> WireSizes:
+def wire_bytes_per_value(
+    count: int, *, seeded: bool = True, label: ShareLabel | None = None
+) -> WireSizes:
     """Return the exact wire sizes of a participant's upload of ``count`` values.
 
     Parameters

@@ -67,14 +67,28 @@ class TripleShare:
         else:
             kind = wire.KIND_TRIPLE
             payload = b"".join(p.astype("<u8").tobytes() for p in self.parts())
-        frame = wire.Frame(kind=kind, party=self.party, frac_bits=0, count=self.count,
-                           label=self.label, payload=payload)
+        frame = wire.Frame(
+            kind=kind,
+            party=self.party,
+            frac_bits=0,
+            count=self.count,
+            label=self.label,
+            payload=payload,
+        )
         return wire.pack(frame, key)
 
     @classmethod
-    def parse(cls, blob: bytes, *, key: wire.ShareMacKey, label: ShareLabel, party: int,
-              seeded: bool = False, max_count: int = wire.DEFAULT_MAX_COUNT,
-              count: int | None = None) -> TripleShare:
+    def parse(
+        cls,
+        blob: bytes,
+        *,
+        key: wire.ShareMacKey,
+        label: ShareLabel,
+        party: int,
+        seeded: bool = False,
+        max_count: int = wire.DEFAULT_MAX_COUNT,
+        count: int | None = None,
+    ) -> TripleShare:
         """Parse and verify an untrusted triple blob from the dealer.
 
         Raises
@@ -83,16 +97,24 @@ class TripleShare:
             If the size, ring id, kind, party, label or tag is wrong.
         """
         kind = wire.KIND_TRIPLE_SEED if seeded else wire.KIND_TRIPLE
-        frame = wire.unpack(blob, key=key, kind=kind, party=check_party(party), label=label,
-                            max_count=max_count, count=count)
+        frame = wire.unpack(
+            blob,
+            key=key,
+            kind=kind,
+            party=check_party(party),
+            label=label,
+            max_count=max_count,
+            count=count,
+        )
         if seeded:
             return cls(label=label, party=party, count=frame.count, _seed=frame.payload)
         raw = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
         return cls(label=label, party=party, count=frame.count, _abc=_split3(raw, frame.count))
 
 
-def deal_triples(count: int, *, label: ShareLabel,
-                 seeded: bool = False) -> tuple[TripleShare, TripleShare]:
+def deal_triples(
+    count: int, *, label: ShareLabel, seeded: bool = False
+) -> tuple[TripleShare, TripleShare]:
     """Deal ``count`` Beaver triples ``c = a * b`` as two party bundles.
 
     Parameters
@@ -180,8 +202,14 @@ class BeaverParty:
         d_i, e_i = x.reshape(-1) - a, y.reshape(-1) - b
         self._masked, self._shape, self._stage = (d_i, e_i), x.shape, STAGE_OPENED
         payload = d_i.astype("<u8").tobytes() + e_i.astype("<u8").tobytes()
-        frame = wire.Frame(kind=wire.KIND_OPENING, party=self.party, frac_bits=0,
-                           count=x.size, label=self._triples.label, payload=payload)
+        frame = wire.Frame(
+            kind=wire.KIND_OPENING,
+            party=self.party,
+            frac_bits=0,
+            count=x.size,
+            label=self._triples.label,
+            payload=payload,
+        )
         return wire.pack(frame, self._key)
 
     def finish(self, peer_message: bytes) -> RingArray:
@@ -197,8 +225,14 @@ class BeaverParty:
         if self._stage != STAGE_OPENED or self._masked is None:
             raise ParameterInvalid(f"finish called in stage {self._stage!r}; call open first")
         count = self._triples.count
-        frame = wire.unpack(peer_message, key=self._key, kind=wire.KIND_OPENING,
-                            party=1 - self.party, label=self._triples.label, count=count)
+        frame = wire.unpack(
+            peer_message,
+            key=self._key,
+            kind=wire.KIND_OPENING,
+            party=1 - self.party,
+            label=self._triples.label,
+            count=count,
+        )
         peer = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
         d = self._masked[0] + peer[:count]
         e = self._masked[1] + peer[count:]
@@ -211,10 +245,14 @@ class BeaverParty:
         return result
 
 
-def secure_multiply(x: tuple[RingArray, RingArray], y: tuple[RingArray, RingArray],
-                    triples: tuple[TripleShare, TripleShare], *,
-                    channel_key: wire.ShareMacKey,
-                    truncate_bits: int = 0) -> tuple[RingArray, RingArray]:
+def secure_multiply(
+    x: tuple[RingArray, RingArray],
+    y: tuple[RingArray, RingArray],
+    triples: tuple[TripleShare, TripleShare],
+    *,
+    channel_key: wire.ShareMacKey,
+    truncate_bits: int = 0,
+) -> tuple[RingArray, RingArray]:
     """Run both parties of one Beaver multiplication in-process, messages as bytes.
 
     Parameters

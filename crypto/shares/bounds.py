@@ -79,8 +79,9 @@ class EncodedMatrix:
     row_abs_sum: int
 
 
-def quadratic_form_bound(codec: FixedPointCodec, row_abs_sum: int, n_samples: int,
-                         n_classes: int) -> int:
+def quadratic_form_bound(
+    codec: FixedPointCodec, row_abs_sum: int, n_samples: int, n_classes: int
+) -> int:
     """Worst-case magnitude of ``sum_i d_i^T (M d_i)`` with ``|d| <= 2B``.
 
     ``d_i = x_i - mean_i`` has integer magnitude at most ``D = 2 * B * 2^f``;

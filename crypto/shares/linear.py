@@ -61,8 +61,7 @@ def mul_public(share: RingArray, factor: Any) -> RingArray:
     return s * to_ring_int(factor)
 
 
-def mul_public_fixed(share: RingArray, scalar: float, *, frac_bits: int,
-                     party: int) -> RingArray:
+def mul_public_fixed(share: RingArray, scalar: float, *, frac_bits: int, party: int) -> RingArray:
     """Multiply by a public real encoded with ``frac_bits`` bits, then truncate them away.
 
     The share keeps its own fractional bits; the product is exact up to one

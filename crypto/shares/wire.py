@@ -115,16 +115,22 @@ class Frame:
 def pack(frame: Frame, key: ShareMacKey) -> bytes:
     """Serialize ``frame`` and append its HMAC-SM3 tag under ``key``."""
     label = frame.label.to_bytes()
-    head = _HEAD.pack(MAGIC, frame.kind, RING_ID, frame.party, frame.frac_bits, frame.count,
-                      len(label))
+    head = _HEAD.pack(
+        MAGIC, frame.kind, RING_ID, frame.party, frame.frac_bits, frame.count, len(label)
+    )
     body = head + label + frame.payload
     return body + key.tag(body)
 
 
 def payload_size(kind: int, count: int) -> int:
     """Return the exact payload length in bytes of a blob of ``kind`` and ``count``."""
-    sizes = {KIND_VALUES: 8 * count, KIND_SEED: 32, KIND_TRIPLE: 24 * count,
-             KIND_TRIPLE_SEED: 32, KIND_OPENING: 16 * count}
+    sizes = {
+        KIND_VALUES: 8 * count,
+        KIND_SEED: 32,
+        KIND_TRIPLE: 24 * count,
+        KIND_TRIPLE_SEED: 32,
+        KIND_OPENING: 16 * count,
+    }
     return sizes[kind]
 
 
@@ -133,8 +139,16 @@ def frame_overhead(label: ShareLabel) -> int:
     return _HEAD.size + len(label.to_bytes()) + TAG_BYTES
 
 
-def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: ShareLabel,
-           max_count: int = DEFAULT_MAX_COUNT, count: int | None = None) -> Frame:
+def unpack(
+    blob: bytes,
+    *,
+    key: ShareMacKey,
+    kind: int,
+    party: int,
+    label: ShareLabel,
+    max_count: int = DEFAULT_MAX_COUNT,
+    count: int | None = None,
+) -> Frame:
     """Parse and verify untrusted bytes; every check raises :class:`ShareTampered`.
 
     Parameters
@@ -186,5 +200,11 @@ def unpack(blob: bytes, *, key: ShareMacKey, kind: int, party: int, label: Share
     if not hmac.compare_digest(raw_label, label.to_bytes()):
         raise ShareTampered("share blob label (round, participant, tensor) is not the expected one")
     payload = data[_HEAD.size + llen : -TAG_BYTES]
-    return Frame(kind=got_kind, party=got_party, frac_bits=frac, count=got_count, label=label,
-                 payload=payload)
+    return Frame(
+        kind=got_kind,
+        party=got_party,
+        frac_bits=frac,
+        count=got_count,
+        label=label,
+        payload=payload,
+    )

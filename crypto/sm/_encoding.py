@@ -140,9 +140,7 @@ def point_from_bytes(xy: bytes) -> _curve.Point:
 def encode_ec_private_key(d: int, point: _curve.Point) -> bytes:
     """Return RFC 5915 ``ECPrivateKey`` (version 1, 32-byte scalar, [1] public key)."""
     public_bits = DerBitString(b"\x04" + encode_spki(point)[len(_SPKI_PREFIX) :], explicit=1)
-    return bytes(
-        DerSequence([1, DerOctetString(d.to_bytes(32, "big")), public_bits]).encode()
-    )
+    return bytes(DerSequence([1, DerOctetString(d.to_bytes(32, "big")), public_bits]).encode())
 
 
 def decode_ec_private_key(der: bytes) -> tuple[int, bytes | None]:

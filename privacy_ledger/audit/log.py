@@ -354,4 +354,3 @@ class AuditLog:
         """Return the number of entries visible to ``session``."""
         value = session.scalar(select(LogStateRow.tree_size).where(LogStateRow.id == LOG_STATE_ID))
         return int(value or 0)
-

@@ -88,8 +88,9 @@ def _opacus_rdp() -> Any:
             file_spec.loader.exec_module(module)
             # "Optimal order is the smallest/largest alpha": the bound stays valid
             # (only looser); silenced for this private copy only, not for Opacus.
-            warnings.filterwarnings("ignore", message="Optimal order is",
-                                    module=r"privacy_ledger\._opacus_rdp")
+            warnings.filterwarnings(
+                "ignore", message="Optimal order is", module=r"privacy_ledger\._opacus_rdp"
+            )
             return module
     from opacus.accountants.analysis import rdp  # pragma: no cover - unusual installs
 
@@ -125,8 +126,9 @@ def _prv_grid_points(history: Sequence[HistoryEntry], delta: float) -> float:
     delta_error = delta / 1000
     prvs = [PoissonSubsampledGaussianPRV(q, sigma) for sigma, q, _ in history]
     steps = [s for _, _, s in history]
-    half_width = compute_safe_domain_size(prvs=prvs, max_self_compositions=steps,
-                                          eps_error=_PRV_EPS_ERROR, delta_error=delta_error)
+    half_width = compute_safe_domain_size(
+        prvs=prvs, max_self_compositions=steps, eps_error=_PRV_EPS_ERROR, delta_error=delta_error
+    )
     mesh = _PRV_EPS_ERROR / np.sqrt(sum(steps) * np.log(12 / delta_error) / 2)
     return float(2 * half_width / mesh)
 
@@ -248,12 +250,14 @@ def parse_epsilon(value: object, name: str = "epsilon") -> Decimal:
     """
     if isinstance(value, bool) or not isinstance(value, str | Decimal | int):
         raise LedgerParameterInvalid(
-            f"{name}: pass an exact decimal (str or Decimal), not {type(value).__name__}")
+            f"{name}: pass an exact decimal (str or Decimal), not {type(value).__name__}"
+        )
     try:
         dec = Decimal(value.strip() if isinstance(value, str) else value)
     except InvalidOperation as exc:
         raise LedgerParameterInvalid(f"{name}: {value!r} is not a decimal number") from exc
     if not dec.is_finite() or not 0 < dec <= _MAX_EPSILON:
-        raise LedgerParameterInvalid(f"{name}: must be finite, > 0 and <= {_MAX_EPSILON}, "
-                                     f"got {value!r}")
+        raise LedgerParameterInvalid(
+            f"{name}: must be finite, > 0 and <= {_MAX_EPSILON}, got {value!r}"
+        )
     return dec

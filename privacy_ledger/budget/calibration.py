@@ -37,8 +37,9 @@ _MIN_NOISE_MULTIPLIER = 0.05
 _RELATIVE_TOLERANCE = 1e-3
 
 
-def _check_plan(rounds: int, steps_per_round: int, sample_rate: float,
-                max_grad_norm: float) -> None:
+def _check_plan(
+    rounds: int, steps_per_round: int, sample_rate: float, max_grad_norm: float
+) -> None:
     for name, value in (("rounds", rounds), ("steps_per_round", steps_per_round)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LedgerParameterInvalid(f"{name}: must be an int >= 1, got {value!r}")
@@ -91,15 +92,20 @@ def calibrate(
     events = list(history)
 
     def fits(sigma: float) -> bool:
-        plan = MechanismEvent(noise_multiplier=sigma, sample_rate=float(sample_rate),
-                              steps=rounds * steps_per_round, delta=delta,
-                              max_grad_norm=float(max_grad_norm))
+        plan = MechanismEvent(
+            noise_multiplier=sigma,
+            sample_rate=float(sample_rate),
+            steps=rounds * steps_per_round,
+            delta=delta,
+            max_grad_norm=float(max_grad_norm),
+        )
         return acc.epsilon([*events, plan], delta=delta, accountant=accountant) <= target
 
     if target <= 0 or not fits(MAX_NOISE_MULTIPLIER):
         raise CalibrationImpossible(
             f"no noise multiplier <= {MAX_NOISE_MULTIPLIER} keeps epsilon within {target} "
-            f"for {rounds} rounds of {steps_per_round} steps at sample_rate {sample_rate}")
+            f"for {rounds} rounds of {steps_per_round} steps at sample_rate {sample_rate}"
+        )
     low, high = _MIN_NOISE_MULTIPLIER, 1.0
     while not fits(high):
         low, high = high, min(high * 2, MAX_NOISE_MULTIPLIER)
@@ -159,6 +165,13 @@ def calibrate_for_budget(
     room = limit - current
     if extra is not None:
         room = min(room, acc.parse_epsilon(extra))
-    return calibrate(history, target=current + room, delta=delta, accountant=accountant,
-                     rounds=rounds, steps_per_round=steps_per_round, sample_rate=sample_rate,
-                     max_grad_norm=max_grad_norm)
+    return calibrate(
+        history,
+        target=current + room,
+        delta=delta,
+        accountant=accountant,
+        rounds=rounds,
+        steps_per_round=steps_per_round,
+        sample_rate=sample_rate,
+        max_grad_norm=max_grad_norm,
+    )

@@ -58,21 +58,43 @@ def event_fields(event: MechanismEvent) -> dict[str, Any]:
     """Return the accountant inputs of ``event`` as canonical-JSON audit fields."""
     return {
         "noise_multiplier": audit_value(event.noise_multiplier),
-        "sample_rate": audit_value(event.sample_rate), "steps": event.steps,
+        "sample_rate": audit_value(event.sample_rate),
+        "steps": event.steps,
         "max_grad_norm": audit_value(event.max_grad_norm),
-        "delta": audit_value(event.delta), "mechanism": event.mechanism,
-        "sampler": event.sampler, "versions": dict(event.versions)}
+        "delta": audit_value(event.delta),
+        "mechanism": event.mechanism,
+        "sampler": event.sampler,
+        "versions": dict(event.versions),
+    }
 
 
-def new_row(budget: Budget, event: MechanismEvent, round_id: str | None,
-            projected: Decimal, now: float, ttl: float) -> PrivacyEventRow:
+def new_row(
+    budget: Budget,
+    event: MechanismEvent,
+    round_id: str | None,
+    projected: Decimal,
+    now: float,
+    ttl: float,
+) -> PrivacyEventRow:
     """Build the ``reserved`` row of a new reservation (random 128-bit id)."""
     return PrivacyEventRow(
-        id=secrets.token_hex(16), participant_id=budget.participant_id,
-        asset_id=budget.asset_id, round_id=round_id, state="reserved",
-        accountant=budget.accountant, noise_multiplier=float(event.noise_multiplier),
-        sample_rate=float(event.sample_rate), steps=int(event.steps),
-        max_grad_norm=float(event.max_grad_norm), delta=float(event.delta),
-        sampler=event.sampler, mechanism=event.mechanism, versions=dict(event.versions),
-        epsilon_projected=str(projected), released_anything=None, created_at=now,
-        expires_at=now + float(ttl), resolved_at=None)
+        id=secrets.token_hex(16),
+        participant_id=budget.participant_id,
+        asset_id=budget.asset_id,
+        round_id=round_id,
+        state="reserved",
+        accountant=budget.accountant,
+        noise_multiplier=float(event.noise_multiplier),
+        sample_rate=float(event.sample_rate),
+        steps=int(event.steps),
+        max_grad_norm=float(event.max_grad_norm),
+        delta=float(event.delta),
+        sampler=event.sampler,
+        mechanism=event.mechanism,
+        versions=dict(event.versions),
+        epsilon_projected=str(projected),
+        released_anything=None,
+        created_at=now,
+        expires_at=now + float(ttl),
+        resolved_at=None,
+    )

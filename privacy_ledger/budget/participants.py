@@ -42,7 +42,8 @@ def check_id(name: str, value: object) -> str:
     """
     if not isinstance(value, str) or not _ID.match(value):
         raise LedgerParameterInvalid(
-            f"{name}: {value!r} must be 1-128 characters of letters, digits, '._:@-'")
+            f"{name}: {value!r} must be 1-128 characters of letters, digits, '._:@-'"
+        )
     return value
 
 
@@ -77,8 +78,14 @@ class ParticipantRegistry:
             if callable(checkpoint):  # batch-signing logs sign a head when one is due
                 checkpoint(session)
 
-    def register_participant(self, participant_id: str, *, institution: str, kind: str,
-                             public_key_pem: bytes | None = None) -> None:
+    def register_participant(
+        self,
+        participant_id: str,
+        *,
+        institution: str,
+        kind: str,
+        public_key_pem: bytes | None = None,
+    ) -> None:
         """Register a participant; registering the same attributes again is a no-op.
 
         Parameters
@@ -104,19 +111,31 @@ class ParticipantRegistry:
         if public_key_pem is not None:
             if not isinstance(public_key_pem, bytes) or len(public_key_pem) > MAX_PUBLIC_KEY_PEM:
                 raise LedgerParameterInvalid(
-                    f"public_key_pem: must be bytes of at most {MAX_PUBLIC_KEY_PEM}")
+                    f"public_key_pem: must be bytes of at most {MAX_PUBLIC_KEY_PEM}"
+                )
             if not public_key_pem.lstrip().startswith(b"-----BEGIN PUBLIC KEY-----"):
                 raise LedgerParameterInvalid("public_key_pem: not a PEM 'PUBLIC KEY' block")
         with self._transaction() as session:
             known = session.get(Participant, participant_id)
             if known is None:
-                session.add(Participant(
-                    id=participant_id, institution=institution, kind=kind,
-                    public_key_pem=public_key_pem, status="active", created_at=self._clock()))
+                session.add(
+                    Participant(
+                        id=participant_id,
+                        institution=institution,
+                        kind=kind,
+                        public_key_pem=public_key_pem,
+                        status="active",
+                        created_at=self._clock(),
+                    )
+                )
             elif (known.institution, known.kind, known.public_key_pem) != (
-                    institution, kind, public_key_pem):
+                institution,
+                kind,
+                public_key_pem,
+            ):
                 raise ParticipantConflict(
-                    f"participant_id: {participant_id!r} is registered with other attributes")
+                    f"participant_id: {participant_id!r} is registered with other attributes"
+                )
 
     def set_participant_status(self, participant_id: str, status: str) -> None:
         """Set ``active`` or ``suspended`` (a suspended participant cannot reserve).
@@ -130,8 +149,7 @@ class ParticipantRegistry:
         with self._transaction() as session:
             self._require_participant(session, participant_id).status = status
 
-    def register_asset(self, participant_id: str, asset_id: str, *,
-                       description: str = "") -> None:
+    def register_asset(self, participant_id: str, asset_id: str, *, description: str = "") -> None:
         """Register a data asset of a participant (idempotent).
 
         Raises
@@ -144,8 +162,14 @@ class ParticipantRegistry:
         with self._transaction() as session:
             self._require_participant(session, participant_id)
             if session.get(DataAsset, (participant_id, asset_id)) is None:
-                session.add(DataAsset(participant_id=participant_id, asset_id=asset_id,
-                                      description=description, created_at=self._clock()))
+                session.add(
+                    DataAsset(
+                        participant_id=participant_id,
+                        asset_id=asset_id,
+                        description=description,
+                        created_at=self._clock(),
+                    )
+                )
 
     def _require_participant(self, session: Session, participant_id: str) -> Participant:
         check_id("participant_id", participant_id)
@@ -159,5 +183,6 @@ class ParticipantRegistry:
         asset = session.get(DataAsset, (participant_id, asset_id))
         if asset is None:
             raise AssetUnknown(
-                f"asset_id: participant {participant_id!r} has no asset {asset_id!r}")
+                f"asset_id: participant {participant_id!r} has no asset {asset_id!r}"
+            )
         return asset

@@ -60,8 +60,9 @@ class BudgetQueries(ParticipantRegistry):
         events = [r if isinstance(r, MechanismEvent) else event_of(r) for r in rows]
         return acc.epsilon(events, delta=budget.delta, accountant=budget.accountant)
 
-    def _totals(self, budget: Budget, committed: list[PrivacyEventRow],
-                reserved: list[PrivacyEventRow]) -> tuple[Decimal, Decimal]:
+    def _totals(
+        self, budget: Budget, committed: list[PrivacyEventRow], reserved: list[PrivacyEventRow]
+    ) -> tuple[Decimal, Decimal]:
         spent = self._eps(budget, committed)
         if not reserved:
             return spent, _ZERO
@@ -93,10 +94,17 @@ class BudgetQueries(ParticipantRegistry):
             else:
                 per_round.append(RoundEpsilon(row.round_id, after))
         return BudgetStatus(
-            participant_id=participant_id, asset_id=asset_id, accountant=budget.accountant,
-            delta=budget.delta, limit=limit, spent=spent, reserved=held,
-            remaining=max(_ZERO, limit - spent - held), active_reservations=len(reserved),
-            per_round=per_round)
+            participant_id=participant_id,
+            asset_id=asset_id,
+            accountant=budget.accountant,
+            delta=budget.delta,
+            limit=limit,
+            spent=spent,
+            reserved=held,
+            remaining=max(_ZERO, limit - spent - held),
+            active_reservations=len(reserved),
+            per_round=per_round,
+        )
 
     def budget_assets(self, participant_id: str) -> list[str]:
         """Return the asset ids of ``participant_id`` that have a budget, sorted.
@@ -108,8 +116,13 @@ class BudgetQueries(ParticipantRegistry):
         """
         with self._sessions() as session:
             self._require_participant(session, participant_id)
-            return list(session.execute(select(Budget.asset_id).where(
-                Budget.participant_id == participant_id).order_by(Budget.asset_id)).scalars())
+            return list(
+                session.execute(
+                    select(Budget.asset_id)
+                    .where(Budget.participant_id == participant_id)
+                    .order_by(Budget.asset_id)
+                ).scalars()
+            )
 
     def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
         """Epsilon of the committed history (rounded up)."""
@@ -118,15 +131,17 @@ class BudgetQueries(ParticipantRegistry):
             committed = self._rows(session, budget, "committed")
         return self._eps(budget, committed)
 
-    def events(self, participant_id: str, asset_id: str, *,
-               states: Sequence[str] | None = None) -> list[Reservation]:
+    def events(
+        self, participant_id: str, asset_id: str, *, states: Sequence[str] | None = None
+    ) -> list[Reservation]:
         """Return the stored privacy events of one budget (all states unless ``states``).
 
         A restarted participant finds its unresolved work with
         ``states=("reserved",)`` and resumes it by id.
         """
-        wanted = tuple(states) if states is not None else (
-            "reserved", "committed", "aborted", "expired")
+        wanted = (
+            tuple(states) if states is not None else ("reserved", "committed", "aborted", "expired")
+        )
         with self._sessions() as session:
             budget = self._get_budget(session, participant_id, asset_id)
             rows = self._rows(session, budget, *wanted)
@@ -138,9 +153,17 @@ class BudgetQueries(ParticipantRegistry):
             raise BudgetNotSet(f"participant {participant_id!r}, asset {asset_id!r}: no budget set")
         return budget
 
-    def calibrate_noise(self, participant_id: str, asset_id: str, *, rounds: int,
-                        steps_per_round: int, sample_rate: float, max_grad_norm: float,
-                        epsilon: str | Decimal | None = None) -> float:
+    def calibrate_noise(
+        self,
+        participant_id: str,
+        asset_id: str,
+        *,
+        rounds: int,
+        steps_per_round: int,
+        sample_rate: float,
+        max_grad_norm: float,
+        epsilon: str | Decimal | None = None,
+    ) -> float:
         """Smallest noise multiplier keeping history + the plan within the budget.
 
         Unlike Opacus' ``make_private_with_epsilon`` (empty history), this
@@ -170,7 +193,13 @@ class BudgetQueries(ParticipantRegistry):
             budget = self._get_budget(session, participant_id, asset_id)
             history = self._rows(session, budget, "committed", "reserved")
         return calibrate_for_budget(
-            [event_of(r) for r in history], limit=Decimal(budget.epsilon_limit), extra=epsilon,
-            delta=budget.delta, accountant=budget.accountant, rounds=rounds,
-            steps_per_round=steps_per_round, sample_rate=sample_rate,
-            max_grad_norm=max_grad_norm)
+            [event_of(r) for r in history],
+            limit=Decimal(budget.epsilon_limit),
+            extra=epsilon,
+            delta=budget.delta,
+            accountant=budget.accountant,
+            rounds=rounds,
+            steps_per_round=steps_per_round,
+            sample_rate=sample_rate,
+            max_grad_norm=max_grad_norm,
+        )

@@ -94,41 +94,63 @@ class PrivacyLedger(BudgetQueries):
             found, wanted = current_revision(engine), head_revision()
             if found != wanted:
                 engine.dispose()
-                raise SchemaOutdated(f"url: database at revision {found!r}, code needs "
-                                     f"{wanted!r}; open it with create=True to migrate")
+                raise SchemaOutdated(
+                    f"url: database at revision {found!r}, code needs "
+                    f"{wanted!r}; open it with create=True to migrate"
+                )
         return cls(engine, audit=audit, clock=clock)
 
     def _expire_locked(self, session: Session, budget: Budget, now: float) -> int:
         rows = [r for r in self._rows(session, budget, "reserved") if r.expires_at <= now]
         for row in rows:
             row.state, row.resolved_at = "expired", now
-            self._emit(session, "budget.expired", self._subject(row), {
-                "reservation": row.id, "round": row.round_id, "expires_at": audit_value(
-                    row.expires_at), "epsilon_projected": Decimal(row.epsilon_projected)})
+            self._emit(
+                session,
+                "budget.expired",
+                self._subject(row),
+                {
+                    "reservation": row.id,
+                    "round": row.round_id,
+                    "expires_at": audit_value(row.expires_at),
+                    "epsilon_projected": Decimal(row.epsilon_projected),
+                },
+            )
             logger.info("reservation %s expired (nothing released)", row.id)
         if rows:
             budget.version += 1
         return len(rows)
 
-    def _load_for_update(self, session: Session, reservation_id: str) -> tuple[
-            PrivacyEventRow, Budget]:
+    def _load_for_update(
+        self, session: Session, reservation_id: str
+    ) -> tuple[PrivacyEventRow, Budget]:
         if not isinstance(reservation_id, str) or not reservation_id:
             raise LedgerParameterInvalid("reservation_id: must be a non-empty string")
         key = session.execute(
             select(PrivacyEventRow.participant_id, PrivacyEventRow.asset_id).where(
-                PrivacyEventRow.id == reservation_id)).one_or_none()
+                PrivacyEventRow.id == reservation_id
+            )
+        ).one_or_none()
         if key is None:
             raise ReservationUnknown(f"reservation_id: {reservation_id!r} does not exist")
         budget = self._lock_budget(session, key[0], key[1])
         row = session.execute(
-            select(PrivacyEventRow).where(PrivacyEventRow.id == reservation_id)
-            .execution_options(populate_existing=True)).scalar_one()
+            select(PrivacyEventRow)
+            .where(PrivacyEventRow.id == reservation_id)
+            .execution_options(populate_existing=True)
+        ).scalar_one()
         return row, budget
 
     # -- budgets ----------------------------------------------------------------
 
-    def set_budget(self, participant_id: str, asset_id: str, *, epsilon: str | Decimal,
-                   delta: float, accountant: str = "rdp") -> None:
+    def set_budget(
+        self,
+        participant_id: str,
+        asset_id: str,
+        *,
+        epsilon: str | Decimal,
+        delta: float,
+        accountant: str = "rdp",
+    ) -> None:
         """Create or change the (epsilon, delta) budget of one participant's asset.
 
         Parameters
@@ -153,23 +175,47 @@ class PrivacyLedger(BudgetQueries):
         now = self._clock()
         with self._transaction() as session:
             self._require_asset(session, participant_id, asset_id)
-            budget = session.execute(select(Budget).where(
-                Budget.participant_id == participant_id, Budget.asset_id == asset_id)
-                .with_for_update()).scalar_one_or_none()
+            budget = session.execute(
+                select(Budget)
+                .where(Budget.participant_id == participant_id, Budget.asset_id == asset_id)
+                .with_for_update()
+            ).scalar_one_or_none()
             previous = None if budget is None else budget.epsilon_limit
             if budget is None:
-                budget = Budget(participant_id=participant_id, asset_id=asset_id, version=0,
-                                created_at=now, epsilon_limit="0", delta=0.5, accountant="rdp")
+                budget = Budget(
+                    participant_id=participant_id,
+                    asset_id=asset_id,
+                    version=0,
+                    created_at=now,
+                    epsilon_limit="0",
+                    delta=0.5,
+                    accountant="rdp",
+                )
                 session.add(budget)
             budget.epsilon_limit, budget.delta = format(limit, "f"), float(delta)
             budget.accountant, budget.updated_at = accountant, now
             budget.version += 1
-            self._emit(session, "budget.set", self._subject(budget), {
-                "epsilon_limit": limit, "delta": audit_value(delta), "accountant": accountant,
-                "previous_limit": None if previous is None else Decimal(previous)})
+            self._emit(
+                session,
+                "budget.set",
+                self._subject(budget),
+                {
+                    "epsilon_limit": limit,
+                    "delta": audit_value(delta),
+                    "accountant": accountant,
+                    "previous_limit": None if previous is None else Decimal(previous),
+                },
+            )
 
-    def reserve(self, participant_id: str, asset_id: str, event: MechanismEvent, *,
-                round_id: str | None = None, ttl_seconds: float = 3600) -> Reservation:
+    def reserve(
+        self,
+        participant_id: str,
+        asset_id: str,
+        event: MechanismEvent,
+        *,
+        round_id: str | None = None,
+        ttl_seconds: float = 3600,
+    ) -> Reservation:
         """Reserve the epsilon of a planned mechanism event, or refuse.
 
         Parameters
@@ -200,18 +246,26 @@ class PrivacyLedger(BudgetQueries):
             raise LedgerParameterInvalid(f"event: expected a MechanismEvent, got {event!r}")
         if round_id is not None:
             check_id("round_id", round_id)
-        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float) or not (
-                0 < ttl_seconds < 1e9):
+        if (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, int | float)
+            or not (0 < ttl_seconds < 1e9)
+        ):
             raise LedgerParameterInvalid(f"ttl_seconds: must be > 0, got {ttl_seconds!r}")
         now = self._clock()
         with self._transaction() as session:
             budget = self._lock_budget(session, participant_id, asset_id)
             participant = session.get(Participant, participant_id)
             if participant is not None and participant.status != "active":
-                self._emit(session, "budget.refused", self._subject(budget), {
-                    "round": round_id, "reason": "participant suspended", **event_fields(event)})
+                self._emit(
+                    session,
+                    "budget.refused",
+                    self._subject(budget),
+                    {"round": round_id, "reason": "participant suspended", **event_fields(event)},
+                )
                 outcome: Reservation | LedgerError = ParticipantSuspended(
-                    f"participant {participant_id!r} is suspended")
+                    f"participant {participant_id!r} is suspended"
+                )
             else:
                 outcome = self._reserve_locked(session, budget, event, round_id, now, ttl_seconds)
         if isinstance(outcome, LedgerError):  # refusals commit their audit entry, then raise
@@ -219,9 +273,15 @@ class PrivacyLedger(BudgetQueries):
             raise outcome
         return outcome
 
-    def _reserve_locked(self, session: Session, budget: Budget, event: MechanismEvent,
-                        round_id: str | None, now: float,
-                        ttl_seconds: float) -> Reservation | BudgetExceeded:
+    def _reserve_locked(
+        self,
+        session: Session,
+        budget: Budget,
+        event: MechanismEvent,
+        round_id: str | None,
+        now: float,
+        ttl_seconds: float,
+    ) -> Reservation | BudgetExceeded:
         self._expire_locked(session, budget, now)
         committed = self._rows(session, budget, "committed")
         reserved = self._rows(session, budget, "reserved")
@@ -229,8 +289,13 @@ class PrivacyLedger(BudgetQueries):
         projected = self._eps(budget, [*committed, *reserved, event])
         limit = Decimal(budget.epsilon_limit)
         fields: dict[str, Any] = {
-            "round": round_id, "limit": limit, "spent": spent, "reserved": held,
-            "epsilon_projected": audit_value(projected), **event_fields(event)}
+            "round": round_id,
+            "limit": limit,
+            "spent": spent,
+            "reserved": held,
+            "epsilon_projected": audit_value(projected),
+            **event_fields(event),
+        }
         if projected > limit:
             requested = projected - spent - held
             self._emit(session, "budget.refused", self._subject(budget), fields)
@@ -238,13 +303,18 @@ class PrivacyLedger(BudgetQueries):
                 f"participant {budget.participant_id!r}, asset {budget.asset_id!r}: projected "
                 f"epsilon {projected} exceeds limit {limit} (spent {spent}, reserved {held}, "
                 f"requested {requested})",
-                limit=limit, spent=spent, reserved=held, requested=requested)
+                limit=limit,
+                spent=spent,
+                reserved=held,
+                requested=requested,
+            )
         row = new_row(budget, event, round_id, projected, now, ttl_seconds)
         session.add(row)
         budget.version += 1
         session.flush()
-        self._emit(session, "budget.reserved", self._subject(budget),
-                   {"reservation": row.id, **fields})
+        self._emit(
+            session, "budget.reserved", self._subject(budget), {"reservation": row.id, **fields}
+        )
         return reservation_of(row)
 
     # -- resolution -------------------------------------------------------------
@@ -304,8 +374,8 @@ class PrivacyLedger(BudgetQueries):
                     return
                 if row.state == "committed":
                     raise ReservationNotActive(
-                        f"reservation {row.id!r} is committed; a committed charge is never "
-                        "refunded")
+                        f"reservation {row.id!r} is committed; a committed charge is never refunded"
+                    )
                 row.state, row.resolved_at, row.released_anything = "aborted", now, False
                 budget.version += 1
                 self._emit(session, "budget.aborted", subject, base)
@@ -323,16 +393,28 @@ class PrivacyLedger(BudgetQueries):
                 if over_limit and released_anything is None:
                     refusal = ReservationExpired(
                         f"reservation {row.id!r} expired and no longer fits: projected "
-                        f"epsilon {projected} > limit {budget.epsilon_limit}; release nothing")
-                    self._emit(session, "budget.refused", subject, {
-                        **base, "epsilon_projected": audit_value(projected),
-                        "limit": Decimal(budget.epsilon_limit)})
+                        f"epsilon {projected} > limit {budget.epsilon_limit}; release nothing"
+                    )
+                    self._emit(
+                        session,
+                        "budget.refused",
+                        subject,
+                        {
+                            **base,
+                            "epsilon_projected": audit_value(projected),
+                            "limit": Decimal(budget.epsilon_limit),
+                        },
+                    )
             if refusal is None:
                 row.state, row.resolved_at = "committed", now
                 row.released_anything = bool(released_anything)
                 budget.version += 1
-                self._emit(session, "budget.committed", subject, {
-                    **base, "after_release": bool(released_anything), "over_limit": over_limit})
+                self._emit(
+                    session,
+                    "budget.committed",
+                    subject,
+                    {**base, "after_release": bool(released_anything), "over_limit": over_limit},
+                )
                 if over_limit:
                     logger.warning("reservation %s committed over the limit after release", row.id)
         if refusal is not None:
@@ -350,7 +432,8 @@ class PrivacyLedger(BudgetQueries):
             keys = session.execute(
                 select(PrivacyEventRow.participant_id, PrivacyEventRow.asset_id)
                 .where(PrivacyEventRow.state == "reserved", PrivacyEventRow.expires_at <= at)
-                .distinct()).all()
+                .distinct()
+            ).all()
         expired = 0
         for participant_id, asset_id in keys:
             with self._transaction() as session:

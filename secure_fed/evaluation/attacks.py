@@ -121,7 +121,9 @@ class Attack:
         return np.clip(sent, -self.bound, self.bound).astype(np.float32)
 
 
-def make_attack(kind: str, *, strength: float | None = None, bound: float = 8.0, seed: int = 0) -> Attack:  # noqa: E501
+def make_attack(
+    kind: str, *, strength: float | None = None, bound: float = 8.0, seed: int = 0
+) -> Attack:
     """Build a registered attack.
 
     Raises

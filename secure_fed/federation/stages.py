@@ -191,10 +191,12 @@ class RoundState:
             "config": self.config.to_dict(),
             "stage": self.stage.value,
             "uploads": {
-                pid: {**{k: v for k, v in vars(u).items() if k != "payload"},
-                      "payload": base64.b64encode(u.payload).decode("ascii")}
+                pid: {
+                    **{k: v for k, v in vars(u).items() if k != "payload"},
+                    "payload": base64.b64encode(u.payload).decode("ascii"),
+                }
                 for pid, u in self.uploads.items()
-            },  # fmt: skip
+            },
             "scores": self.scores,
             "excluded": self.excluded,
             "decisions": self.decisions,

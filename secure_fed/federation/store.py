@@ -61,8 +61,12 @@ class LedgerRoundStore:
         rid, key = state.round_id, self._key(state.round_id)
         if self._stages.get(rid) is not None:  # evidence first: the round row must exist
             self._record_uploads(state)
-        self.rounds.save(key, stage=state.stage.value, state=state.to_dict(),
-                         expected_stage=self._stages.get(rid))  # fmt: skip
+        self.rounds.save(
+            key,
+            stage=state.stage.value,
+            state=state.to_dict(),
+            expected_stage=self._stages.get(rid),
+        )
         self._stages[rid] = state.stage.value
 
     def _record_uploads(self, state: RoundState) -> None:
@@ -76,9 +80,13 @@ class LedgerRoundStore:
                 continue
             try:
                 self.rounds.record_upload(
-                    key, pid, digest=sm3_digest(upload.payload).hex(),
-                    size=len(upload.payload), kind=state.config.mode, shape=shape,
-                )  # fmt: skip
+                    key,
+                    pid,
+                    digest=sm3_digest(upload.payload).hex(),
+                    size=len(upload.payload),
+                    kind=state.config.mode,
+                    shape=shape,
+                )
             except IntegrityError:
                 raise UploadParticipantUnknown(
                     f"participant {pid!r} is not registered in the ledger"

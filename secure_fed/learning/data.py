@@ -151,8 +151,9 @@ def _fashion_mnist() -> tuple[np.ndarray, np.ndarray, bool]:
     files = {f.name: f for f in _installed_files(FASHION_PACKAGE)}
     xs, ys = [], []
     for prefix in ("train", "t10k"):
-        images, labels = files.get(f"{prefix}-images-idx3-ubyte.gz"), files.get(
-            f"{prefix}-labels-idx1-ubyte.gz"
+        images, labels = (
+            files.get(f"{prefix}-images-idx3-ubyte.gz"),
+            files.get(f"{prefix}-labels-idx1-ubyte.gz"),
         )
         if images is None or labels is None:
             raise DatasetUnavailable(f"{FASHION_PACKAGE} lacks the {prefix} idx files")

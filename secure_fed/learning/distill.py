@@ -239,9 +239,17 @@ def kl_to_targets(
     return float(_kl_loss(logits, targets, temperature))
 
 
-def _kl_epochs(student: nn.Module, public_x: np.ndarray, targets: torch.Tensor,
-               temperature: float, weight: float, epochs: int, lr: float, batch_size: int,
-               seed: int) -> None:
+def _kl_epochs(
+    student: nn.Module,
+    public_x: np.ndarray,
+    targets: torch.Tensor,
+    temperature: float,
+    weight: float,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> None:
     xt = torch.as_tensor(np.ascontiguousarray(public_x, dtype=np.float32))
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(student.parameters(), lr=lr, momentum=0.9)
@@ -304,8 +312,17 @@ def distill(
     with _public_training(model) as student:
         _check_classes(student, public_x, targets)
         if weight > 0:
-            _kl_epochs(student, public_x, targets, temperature, weight, int(epochs), lr,
-                       int(batch_size), seed)
+            _kl_epochs(
+                student,
+                public_x,
+                targets,
+                temperature,
+                weight,
+                int(epochs),
+                lr,
+                int(batch_size),
+                seed,
+            )
         final = weight * kl_to_targets(student, public_x, soft_targets, temperature=temperature)
     logger.debug("distilled at T=%.3f, weight %.3f: loss %.5f", temperature, weight, final)
     return float(final)

@@ -55,6 +55,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, kw_only=True)
 class DPGoal:
     """What a participant wants: "epsilon 8 at delta 1e-5 over 10 rounds".
@@ -366,36 +367,52 @@ class PrivateTrainer:
         refused = refusal_errors()
         remaining = self.goal.rounds - self.rounds_trained
         if remaining < 1:
-            reason = (f"the goal's {self.goal.rounds} private round(s) are done; state a new "
-                      "goal to train further")
+            reason = (
+                f"the goal's {self.goal.rounds} private round(s) are done; state a new "
+                "goal to train further"
+            )
             return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
-        room = self.goal.epsilon - float(self.budget.epsilon_spent(self.participant_id,
-                                                                   self.asset_id))
+        room = self.goal.epsilon - float(
+            self.budget.epsilon_spent(self.participant_id, self.asset_id)
+        )
         if room < _MIN_ROOM:
-            reason = (f"the goal's epsilon {self.goal.epsilon:g} is already spent by this "
-                      f"asset's history; no further private training")
+            reason = (
+                f"the goal's epsilon {self.goal.epsilon:g} is already spent by this "
+                f"asset's history; no further private training"
+            )
             return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
         try:
             sigma = self.budget.calibrate_noise(
-                self.participant_id, self.asset_id, rounds=remaining,
-                steps_per_round=self.steps, sample_rate=self.sample_rate,
-                max_grad_norm=self.max_grad_norm, epsilon=_decimal_floor(room),
+                self.participant_id,
+                self.asset_id,
+                rounds=remaining,
+                steps_per_round=self.steps,
+                sample_rate=self.sample_rate,
+                max_grad_norm=self.max_grad_norm,
+                epsilon=_decimal_floor(room),
             )
             if sigma > self.max_noise_multiplier:
-                reason = (f"the budget left needs noise multiplier {sigma:.4g} > "
-                          f"max_noise_multiplier {self.max_noise_multiplier:g}; training "
-                          "would only add noise, so nothing is trained or spent")
+                reason = (
+                    f"the budget left needs noise multiplier {sigma:.4g} > "
+                    f"max_noise_multiplier {self.max_noise_multiplier:g}; training "
+                    "would only add noise, so nothing is trained or spent"
+                )
                 return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
             event = MechanismEvent(
-                noise_multiplier=sigma, sample_rate=self.sample_rate, steps=self.steps,
-                delta=self.goal.delta, max_grad_norm=self.max_grad_norm, versions=_VERSIONS,
+                noise_multiplier=sigma,
+                sample_rate=self.sample_rate,
+                steps=self.steps,
+                delta=self.goal.delta,
+                max_grad_norm=self.max_grad_norm,
+                versions=_VERSIONS,
             )
             reservation = self.budget.reserve(
                 self.participant_id, self.asset_id, event, round_id=round_id
             )
         except refused as exc:
-            logger.warning("participant %s refused in round %s: %s", self.participant_id,
-                           round_id, exc)
+            logger.warning(
+                "participant %s refused in round %s: %s", self.participant_id, round_id, exc
+            )
             return self._report(round_id, trained=False, refused_reason=str(exc), sigma=0.0)
         reservation_id = reservation.id
         snapshot = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -417,21 +434,34 @@ class PrivateTrainer:
         self.rounds_trained += 1
         return self._report(round_id, trained=True, refused_reason=None, sigma=sigma, loss=loss)
 
-    def _report(self, round_id: str, *, trained: bool, refused_reason: str | None,
-                sigma: float, loss: float = float("nan")) -> TrainReport:
+    def _report(
+        self,
+        round_id: str,
+        *,
+        trained: bool,
+        refused_reason: str | None,
+        sigma: float,
+        loss: float = float("nan"),
+    ) -> TrainReport:
         spent = float(self.budget.epsilon_spent(self.participant_id, self.asset_id))
         return TrainReport(
-            round_id=round_id, trained=trained, refused_reason=refused_reason,
-            noise_multiplier=sigma, sample_rate=self.sample_rate,
-            steps=self.steps if trained else 0, max_grad_norm=self.max_grad_norm,
-            epsilon_spent=spent, loss=loss,
+            round_id=round_id,
+            trained=trained,
+            refused_reason=refused_reason,
+            noise_multiplier=sigma,
+            sample_rate=self.sample_rate,
+            steps=self.steps if trained else 0,
+            max_grad_norm=self.max_grad_norm,
+            epsilon_spent=spent,
+            loss=loss,
         )
 
     def _run(self, sigma: float) -> float:
         """One round of Opacus DP-SGD on the private data; returns the mean loss."""
         xt, yt = _tensors(self.x, self.y)
-        loader = DataLoader(TensorDataset(xt, yt), batch_size=self.batch_size,
-                            generator=fresh_generator())
+        loader = DataLoader(
+            TensorDataset(xt, yt), batch_size=self.batch_size, generator=fresh_generator()
+        )
         optimizer = torch.optim.SGD(
             self.model.parameters(), lr=self.lr / self.max_grad_norm, momentum=0.9
         )
@@ -442,13 +472,20 @@ class PrivateTrainer:
             self._layer_norms if self.clipping == "per_layer" else self.max_grad_norm
         )
         private, dp_optimizer, dp_loader = engine.make_private(
-            module=self.model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
-            max_grad_norm=norm, poisson_sampling=True, clipping=self.clipping,
+            module=self.model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=norm,
+            poisson_sampling=True,
+            clipping=self.clipping,
             noise_generator=fresh_generator(),
         )
         try:
-            if not (getattr(dp_loader, "sample_rate", None) == self.sample_rate
-                    and len(dp_loader) == int(1 / self.sample_rate)):
+            if not (
+                getattr(dp_loader, "sample_rate", None) == self.sample_rate
+                and len(dp_loader) == int(1 / self.sample_rate)
+            ):
                 raise PrivateTrainingFailed(
                     "Opacus' Poisson plan differs from the reserved one (sample rate "
                     f"{getattr(dp_loader, 'sample_rate', None)} vs {self.sample_rate})"
@@ -461,8 +498,12 @@ class PrivateTrainer:
             self.model.zero_grad(set_to_none=True)
 
 
-def _dp_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
-              loader: DataLoader[tuple[torch.Tensor, ...]], steps: int) -> float:
+def _dp_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader[tuple[torch.Tensor, ...]],
+    steps: int,
+) -> float:
     """Run exactly ``steps`` DP-SGD steps, cycling over Poisson-sampled passes."""
     model.train()
     losses: list[float] = []

@@ -43,8 +43,15 @@ def test_models_and_migrations_agree(db_url: str) -> None:
             diff = compare_metadata(ctx, ledger_metadata())
         assert diff == []
         tables = set(inspect(engine).get_table_names())
-        expected = {"participants", "data_assets", "budgets", "privacy_events", "rounds",
-                    "uploads", "decryption_requests"}
+        expected = {
+            "participants",
+            "data_assets",
+            "budgets",
+            "privacy_events",
+            "rounds",
+            "uploads",
+            "decryption_requests",
+        }
         assert expected <= tables
     finally:
         engine.dispose()

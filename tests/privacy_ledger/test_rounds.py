@@ -19,12 +19,14 @@ def test_round_state_and_evidence(ledger: PrivacyLedger) -> None:
     assert (loaded.stage, loaded.state) == ("aggregate", {"received": ["h1"]})
     with pytest.raises(RoundUnknown, match="expected stage 'collect'"):
         store.save("r1", stage="decrypt", state={}, expected_stage="collect")
-    store.record_upload("r1", "h1", digest="AB" * 32, size=4096, kind="ckks_scores",
-                        shape=[128, 10])
+    store.record_upload(
+        "r1", "h1", digest="AB" * 32, size=4096, kind="ckks_scores", shape=[128, 10]
+    )
     [upload] = store.uploads("r1")
     assert (upload.digest, upload.size, upload.shape) == ("ab" * 32, 4096, [128, 10])
-    store.record_decryption("r1", requester="keyauthority", kind="aggregate",
-                            what="sum of scores", aggregate_size=1280)
+    store.record_decryption(
+        "r1", requester="keyauthority", kind="aggregate", what="sum of scores", aggregate_size=1280
+    )
     assert [d.requester for d in store.decryptions("r1")] == ["keyauthority"]
 
 

@@ -55,25 +55,34 @@ def _frame(magic: bytes, head: bytes, payload: bytes = b"xyz", *, version: int =
 
 
 @pytest.mark.parametrize("kind", [UPLOAD, HELPER_REQUEST], ids=["participant", "server"])
-@pytest.mark.parametrize(("data", "limit", "fragment"), [
-    ("text", None, "must be bytes"),
-    (_frame(b"SFUP", b'{"a":1}'), 10, "over the limit"),
-    (b"SFXX" + bytes(20), None, "does not start with"),
-    (b"SF", None, "does not start with"),
-    ("version 1", None, "version 1 is not supported"),
-    ("unversioned", None, "version 0 is not supported"),
-    ("long header", None, "header length"),
-    ("spaces", None, "not in canonical form"),
-    ("unsorted", None, "not in canonical form"),
-    ("float", None, "float literal"),
-    ("duplicate", None, "duplicate key"),
-    ("list", None, "must be a JSON object"),
-    ("short payload", None, "payload is 2 bytes, header says 3"),
-])
-def test_each_defect_raises_the_kinds_error(kind: MessageKind, data: object, limit: int | None,
-                                            fragment: str) -> None:
-    heads = {"spaces": b'{"a": 1}', "unsorted": b'{"b":1,"a":2}', "float": b'{"a":1.5}',
-             "duplicate": b'{"a":1,"a":2}', "list": b"[1]"}
+@pytest.mark.parametrize(
+    ("data", "limit", "fragment"),
+    [
+        ("text", None, "must be bytes"),
+        (_frame(b"SFUP", b'{"a":1}'), 10, "over the limit"),
+        (b"SFXX" + bytes(20), None, "does not start with"),
+        (b"SF", None, "does not start with"),
+        ("version 1", None, "version 1 is not supported"),
+        ("unversioned", None, "version 0 is not supported"),
+        ("long header", None, "header length"),
+        ("spaces", None, "not in canonical form"),
+        ("unsorted", None, "not in canonical form"),
+        ("float", None, "float literal"),
+        ("duplicate", None, "duplicate key"),
+        ("list", None, "must be a JSON object"),
+        ("short payload", None, "payload is 2 bytes, header says 3"),
+    ],
+)
+def test_each_defect_raises_the_kinds_error(
+    kind: MessageKind, data: object, limit: int | None, fragment: str
+) -> None:
+    heads = {
+        "spaces": b'{"a": 1}',
+        "unsorted": b'{"b":1,"a":2}',
+        "float": b'{"a":1.5}',
+        "duplicate": b'{"a":1,"a":2}',
+        "list": b"[1]",
+    }
     m = kind.magic
     if data in heads:
         data = _frame(m, heads[str(data)])
@@ -120,8 +129,11 @@ def test_only_integers_and_plain_decimals_are_numbers(value: object) -> None:
 
 
 def test_arrays_check_dtype_shape_and_length() -> None:
-    for dtype, arr in (("f8", np.arange(6.0)), ("u8", np.arange(6, dtype=np.uint64)),
-                       ("f4", np.arange(6, dtype=np.float32))):
+    for dtype, arr in (
+        ("f8", np.arange(6.0)),
+        ("u8", np.arange(6, dtype=np.uint64)),
+        ("f4", np.arange(6, dtype=np.float32)),
+    ):
         meta, raw = encode_array(arr.reshape(2, 3), dtype)
         np.testing.assert_array_equal(decode_array(meta, raw), arr.reshape(2, 3))
     meta, raw = encode_array(np.arange(6.0).reshape(2, 3))

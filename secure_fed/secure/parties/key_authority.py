@@ -240,7 +240,7 @@ class KeyAuthority:
         self, values: np.ndarray, ids: Sequence[str], header: dict[str, object], round_id: int
     ) -> np.ndarray:
         dp, gate = self.central_dp, self.budget
-        assert dp is not None and gate is not None  # noqa: S101 (checked in __post_init__)
+        assert dp is not None and gate is not None
         bound = number_from_wire(header.get("bound"))  # decimal strings on the wire
         max_weight = number_from_wire(header.get("max_weight"))
         sens = central_sensitivity(size=values.size, bound=bound, max_weight=max_weight)

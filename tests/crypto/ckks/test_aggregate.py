@@ -40,14 +40,16 @@ def test_integer_weights_sum_exactly_and_round_each(raw: list[float]) -> None:
     assert all(abs(i - x * 2**20) < 1.0 for i, x in zip(ints, w, strict=True))
 
 
-def _uploads(keys: KeyAuthorityKeys, rng: np.random.Generator, n: int = 3000, c: int = 3,
-             p: int = 10) -> tuple[list[np.ndarray], list]:
+def _uploads(
+    keys: KeyAuthorityKeys, rng: np.random.Generator, n: int = 3000, c: int = 3, p: int = 10
+) -> tuple[list[np.ndarray], list]:
     xs = [rng.uniform(-8, 8, size=(n, c)) for _ in range(p)]
     return xs, [pack_class_major(keys.public_context, x) for x in xs]
 
 
-def test_weighted_sum_meets_error_target(agg_keys: KeyAuthorityKeys,
-                                         rng: np.random.Generator) -> None:
+def test_weighted_sum_meets_error_target(
+    agg_keys: KeyAuthorityKeys, rng: np.random.Generator
+) -> None:
     xs, ups = _uploads(agg_keys, rng)
     w = rng.dirichlet(np.ones(len(xs)))
     agg = weighted_sum(ups, w.tolist())
@@ -67,8 +69,7 @@ def test_weighted_sum_meets_error_target(agg_keys: KeyAuthorityKeys,
     assert err > raw_err  # flooding noise was added
 
 
-def test_strict_preset_meets_the_same_target_with_tiny_ckks_error(
-        rng: np.random.Generator) -> None:
+def test_strict_preset_meets_the_same_target_with_tiny_ckks_error(rng: np.random.Generator) -> None:
     from crypto.ckks import PRESETS
 
     keys = generate_keys("CKKS_AGGREGATION_STRICT")
@@ -106,8 +107,9 @@ def test_extreme_inputs_and_weights_do_not_wrap(agg_keys: KeyAuthorityKeys) -> N
         ([1.0], "one value per upload"),
     ],
 )
-def test_bad_weights_refused(agg_keys: KeyAuthorityKeys, weights: list[float],
-                             fragment: str) -> None:
+def test_bad_weights_refused(
+    agg_keys: KeyAuthorityKeys, weights: list[float], fragment: str
+) -> None:
     ups = [pack_class_major(agg_keys.public_context, np.zeros((3, 2))) for _ in range(2)]
     with pytest.raises(ParameterInvalid, match=fragment):
         weighted_sum(ups, weights)

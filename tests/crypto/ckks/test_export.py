@@ -24,8 +24,9 @@ def sealed_with_passphrase(agg_keys: KeyAuthorityKeys) -> bytes:
     return export_secret_key_encrypted(agg_keys, passphrase=PASS)
 
 
-def test_passphrase_roundtrip_restores_the_epoch(agg_keys: KeyAuthorityKeys,
-                                                 sealed_with_passphrase: bytes) -> None:
+def test_passphrase_roundtrip_restores_the_epoch(
+    agg_keys: KeyAuthorityKeys, sealed_with_passphrase: bytes
+) -> None:
     restored = import_secret_key_encrypted(sealed_with_passphrase, passphrase=PASS)
     assert restored.fingerprint == agg_keys.fingerprint
     pub = agg_keys.public_context
@@ -69,8 +70,9 @@ def test_wrong_passphrase_and_tampering_fail(sealed_with_passphrase: bytes) -> N
         ({"key": b"k" * 15}, "key must be 16 bytes"),
     ],
 )
-def test_export_refusals(agg_keys: KeyAuthorityKeys, kwargs: dict[str, object],
-                         fragment: str) -> None:
+def test_export_refusals(
+    agg_keys: KeyAuthorityKeys, kwargs: dict[str, object], fragment: str
+) -> None:
     with pytest.raises(KeyExportRefused, match=fragment) as info:
         export_secret_key_encrypted(agg_keys, **kwargs)  # type: ignore[arg-type]
     assert info.value.code == "CRYPTO_KEY_EXPORT_REFUSED"
@@ -93,8 +95,9 @@ def test_export_needs_a_key_handle() -> None:
 
 def test_scoring_roundtrip_keeps_evaluation_keys_and_epoch(score_keys: KeyAuthorityKeys) -> None:
     key = SM4GCM.generate_key()
-    restored = import_secret_key_encrypted(export_secret_key_encrypted(score_keys, key=key),
-                                           key=key)
+    restored = import_secret_key_encrypted(
+        export_secret_key_encrypted(score_keys, key=key), key=key
+    )
     assert restored.fingerprint == score_keys.fingerprint
     assert restored.public_context.data == score_keys.public_context.data
     ups = [pack_class_major(score_keys.public_context, np.full((6, 2), v)) for v in (1.0, 2.0)]
@@ -113,8 +116,10 @@ def test_secret_key_must_match_the_public_context(agg_keys: KeyAuthorityKeys) ->
 def test_authenticated_but_malformed_payload_is_refused(agg_keys: KeyAuthorityKeys) -> None:
     key = SM4GCM.generate_key()
     header = export_mod._HEADER.pack(b"SFCKSK1", 0, 0, 0, 0, b"\0" * 16, 1, agg_keys.fingerprint)
-    for payload, fragment in [(b"\xff\xff\xff\xff" + b"x" * 10, "length prefix"),
-                              (b"\0\0\0\x03abcdef", "does not parse")]:
+    for payload, fragment in [
+        (b"\xff\xff\xff\xff" + b"x" * 10, "length prefix"),
+        (b"\0\0\0\x03abcdef", "does not parse"),
+    ]:
         blob = header + SM4GCM(key).encrypt(payload, associated_data=header)
         with pytest.raises(KeyInvalid, match=fragment):
             import_secret_key_encrypted(blob, key=key)

@@ -40,8 +40,9 @@ def test_handles_cannot_be_built_directly(agg_keys: KeyAuthorityKeys) -> None:
 
 
 def test_unknown_preset_refused() -> None:
-    with pytest.raises(ParameterInvalid,
-                       match="allowed: CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING"):
+    with pytest.raises(
+        ParameterInvalid, match="allowed: CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING"
+    ):
         generate_keys("CKKS_BIG")
 
 
@@ -61,8 +62,11 @@ def test_scoring_context_carries_relin_and_galois_keys(score_keys: KeyAuthorityK
 
 
 def test_public_holder_cannot_decrypt(agg_keys: KeyAuthorityKeys) -> None:
-    pub = PublicContext.from_bytes(agg_keys.public_context.data, preset="CKKS_AGGREGATION",
-                                   expected_fingerprint=agg_keys.fingerprint)
+    pub = PublicContext.from_bytes(
+        agg_keys.public_context.data,
+        preset="CKKS_AGGREGATION",
+        expected_fingerprint=agg_keys.fingerprint,
+    )
     upload = pack_class_major(pub, np.zeros((5, 2)))
     vector = upload.vectors[0]
     with pytest.raises(ValueError, match="secret_key"):  # TenSEAL's own refusal
@@ -75,33 +79,42 @@ def test_public_holder_cannot_decrypt(agg_keys: KeyAuthorityKeys) -> None:
     assert np.abs(plain).max() < 1e-6
 
 
-def test_public_context_loading_checks(agg_keys: KeyAuthorityKeys,
-                                       score_keys: KeyAuthorityKeys) -> None:
+def test_public_context_loading_checks(
+    agg_keys: KeyAuthorityKeys, score_keys: KeyAuthorityKeys
+) -> None:
     data = agg_keys.public_context.data
     with pytest.raises(ContextMismatch, match="expected SM3 fingerprint"):
         PublicContext.from_bytes(data, preset="CKKS_AGGREGATION", expected_fingerprint=b"\0" * 32)
     with pytest.raises(KeyInvalid, match="at most 1000 bytes"):
-        PublicContext.from_bytes(data, preset="CKKS_AGGREGATION",
-                                 expected_fingerprint=agg_keys.fingerprint, max_bytes=1000)
+        PublicContext.from_bytes(
+            data,
+            preset="CKKS_AGGREGATION",
+            expected_fingerprint=agg_keys.fingerprint,
+            max_bytes=1000,
+        )
     with pytest.raises(ContextMismatch, match="not those of preset CKKS_SCORING"):
-        PublicContext.from_bytes(data, preset="CKKS_SCORING",
-                                 expected_fingerprint=agg_keys.fingerprint)
+        PublicContext.from_bytes(
+            data, preset="CKKS_SCORING", expected_fingerprint=agg_keys.fingerprint
+        )
     garbage = b"not a context" * 10
     with pytest.raises(KeyInvalid, match="does not parse"):
-        PublicContext.from_bytes(garbage, preset="CKKS_AGGREGATION",
-                                 expected_fingerprint=sm3_digest(garbage))
+        PublicContext.from_bytes(
+            garbage, preset="CKKS_AGGREGATION", expected_fingerprint=sm3_digest(garbage)
+        )
     private = bytes(_private_context(agg_keys).serialize(save_secret_key=True))
     with pytest.raises(KeyInvalid, match="must not carry a secret key"):
-        PublicContext.from_bytes(private, preset="CKKS_AGGREGATION",
-                                 expected_fingerprint=sm3_digest(private))
+        PublicContext.from_bytes(
+            private, preset="CKKS_AGGREGATION", expected_fingerprint=sm3_digest(private)
+        )
 
 
 def test_scoring_context_without_galois_keys_is_refused(score_keys: KeyAuthorityKeys) -> None:
     ctx = _private_context(score_keys)
     stripped = bytes(ctx.serialize(save_secret_key=False, save_galois_keys=False))
     with pytest.raises(ContextMismatch, match="lacks its Galois keys"):
-        PublicContext.from_bytes(stripped, preset="CKKS_SCORING",
-                                 expected_fingerprint=sm3_digest(stripped))
+        PublicContext.from_bytes(
+            stripped, preset="CKKS_SCORING", expected_fingerprint=sm3_digest(stripped)
+        )
 
 
 def test_wrong_scale_context_is_refused() -> None:
@@ -109,8 +122,9 @@ def test_wrong_scale_context_is_refused() -> None:
     ctx.global_scale = 2.0**40
     data = bytes(ctx.serialize(save_secret_key=False))
     with pytest.raises(ContextMismatch, match="scale is not 2\\^35"):
-        PublicContext.from_bytes(data, preset="CKKS_AGGREGATION",
-                                 expected_fingerprint=sm3_digest(data))
+        PublicContext.from_bytes(
+            data, preset="CKKS_AGGREGATION", expected_fingerprint=sm3_digest(data)
+        )
 
 
 def test_each_epoch_has_its_own_fingerprint(agg_keys: KeyAuthorityKeys) -> None:

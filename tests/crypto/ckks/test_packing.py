@@ -25,8 +25,9 @@ def test_unpack_inverts_class_major_order() -> None:
     assert np.array_equal(unpack_class_major(layout, runs), matrix)
 
 
-def test_each_ciphertext_holds_one_class_run(agg_keys: KeyAuthorityKeys,
-                                             rng: np.random.Generator) -> None:
+def test_each_ciphertext_holds_one_class_run(
+    agg_keys: KeyAuthorityKeys, rng: np.random.Generator
+) -> None:
     matrix = rng.uniform(-8, 8, size=(2100, 3))
     upload = pack_class_major(agg_keys.public_context, matrix)
     layout = upload.layout

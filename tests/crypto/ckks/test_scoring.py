@@ -24,8 +24,9 @@ def _problem(rng: np.random.Generator, n: int, c: int) -> tuple[np.ndarray, ...]
     return x, mu, whitening, np.float64(expected)
 
 
-def test_encrypted_score_within_relative_budget(score_keys: KeyAuthorityKeys,
-                                                rng: np.random.Generator) -> None:
+def test_encrypted_score_within_relative_budget(
+    score_keys: KeyAuthorityKeys, rng: np.random.Generator
+) -> None:
     x, mu, whitening, expected = _problem(rng, 5000, 4)
     pub = score_keys.public_context
     upload = pack_class_major(pub, x)
@@ -35,8 +36,9 @@ def test_encrypted_score_within_relative_budget(score_keys: KeyAuthorityKeys,
     assert abs(released - expected) / expected <= 1e-3
 
 
-def test_scoring_preset_weighted_sum_uses_scalar_multiply(score_keys: KeyAuthorityKeys,
-                                                          rng: np.random.Generator) -> None:
+def test_scoring_preset_weighted_sum_uses_scalar_multiply(
+    score_keys: KeyAuthorityKeys, rng: np.random.Generator
+) -> None:
     from crypto.ckks import decrypt_aggregate
 
     xs = [rng.uniform(-8, 8, size=(50, 2)) for _ in range(3)]
@@ -64,8 +66,9 @@ def test_score_refusals(agg_keys: KeyAuthorityKeys, score_keys: KeyAuthorityKeys
         decrypt_score(score_keys, up)
 
 
-def test_small_scores_get_the_noise_of_a_score_of_one(score_keys: KeyAuthorityKeys,
-                                                       rng: np.random.Generator) -> None:
+def test_small_scores_get_the_noise_of_a_score_of_one(
+    score_keys: KeyAuthorityKeys, rng: np.random.Generator
+) -> None:
     mu = rng.uniform(-1, 1, size=(300, 3))
     up = pack_class_major(score_keys.public_context, mu + 0.01)
     released = [decrypt_score(score_keys, quadratic_score(up, mu, np.eye(3))) for _ in range(3)]

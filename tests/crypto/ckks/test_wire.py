@@ -26,8 +26,13 @@ def upload_bytes(agg_keys: KeyAuthorityKeys) -> bytes:
     return pack_class_major(agg_keys.public_context, rng.uniform(-8, 8, (2100, 2))).to_bytes()
 
 
-def _reject(keys: KeyAuthorityKeys, data: bytes, fragment: str, kind: str = "upload",
-            error: type[Exception] = CiphertextRejected) -> None:
+def _reject(
+    keys: KeyAuthorityKeys,
+    data: bytes,
+    fragment: str,
+    kind: str = "upload",
+    error: type[Exception] = CiphertextRejected,
+) -> None:
     with pytest.raises(error, match=fragment) as info:
         load_encrypted(keys.public_context, data, kind=kind, **SHAPE)  # type: ignore[arg-type]
     assert str(info.value).startswith("[CRYPTO_")
@@ -35,8 +40,18 @@ def _reject(keys: KeyAuthorityKeys, data: bytes, fragment: str, kind: str = "upl
 
 def _frame(header_fields: dict[str, object], blobs: list[bytes], base: bytes) -> bytes:
     fields = list(struct.unpack_from(">6sBBBBH32sIII", base))
-    names = ["magic", "version", "kind", "preset", "bits", "contributors", "fp", "rows",
-             "cols", "count"]
+    names = [
+        "magic",
+        "version",
+        "kind",
+        "preset",
+        "bits",
+        "contributors",
+        "fp",
+        "rows",
+        "cols",
+        "count",
+    ]
     for key, value in header_fields.items():
         fields[names.index(key)] = value
     out = struct.pack(">6sBBBBH32sIII", *fields)
@@ -47,7 +62,7 @@ def _blobs(data: bytes) -> list[bytes]:
     offset, out = struct.calcsize(">6sBBBBH32sIII"), []
     while offset < len(data):
         (size,) = struct.unpack_from(">I", data, offset)
-        out.append(data[offset + 4: offset + 4 + size])
+        out.append(data[offset + 4 : offset + 4 + size])
         offset += 4 + size
     return out
 
@@ -67,10 +82,15 @@ def test_header_checks(agg_keys: KeyAuthorityKeys, upload_bytes: bytes) -> None:
     _reject(agg_keys, _frame({"magic": b"XXXXXX"}, blobs, upload_bytes), "bad magic")
     _reject(agg_keys, _frame({"version": 9}, blobs, upload_bytes), "bad magic or version")
     _reject(agg_keys, upload_bytes, "not the expected kind 'aggregate'", kind="aggregate")
-    _reject(agg_keys, _frame({"preset": 2}, blobs, upload_bytes), "preset id 2",
-            error=ContextMismatch)
-    _reject(agg_keys, _frame({"fp": b"\1" * 32}, blobs, upload_bytes),
-            "another context fingerprint", error=ContextMismatch)
+    _reject(
+        agg_keys, _frame({"preset": 2}, blobs, upload_bytes), "preset id 2", error=ContextMismatch
+    )
+    _reject(
+        agg_keys,
+        _frame({"fp": b"\1" * 32}, blobs, upload_bytes),
+        "another context fingerprint",
+        error=ContextMismatch,
+    )
     _reject(agg_keys, _frame({"rows": 2000}, blobs, upload_bytes), "shape 2000x2")
     _reject(agg_keys, _frame({"count": 3}, blobs[:3], upload_bytes), "3 ciphertexts; expected 4")
 
@@ -84,12 +104,14 @@ def test_framing_checks(agg_keys: KeyAuthorityKeys, upload_bytes: bytes) -> None
     _reject(agg_keys, head + struct.pack(">I", 0), "claims 0 bytes")
     swapped = _frame({}, [blobs[1], blobs[0], blobs[2], blobs[3]], upload_bytes)
     _reject(agg_keys, swapped, "packs 52 values; expected 2048")
-    _reject(agg_keys, _frame({}, [b"garbage"] + blobs[1:], upload_bytes),
-            "ciphertext 0 does not parse")
+    _reject(
+        agg_keys, _frame({}, [b"garbage"] + blobs[1:], upload_bytes), "ciphertext 0 does not parse"
+    )
 
 
-def test_foreign_epoch_ciphertext_fails_seal_validation(agg_keys: KeyAuthorityKeys,
-                                                         upload_bytes: bytes) -> None:
+def test_foreign_epoch_ciphertext_fails_seal_validation(
+    agg_keys: KeyAuthorityKeys, upload_bytes: bytes
+) -> None:
     other = generate_keys("CKKS_AGGREGATION")
     theirs = pack_class_major(other.public_context, np.zeros((2100, 2))).to_bytes()
     forged = _frame({}, _blobs(theirs), upload_bytes)  # our fingerprint, their vectors
@@ -129,5 +151,8 @@ def test_scale_level_and_size_checks(score_keys: KeyAuthorityKeys) -> None:
 def test_metadata_fields_checked(agg_keys: KeyAuthorityKeys, upload_bytes: bytes) -> None:
     blobs = _blobs(upload_bytes)
     _reject(agg_keys, _frame({"bits": 20}, blobs, upload_bytes), "weight bits 20; expected 0")
-    _reject(agg_keys, _frame({"contributors": 3}, blobs, upload_bytes),
-            "3 contributors is impossible for a upload")
+    _reject(
+        agg_keys,
+        _frame({"contributors": 3}, blobs, upload_bytes),
+        "3 contributors is impossible for a upload",
+    )

@@ -23,7 +23,8 @@ values_in_range = hnp.arrays(
     elements=st.floats(min_value=-8.0, max_value=8.0, allow_nan=False),
 )
 ring_arrays = hnp.arrays(
-    np.uint64, hnp.array_shapes(min_dims=1, max_dims=3, max_side=6),
+    np.uint64,
+    hnp.array_shapes(min_dims=1, max_dims=3, max_side=6),
     elements=st.integers(0, 2**64 - 1),
 )
 
@@ -77,8 +78,10 @@ def test_repr_hides_values_and_seed() -> None:
 
 def _bundles(label: ShareLabel = LABEL) -> tuple[ShareBundle, ShareBundle]:
     share0, seed = split_with_seed(CODEC.encode(np.ones(5)), label=label)
-    return (ShareBundle.from_values(share0, label=label, party=0, frac_bits=12),
-            ShareBundle.from_seed(seed, label=label, count=5, frac_bits=12))
+    return (
+        ShareBundle.from_values(share0, label=label, party=0, frac_bits=12),
+        ShareBundle.from_seed(seed, label=label, count=5, frac_bits=12),
+    )
 
 
 def test_reconstruct_refuses_mixed_labels() -> None:
@@ -119,10 +122,18 @@ def test_reconstruct_argument_errors() -> None:
     [
         (lambda: ShareBundle.from_seed(b"short", label=LABEL, count=1, frac_bits=0), "32 bytes"),
         (lambda: ShareBundle.from_seed(bytes(32), label=LABEL, count=-1, frac_bits=0), "count"),
-        (lambda: ShareBundle.from_values(np.zeros(1, np.uint64), label=LABEL, party=2,
-                                         frac_bits=0), "party"),
-        (lambda: ShareBundle.from_values(np.zeros(1, np.uint64), label=LABEL, party=0,
-                                         frac_bits=63), "frac_bits"),
+        (
+            lambda: ShareBundle.from_values(
+                np.zeros(1, np.uint64), label=LABEL, party=2, frac_bits=0
+            ),
+            "party",
+        ),
+        (
+            lambda: ShareBundle.from_values(
+                np.zeros(1, np.uint64), label=LABEL, party=0, frac_bits=63
+            ),
+            "frac_bits",
+        ),
     ],
 )
 def test_bundle_validation(call: object, fragment: str) -> None:

@@ -29,8 +29,9 @@ floats = hnp.arrays(np.float64, st.integers(1, 40), elements=st.floats(-8, 8))
 
 @settings(max_examples=40, deadline=None)
 @given(floats, st.data(), st.booleans())
-def test_beaver_product_is_exact_in_the_ring(x_real: np.ndarray, data: st.DataObject,
-                                             seeded: bool) -> None:
+def test_beaver_product_is_exact_in_the_ring(
+    x_real: np.ndarray, data: st.DataObject, seeded: bool
+) -> None:
     y_real = data.draw(hnp.arrays(np.float64, x_real.shape, elements=st.floats(-8, 8)))
     x, y = CODEC.encode(x_real), CODEC.encode(y_real)
     triples = deal_triples(x.size, label=LABEL, seeded=seeded)
@@ -45,8 +46,9 @@ def test_beaver_with_truncation_within_one_ulp(x_real: np.ndarray) -> None:
     x = CODEC.encode(x_real)
     y = CODEC.encode(-x_real / 2)
     triples = deal_triples(x.size, label=LABEL)
-    z0, z1 = secure_multiply(split(x), split(y), triples, channel_key=CHANNEL,
-                             truncate_bits=CODEC.frac_bits)
+    z0, z1 = secure_multiply(
+        split(x), split(y), triples, channel_key=CHANNEL, truncate_bits=CODEC.frac_bits
+    )
     exact = (signed(x).astype(object) * signed(y).astype(object)) >> CODEC.frac_bits
     diff = signed(reconstruct(z0, z1)).astype(object) - exact
     assert set(diff.tolist()) <= {0, 1}  # one unit of 2^-12, failure prob. <= 2^-33 each
@@ -79,8 +81,11 @@ def _parties(n: int = 8) -> tuple[BeaverParty, BeaverParty, tuple[np.ndarray, ..
     t0, t1 = deal_triples(n, label=LABEL)
     x, y = CODEC.encode(np.full(n, 2.0)), CODEC.encode(np.full(n, 3.0))
     (x0, x1), (y0, y1) = split(x), split(y)
-    return (BeaverParty(triples=t0, channel_key=CHANNEL),
-            BeaverParty(triples=t1, channel_key=CHANNEL), (x0, x1, y0, y1))
+    return (
+        BeaverParty(triples=t0, channel_key=CHANNEL),
+        BeaverParty(triples=t1, channel_key=CHANNEL),
+        (x0, x1, y0, y1),
+    )
 
 
 def test_state_machine_transitions() -> None:

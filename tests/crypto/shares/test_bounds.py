@@ -88,8 +88,9 @@ def test_second_moments_bound_at_k_max_and_max_samples() -> None:
         product_sum_bound(CODEC, CODEC, 2**33)
     label = ShareLabel(round_id=1, participant_id="pooled", tensor="moments")
     x = CODEC.encode([8.0, -8.0])
-    z0, z1 = secure_multiply(split(x), split(CODEC.encode([8.0, 8.0])),
-                             deal_triples(2, label=label), channel_key=CHANNEL)
+    z0, z1 = secure_multiply(
+        split(x), split(CODEC.encode([8.0, 8.0])), deal_triples(2, label=label), channel_key=CHANNEL
+    )
     terms = K_MAX * n_max
     total = reconstruct(mul_public(z0, terms), mul_public(z1, terms))
     assert signed(total).tolist() == [terms * 2**30, -terms * 2**30]

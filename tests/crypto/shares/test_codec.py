@@ -78,7 +78,11 @@ def test_presets_satisfy_documented_sum_bound() -> None:
 )
 def test_constructor_validates(kwargs: dict[str, object], fragment: str) -> None:
     base: dict[str, object] = {
-        "name": "t", "clip_bound": 1.0, "frac_bits": 8, "max_participants": 4}
+        "name": "t",
+        "clip_bound": 1.0,
+        "frac_bits": 8,
+        "max_participants": 4,
+    }
     base.update(kwargs)
     with pytest.raises(ParameterInvalid, match=fragment):
         FixedPointCodec(**base)  # type: ignore[arg-type]

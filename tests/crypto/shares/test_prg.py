@@ -34,8 +34,9 @@ def test_known_answer_pins_the_construction() -> None:
     got = expand_seed(bytes(32), label, 2)
     assert got.tolist() == [16948526155236340328, 4325771220332982206]
     # Recomputed independently from the documented construction.
-    key = hmac.new(bytes(32), b"secure-fed/shares/prg/v1\x00share\x00" + label.to_bytes(),
-                   "sm3").digest()
+    key = hmac.new(
+        bytes(32), b"secure-fed/shares/prg/v1\x00share\x00" + label.to_bytes(), "sm3"
+    ).digest()
     stream = ChaCha20.new(key=key, nonce=bytes(12)).encrypt(bytes(16))
     assert np.frombuffer(stream, dtype="<u8").tolist() == got.tolist()
 

@@ -34,17 +34,25 @@ def secure_quadratic_sum(x: RingArray, mean: RingArray, matrix: RingArray) -> in
     x0, x1 = split(x)
     d0, d1 = sub_public(x0, mean, party=0), sub_public(x1, mean, party=1)
     w0, w1 = matmul_public(d0, matrix), matmul_public(d1, matrix)
-    u0, u1 = secure_multiply((d0, d1), (w0, w1), deal_triples(x.size, label=LABEL),
-                             channel_key=CHANNEL)
+    u0, u1 = secure_multiply(
+        (d0, d1), (w0, w1), deal_triples(x.size, label=LABEL), channel_key=CHANNEL
+    )
     return int(signed(reconstruct(sum_axis(u0), sum_axis(u1))).item())
 
 
 def exact_quadratic_sum(x: RingArray, mean: RingArray, matrix: RingArray) -> int:
-    d = [[a - b for a, b in zip(r, m, strict=True)]
-         for r, m in zip(signed(x).tolist(), signed(mean).tolist(), strict=True)]
+    d = [
+        [a - b for a, b in zip(r, m, strict=True)]
+        for r, m in zip(signed(x).tolist(), signed(mean).tolist(), strict=True)
+    ]
     mat = signed(matrix).tolist()
-    return sum(sum(dc * sum(mc * dj for mc, dj in zip(mrow, row, strict=True))
-                   for dc, mrow in zip(row, mat, strict=True)) for row in d)
+    return sum(
+        sum(
+            dc * sum(mc * dj for mc, dj in zip(mrow, row, strict=True))
+            for dc, mrow in zip(row, mat, strict=True)
+        )
+        for row in d
+    )
 
 
 def test_score_matches_plaintext_mahalanobis() -> None:

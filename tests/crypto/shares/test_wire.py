@@ -48,8 +48,9 @@ def _parse1(blob: bytes) -> ShareBundle:
 
 def test_roundtrip_through_bytes_reconstructs() -> None:
     # The receiving ends re-derive their keys from the shared secrets.
-    b0 = ShareBundle.parse(BLOB0, key=ShareMacKey.derive(SECRET_AGG, recipient="aggregator"),
-                           label=LABEL, party=0)
+    b0 = ShareBundle.parse(
+        BLOB0, key=ShareMacKey.derive(SECRET_AGG, recipient="aggregator"), label=LABEL, party=0
+    )
     b1 = _parse1(BLOB1)
     assert np.array_equal(reconstruct(b0, b1), VALUES)
     assert len(BLOB1) == wire.frame_overhead(LABEL) + 32

@@ -43,9 +43,17 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _dgst_verify(work: Path, pub: str, sig: str, distid: str) -> subprocess.CompletedProcess[str]:
     return openssl(
-        "dgst", "-sm3", "-verify", str(work / pub), "-signature", str(work / sig),
-        "-sigopt", f"distid:{distid}", str(work / "msg.txt"), check=False,
-    )  # fmt: skip
+        "dgst",
+        "-sm3",
+        "-verify",
+        str(work / pub),
+        "-signature",
+        str(work / sig),
+        "-sigopt",
+        f"distid:{distid}",
+        str(work / "msg.txt"),
+        check=False,
+    )
 
 
 def test_openssl_verifies_our_signature(work: Path) -> None:
@@ -60,18 +68,36 @@ def test_openssl_rejects_our_signature_under_another_id(work: Path) -> None:
 
 def test_openssl_pkeyutl_verifies_our_signature(work: Path) -> None:
     result = openssl(
-        "pkeyutl", "-verify", "-pubin", "-inkey", str(work / "our-pub.pem"), "-rawin",
-        "-digest", "sm3", "-in", str(work / "msg.txt"), "-sigfile", str(work / "our.sig"),
-        "-pkeyopt", f"distid:{DISTID}",
-    )  # fmt: skip
+        "pkeyutl",
+        "-verify",
+        "-pubin",
+        "-inkey",
+        str(work / "our-pub.pem"),
+        "-rawin",
+        "-digest",
+        "sm3",
+        "-in",
+        str(work / "msg.txt"),
+        "-sigfile",
+        str(work / "our.sig"),
+        "-pkeyopt",
+        f"distid:{DISTID}",
+    )
     assert "Signature Verified Successfully" in result.stdout
 
 
 def test_we_verify_an_openssl_signature(work: Path) -> None:
     openssl(
-        "dgst", "-sm3", "-sign", str(work / "ossl-priv.pem"), "-sigopt", f"distid:{DISTID}",
-        "-out", str(work / "ossl.sig"), str(work / "msg.txt"),
-    )  # fmt: skip
+        "dgst",
+        "-sm3",
+        "-sign",
+        str(work / "ossl-priv.pem"),
+        "-sigopt",
+        f"distid:{DISTID}",
+        "-out",
+        str(work / "ossl.sig"),
+        str(work / "msg.txt"),
+    )
     public = SM2PublicKey.from_pem((work / "ossl-pub.pem").read_bytes())
     signature = (work / "ossl.sig").read_bytes()
     public.verify(MESSAGE, signature)
@@ -95,9 +121,14 @@ def test_openssl_reads_our_encrypted_private_key(work: Path) -> None:
     )
     assert result.stdout.encode() == (work / "our-pub.pem").read_bytes()
     wrong = openssl(
-        "pkey", "-in", str(work / "our-priv-enc.pem"), "-passin", "pass:wrong", "-noout",
+        "pkey",
+        "-in",
+        str(work / "our-priv-enc.pem"),
+        "-passin",
+        "pass:wrong",
+        "-noout",
         check=False,
-    )  # fmt: skip
+    )
     assert wrong.returncode != 0
 
 
@@ -110,19 +141,35 @@ def test_openssl_reads_our_unencrypted_private_key(work: Path) -> None:
 
 def test_openssl_signs_with_our_encrypted_key(work: Path) -> None:
     openssl(
-        "dgst", "-sm3", "-sign", str(work / "our-priv-enc.pem"), "-passin", f"pass:{PASS}",
-        "-sigopt", f"distid:{DISTID}", "-out", str(work / "ossl-with-ours.sig"),
+        "dgst",
+        "-sm3",
+        "-sign",
+        str(work / "our-priv-enc.pem"),
+        "-passin",
+        f"pass:{PASS}",
+        "-sigopt",
+        f"distid:{DISTID}",
+        "-out",
+        str(work / "ossl-with-ours.sig"),
         str(work / "msg.txt"),
-    )  # fmt: skip
+    )
     public = SM2PublicKey.from_pem((work / "our-pub.pem").read_bytes())
     public.verify(MESSAGE, (work / "ossl-with-ours.sig").read_bytes())
 
 
 def test_openssl_encrypted_pkcs8_loads(work: Path) -> None:
     openssl(
-        "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", str(work / "ossl-priv.pem"),
-        "-passout", f"pass:{PASS}", "-out", str(work / "ossl-priv-enc.pem"),
-    )  # fmt: skip
+        "pkcs8",
+        "-topk8",
+        "-v2",
+        "aes-256-cbc",
+        "-in",
+        str(work / "ossl-priv.pem"),
+        "-passout",
+        f"pass:{PASS}",
+        "-out",
+        str(work / "ossl-priv-enc.pem"),
+    )
     pem = (work / "ossl-priv-enc.pem").read_bytes()
     assert pem.startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
     key = SM2PrivateKey.from_pem(pem, passphrase=PASS.encode())
@@ -132,8 +179,10 @@ def test_openssl_encrypted_pkcs8_loads(work: Path) -> None:
 def test_openssl_der_public_key_has_the_sm2_spki_prefix(work: Path) -> None:
     der = subprocess.run(
         ["openssl", "pkey", "-pubin", "-in", str(work / "ossl-pub.pem"), "-outform", "DER"],
-        capture_output=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert SM2PublicKey.from_der(der).to_der() == der
     assert der.hex().startswith("3059301306072a8648ce3d020106082a811ccf5501822d03420004")
 

@@ -16,8 +16,15 @@ KW = inspect.Parameter.KEYWORD_ONLY
 
 
 def test_exports() -> None:
-    for name in ("DEFAULT_SM2_ID", "sm3_digest", "SM3Hasher", "sm3_file", "SM2PrivateKey",
-                 "SM2PublicKey", "SM4GCM"):  # fmt: skip
+    for name in (
+        "DEFAULT_SM2_ID",
+        "sm3_digest",
+        "SM3Hasher",
+        "sm3_file",
+        "SM2PrivateKey",
+        "SM2PublicKey",
+        "SM4GCM",
+    ):
         assert name in sm.__all__ and hasattr(sm, name)
     assert not any(name.startswith("_") for name in sm.__all__)
     assert "_sign_with_fixed_nonce_for_tests" not in dir(sm)

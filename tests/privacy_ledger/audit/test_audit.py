@@ -42,15 +42,36 @@ def _heads(engine: Engine) -> list[TreeHeadRow]:
 
 def test_append_is_canonical_contiguous_and_transactional(engine: Engine, log: AuditLog) -> None:
     with Session(engine) as session:
-        assert log.append(session, event="budget.set", subject="participant:h1",
-                          fields={"epsilon_limit": Decimal("4.0"), "delta": "1e-5"}) == 0
-        assert log.append(session, event="budget.reserved", subject="participant:h1",
-                          fields={"epsilon": Decimal("0.75")}) == 1
+        assert (
+            log.append(
+                session,
+                event="budget.set",
+                subject="participant:h1",
+                fields={"epsilon_limit": Decimal("4.0"), "delta": "1e-5"},
+            )
+            == 0
+        )
+        assert (
+            log.append(
+                session,
+                event="budget.reserved",
+                subject="participant:h1",
+                fields={"epsilon": Decimal("0.75")},
+            )
+            == 1
+        )
         session.rollback()
     with Session(engine) as session:
         assert log.size(session) == 0
-        assert log.append(session, event="budget.set", subject="participant:h1",
-                          fields={"epsilon_limit": Decimal("4.0")}) == 0
+        assert (
+            log.append(
+                session,
+                event="budget.set",
+                subject="participant:h1",
+                fields={"epsilon_limit": Decimal("4.0")},
+            )
+            == 0
+        )
         session.commit()
         row = session.get(AuditEntryRow, 0)
         assert row is not None
@@ -58,8 +79,9 @@ def test_append_is_canonical_contiguous_and_transactional(engine: Engine, log: A
         assert entry["fields"] == {"epsilon_limit": "4.0"} and entry["prev"] == "00" * 32
         assert entry["event"] == "budget.set" and entry["index"] == 0 and entry["v"] == 1
         assert row.leaf_hash == SM3_HASHER.hash_leaf(row.entry)
-        assert log.append(session, event="budget.committed", subject="participant:h1",
-                          fields={}) == 1
+        assert (
+            log.append(session, event="budget.committed", subject="participant:h1", fields={}) == 1
+        )
         session.commit()
         second = canonical.decode(session.get(AuditEntryRow, 1).entry)  # type: ignore[union-attr]
         assert second["prev"] == row.leaf_hash.hex()
@@ -67,8 +89,13 @@ def test_append_is_canonical_contiguous_and_transactional(engine: Engine, log: A
 
 def test_checkpoint_policy_count_time_force(engine: Engine, signer: SM2PrivateKey) -> None:
     now = [1000.0]
-    log = AuditLog(signer=signer, origin=ORIGIN, checkpoint_every=3, checkpoint_seconds=60,
-                   clock=lambda: now[0])
+    log = AuditLog(
+        signer=signer,
+        origin=ORIGIN,
+        checkpoint_every=3,
+        checkpoint_seconds=60,
+        clock=lambda: now[0],
+    )
     with Session(engine) as session:
         assert log.checkpoint(session) is None  # empty log
         log.append(session, event="round.opened", subject="round:1", fields={})
@@ -111,18 +138,29 @@ def test_proofs_verify_against_signed_heads(engine: Engine, log: AuditLog) -> No
             log.consistency_proof(session, 1, 30)
         old, new = heads[0], heads[-1]
         proof = log.consistency_proof(session, old.tree_size, new.tree_size)
-        verify_consistency(SM3_HASHER, old.tree_size, new.tree_size, proof, old.root_hash,
-                           new.root_hash)
+        verify_consistency(
+            SM3_HASHER, old.tree_size, new.tree_size, proof, old.root_hash, new.root_hash
+        )
 
 
 def test_sensitive_fields_are_sealed_and_bound(
     engine: Engine, log: AuditLog, evidence_key: SM4GCM
 ) -> None:
     with Session(engine) as session:
-        log.append(session, event="access.denied", subject="actor:x", fields={"why": "role"},
-                   sensitive={"address": "10.0.0.7", "score": Decimal("3.25")})
-        log.append(session, event="access.denied", subject="actor:y", fields={},
-                   sensitive={"address": "10.0.0.8"})
+        log.append(
+            session,
+            event="access.denied",
+            subject="actor:x",
+            fields={"why": "role"},
+            sensitive={"address": "10.0.0.7", "score": Decimal("3.25")},
+        )
+        log.append(
+            session,
+            event="access.denied",
+            subject="actor:y",
+            fields={},
+            sensitive={"address": "10.0.0.8"},
+        )
         session.commit()
         row = session.get(AuditEntryRow, 0)
         assert row is not None and b"10.0.0.7" not in row.entry
@@ -218,8 +256,10 @@ def test_never_signs_a_head_inconsistent_with_the_last(
             entry["prev"] = prev.hex()
             new = canonical.encode(entry)
             prev = SM3_HASHER.hash_leaf(new)
-            conn.execute(text("UPDATE audit_entries SET entry = :e, leaf_hash = :h "
-                              "WHERE entry_index = :i"), {"e": new, "h": prev, "i": index})
+            conn.execute(
+                text("UPDATE audit_entries SET entry = :e, leaf_hash = :h WHERE entry_index = :i"),
+                {"e": new, "h": prev, "i": index},
+            )
         conn.execute(text("UPDATE log_state SET last_leaf_hash = :h"), {"h": prev})
     fresh = AuditLog(signer=signer, origin=ORIGIN, checkpoint_every=1)
     with Session(engine) as session:
@@ -255,13 +295,14 @@ def test_concurrent_appends_are_contiguous(engine: Engine, log: AuditLog) -> Non
         try:
             for i in range(15):
                 with Session(engine) as session:
-                    index = log.append(session, event="upload.received", subject=f"w{w}",
-                                       fields={"i": i})
+                    index = log.append(
+                        session, event="upload.received", subject=f"w{w}", fields={"i": i}
+                    )
                     log.checkpoint(session)
                     session.commit()
                 with lock:
                     indexes.append(index)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(6)]

@@ -11,10 +11,23 @@ from privacy_ledger.errors import AuditParameterInvalid, UnknownEventType
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "audit" / "events.md"
 REQUIRED = [
-    "budget.set", "budget.reserved", "budget.committed", "budget.aborted", "budget.expired",
-    "budget.refused", "round.opened", "round.transition", "round.aborted", "upload.received",
-    "upload.rejected", "outlier.decision", "decryption.requested", "decryption.released",
-    "key.generated", "key.rotated", "access.denied",
+    "budget.set",
+    "budget.reserved",
+    "budget.committed",
+    "budget.aborted",
+    "budget.expired",
+    "budget.refused",
+    "round.opened",
+    "round.transition",
+    "round.aborted",
+    "upload.received",
+    "upload.rejected",
+    "outlier.decision",
+    "decryption.requested",
+    "decryption.released",
+    "key.generated",
+    "key.rotated",
+    "access.denied",
 ]
 
 

@@ -58,16 +58,22 @@ def _edited(conn: Connection, at: int, /, **changes: object) -> bytes:
 
 def _shift(conn: Connection, after: int, delta: int) -> None:
     """Move entries > ``after`` by ``delta`` one row at a time (unique key safe)."""
-    indexes = [r[0] for r in conn.execute(
-        text("SELECT entry_index FROM audit_entries WHERE entry_index > :a ORDER BY 1"),
-        {"a": after},
-    )]
+    indexes = [
+        r[0]
+        for r in conn.execute(
+            text("SELECT entry_index FROM audit_entries WHERE entry_index > :a ORDER BY 1"),
+            {"a": after},
+        )
+    ]
     for index in indexes if delta < 0 else reversed(indexes):
-        conn.execute(text("UPDATE audit_entries SET entry_index = :n WHERE entry_index = :i"),
-                     {"n": index + delta, "i": index})
+        conn.execute(
+            text("UPDATE audit_entries SET entry_index = :n WHERE entry_index = :i"),
+            {"n": index + delta, "i": index},
+        )
 
 
 # --- entries -----------------------------------------------------------------------------
+
 
 def edit_bytes(conn: Connection) -> None:
     _put(conn, 5, _edited(conn, 5, fields={"n": 5, "epsilon": "0.0"}))
@@ -75,9 +81,13 @@ def edit_bytes(conn: Connection) -> None:
 
 def edit_bytes_and_leaf(conn: Connection) -> None:
     new = _edited(conn, 11, subject="participant:zz")
-    conn.execute(text("UPDATE audit_entries SET entry = :e, leaf_hash = :h, subject = :s "
-                      "WHERE entry_index = 11"),
-                 {"e": new, "h": SM3_HASHER.hash_leaf(new), "s": "participant:zz"})
+    conn.execute(
+        text(
+            "UPDATE audit_entries SET entry = :e, leaf_hash = :h, subject = :s "
+            "WHERE entry_index = 11"
+        ),
+        {"e": new, "h": SM3_HASHER.hash_leaf(new), "s": "participant:zz"},
+    )
 
 
 def edit_subject_column(conn: Connection) -> None:
@@ -119,9 +129,13 @@ def delete_signed_tail(conn: Connection) -> None:
 def swap_rows(conn: Connection) -> None:
     a, b = _row(conn, 3), _row(conn, 13)
     for index, (entry, leaf, event, subject) in ((3, b), (13, a)):
-        conn.execute(text("UPDATE audit_entries SET entry = :e, leaf_hash = :h, event = :v, "
-                          "subject = :s WHERE entry_index = :i"),
-                     {"e": entry, "h": leaf, "v": event, "s": subject, "i": index})
+        conn.execute(
+            text(
+                "UPDATE audit_entries SET entry = :e, leaf_hash = :h, event = :v, "
+                "subject = :s WHERE entry_index = :i"
+            ),
+            {"e": entry, "h": leaf, "v": event, "s": subject, "i": index},
+        )
 
 
 def swap_rows_renumbered(conn: Connection) -> None:
@@ -130,17 +144,24 @@ def swap_rows_renumbered(conn: Connection) -> None:
     a["index"], b["index"] = 10, 2
     for index, entry in ((2, b), (10, a)):
         data = canonical.encode(entry)
-        conn.execute(text("UPDATE audit_entries SET entry = :e, leaf_hash = :h, subject = :s "
-                          "WHERE entry_index = :i"),
-                     {"e": data, "h": SM3_HASHER.hash_leaf(data), "s": entry["subject"],
-                      "i": index})
+        conn.execute(
+            text(
+                "UPDATE audit_entries SET entry = :e, leaf_hash = :h, subject = :s "
+                "WHERE entry_index = :i"
+            ),
+            {"e": data, "h": SM3_HASHER.hash_leaf(data), "s": entry["subject"], "i": index},
+        )
 
 
 def insert_at_end(conn: Connection) -> None:
     entry = _edited(conn, 19, index=20)
-    conn.execute(text("INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
-                      "VALUES (20, 'budget.reserved', 'participant:p1', :e, :h)"),
-                 {"e": entry, "h": SM3_HASHER.hash_leaf(entry)})
+    conn.execute(
+        text(
+            "INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
+            "VALUES (20, 'budget.reserved', 'participant:p1', :e, :h)"
+        ),
+        {"e": entry, "h": SM3_HASHER.hash_leaf(entry)},
+    )
     conn.execute(text("UPDATE log_state SET tree_size = 21"))
 
 
@@ -148,9 +169,13 @@ def insert_in_middle(conn: Connection) -> None:
     prev = _row(conn, 12)[1]
     _shift(conn, 12, +1)
     data = _edited(conn, 12, index=13, prev=prev.hex(), fields={"forged": True})
-    conn.execute(text("INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
-                      "VALUES (13, 'budget.reserved', 'participant:p0', :e, :h)"),
-                 {"e": data, "h": SM3_HASHER.hash_leaf(data)})
+    conn.execute(
+        text(
+            "INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
+            "VALUES (13, 'budget.reserved', 'participant:p0', :e, :h)"
+        ),
+        {"e": data, "h": SM3_HASHER.hash_leaf(data)},
+    )
     conn.execute(text("UPDATE log_state SET tree_size = 21"))
 
 
@@ -196,9 +221,12 @@ def test_entry_tampering_is_located(
 
 # --- signed heads ------------------------------------------------------------------------
 
+
 def head_body_edited(conn: Connection) -> None:
-    conn.execute(text("UPDATE tree_heads SET body = :b WHERE seq = 2"),
-                 {"b": Checkpoint(origin=ORIGIN, tree_size=9, root_hash=bytes(32)).body()})
+    conn.execute(
+        text("UPDATE tree_heads SET body = :b WHERE seq = 2"),
+        {"b": Checkpoint(origin=ORIGIN, tree_size=9, root_hash=bytes(32)).body()},
+    )
 
 
 def head_root_column_edited(conn: Connection) -> None:
@@ -219,12 +247,16 @@ def newest_head_deleted(conn: Connection) -> None:
 
 
 def head_forged_and_inserted(conn: Connection) -> None:
-    forged = sign_checkpoint(Checkpoint(origin=ORIGIN, tree_size=19, root_hash=bytes(32)),
-                             SM2PrivateKey.generate())
-    conn.execute(text("INSERT INTO tree_heads (seq, tree_size, root_hash, body, signature, "
-                      "key_fingerprint, signed_at) VALUES (4, 19, :r, :b, :s, :f, 0)"),
-                 {"r": bytes(32), "b": forged.body, "s": forged.signature,
-                  "f": forged.key_fingerprint})
+    forged = sign_checkpoint(
+        Checkpoint(origin=ORIGIN, tree_size=19, root_hash=bytes(32)), SM2PrivateKey.generate()
+    )
+    conn.execute(
+        text(
+            "INSERT INTO tree_heads (seq, tree_size, root_hash, body, signature, "
+            "key_fingerprint, signed_at) VALUES (4, 19, :r, :b, :s, :f, 0)"
+        ),
+        {"r": bytes(32), "b": forged.body, "s": forged.signature, "f": forged.key_fingerprint},
+    )
     conn.execute(text("UPDATE log_state SET head_count = 4, last_head_size = 19"))
 
 
@@ -238,8 +270,9 @@ HEAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("tamper", "kind", "size"), HEAD_CASES,
-                         ids=[c[0].__name__ for c in HEAD_CASES])
+@pytest.mark.parametrize(
+    ("tamper", "kind", "size"), HEAD_CASES, ids=[c[0].__name__ for c in HEAD_CASES]
+)
 def test_head_tampering_is_located(
     filled: Engine, log: AuditLog, tamper: Tamper, kind: type[LogTampered], size: int
 ) -> None:
@@ -267,12 +300,20 @@ def test_truncation_with_heads_needs_a_trusted_head(filled: Engine, log: AuditLo
         accepted = session.scalars(select(TreeHeadRow).where(TreeHeadRow.seq == 3)).one()
         trusted = verify_head(accepted.body, accepted.signature, log.public_key)
     with filled.begin() as conn:  # remove entries 15.. with their heads, fix log_state
-        leaf = bytes(conn.execute(
-            text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 14")).scalar_one())
+        leaf = bytes(
+            conn.execute(
+                text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 14")
+            ).scalar_one()
+        )
         conn.execute(text("DELETE FROM audit_entries WHERE entry_index >= 15"))
         conn.execute(text("DELETE FROM tree_heads WHERE seq = 3"))
-        conn.execute(text("UPDATE log_state SET tree_size = 15, last_leaf_hash = :h, "
-                          "head_count = 2, last_head_size = 9"), {"h": leaf})
+        conn.execute(
+            text(
+                "UPDATE log_state SET tree_size = 15, last_leaf_hash = :h, "
+                "head_count = 2, last_head_size = 9"
+            ),
+            {"h": leaf},
+        )
     assert verify_log(filled, public_key=log.public_key).tree_size == 15
     with pytest.raises(LogTampered, match="entries from 15 on were removed") as info:
         verify_log(filled, public_key=log.public_key, trusted=trusted)

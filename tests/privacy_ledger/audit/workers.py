@@ -11,15 +11,22 @@ from privacy_ledger.db import create_ledger_engine
 
 def append_many(url: str, key_pem: bytes, origin: str, worker: int, count: int) -> list[int]:
     """Append ``count`` entries, one transaction each, checkpointing as due; return indexes."""
-    log = AuditLog(signer=SM2PrivateKey.from_pem(key_pem, passphrase=None), origin=origin,
-                   checkpoint_every=8)
+    log = AuditLog(
+        signer=SM2PrivateKey.from_pem(key_pem, passphrase=None), origin=origin, checkpoint_every=8
+    )
     engine = create_ledger_engine(url)
     indexes = []
     try:
         for i in range(count):
             with Session(engine) as session:
-                indexes.append(log.append(session, event="upload.received",
-                                          subject=f"worker:{worker}", fields={"i": i}))
+                indexes.append(
+                    log.append(
+                        session,
+                        event="upload.received",
+                        subject=f"worker:{worker}",
+                        fields={"i": i},
+                    )
+                )
                 log.checkpoint(session)
                 session.commit()
     finally:

@@ -37,8 +37,12 @@ def test_twenty_rounds_compose_not_sum() -> None:
 
 
 def _history() -> list:
-    return [event(1.0, 0.01, 300), event(1.3, 0.02, 200), event(1.0, 0.01, 150),
-            event(0.9, 0.005, 400)]
+    return [
+        event(1.0, 0.01, 300),
+        event(1.3, 0.02, 200),
+        event(1.0, 0.01, 150),
+        event(0.9, 0.005, 400),
+    ]
 
 
 def test_rdp_pinned_to_opacus_accountant() -> None:
@@ -90,7 +94,8 @@ def test_gdp_refusal_says_why() -> None:
 def test_prv_falls_back_to_rdp_instead_of_allocating_gigabytes() -> None:
     tiny = [event(sigma=0.05, q=0.01, steps=1000)]
     assert epsilon(tiny, delta=DELTA, accountant="prv") == epsilon(
-        tiny, delta=DELTA, accountant="rdp")
+        tiny, delta=DELTA, accountant="rdp"
+    )
 
 
 def test_rdp_orders_are_opacus_defaults() -> None:

@@ -32,8 +32,12 @@ def _entries(ledger: PrivacyLedger) -> list[tuple[str, dict[str, object]]]:
 
 def test_every_budget_change_is_an_audit_entry(db_url: str, signer: SM2PrivateKey) -> None:
     now = [1_800_000_000.0]
-    audit = AuditLog(signer=signer, origin="test.secure-fed.example/ledger",
-                     checkpoint_every=4, clock=lambda: now[0])
+    audit = AuditLog(
+        signer=signer,
+        origin="test.secure-fed.example/ledger",
+        checkpoint_every=4,
+        clock=lambda: now[0],
+    )
     ledger = PrivacyLedger.from_url(db_url, audit=audit, clock=lambda: now[0])
     try:
         setup_budget(ledger, "2.5")
@@ -49,9 +53,18 @@ def test_every_budget_change_is_an_audit_entry(db_url: str, signer: SM2PrivateKe
         ledger.commit(blocker.id)
         events = [name for name, _ in _entries(ledger)]
         assert events == [
-            "budget.set", "budget.reserved", "budget.committed", "budget.refused",
-            "budget.reserved", "budget.aborted", "budget.reserved", "budget.expired",
-            "budget.reserved", "budget.refused", "budget.committed"]
+            "budget.set",
+            "budget.reserved",
+            "budget.committed",
+            "budget.refused",
+            "budget.reserved",
+            "budget.aborted",
+            "budget.reserved",
+            "budget.expired",
+            "budget.reserved",
+            "budget.refused",
+            "budget.committed",
+        ]
         report = verify_log(ledger.engine, public_key=signer.public_key)
         assert report.tree_size == len(events)
     finally:

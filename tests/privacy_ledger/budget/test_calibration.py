@@ -17,8 +17,9 @@ PLAN = {"rounds": 5, "steps_per_round": 200, "sample_rate": 0.01, "max_grad_norm
 
 
 def _plan_event(sigma: float) -> MechanismEvent:
-    return MechanismEvent(noise_multiplier=sigma, sample_rate=0.01, steps=200, delta=1e-5,
-                          max_grad_norm=1.0)
+    return MechanismEvent(
+        noise_multiplier=sigma, sample_rate=0.01, steps=200, delta=1e-5, max_grad_norm=1.0
+    )
 
 
 def _reserve_plan(ledger: PrivacyLedger, sigma: float) -> None:
@@ -65,8 +66,16 @@ def test_epsilon_argument_is_extra_spend_capped_by_budget(ledger: PrivacyLedger)
 
 def test_prv_calibration_uses_prv() -> None:
     history = [event(steps=300)]
-    sigma = calibrate(history, target=Decimal(3), delta=1e-5, accountant="prv", rounds=2,
-                      steps_per_round=500, sample_rate=0.01, max_grad_norm=1.0)
+    sigma = calibrate(
+        history,
+        target=Decimal(3),
+        delta=1e-5,
+        accountant="prv",
+        rounds=2,
+        steps_per_round=500,
+        sample_rate=0.01,
+        max_grad_norm=1.0,
+    )
     plan = [*history, *[_plan_event(sigma)] * 5]  # 2 x 500 steps = 5 x 200 steps
     assert epsilon(plan, delta=1e-5, accountant="prv") <= 3
     assert epsilon(plan, delta=1e-5, accountant="rdp") > 3  # RDP would need more noise
@@ -77,8 +86,8 @@ def test_impossible_plans_are_refused() -> None:
     with pytest.raises(CalibrationImpossible, match="no noise multiplier"):
         calibrate(spent, target=Decimal("1"), delta=1e-5, accountant="rdp", **PLAN)
     with pytest.raises(LedgerParameterInvalid, match="rounds"):
-        calibrate([], target=Decimal("1"), delta=1e-5, accountant="rdp",
-                  **{**PLAN, "rounds": 0})
+        calibrate([], target=Decimal("1"), delta=1e-5, accountant="rdp", **{**PLAN, "rounds": 0})
     with pytest.raises(LedgerParameterInvalid, match="sample_rate"):
-        calibrate([], target=Decimal("1"), delta=1e-5, accountant="rdp",
-                  **{**PLAN, "sample_rate": 1.5})
+        calibrate(
+            [], target=Decimal("1"), delta=1e-5, accountant="rdp", **{**PLAN, "sample_rate": 1.5}
+        )

@@ -69,8 +69,10 @@ def test_processes_never_overspend(pg_url: str) -> None:
         setup_budget(ledger, LIMIT)
         ctx = multiprocessing.get_context("spawn")
         barrier, results = ctx.Barrier(CLIENTS), ctx.Queue()
-        procs = [ctx.Process(target=reserve_and_commit, args=(pg_url, barrier, results))
-                 for _ in range(CLIENTS)]
+        procs = [
+            ctx.Process(target=reserve_and_commit, args=(pg_url, barrier, results))
+            for _ in range(CLIENTS)
+        ]
         for p in procs:
             p.start()
         outcomes = [results.get(timeout=300) for _ in procs]

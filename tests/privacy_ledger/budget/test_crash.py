@@ -27,7 +27,11 @@ def killed(db_url: str) -> Iterator[tuple[str, str, float]]:
     ledger.engine.dispose()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.privacy_ledger.budget.workers", db_url],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout is not None
         reservation_id, expires_at = proc.stdout.readline().split()

@@ -43,11 +43,13 @@ def clocked(db_url: str) -> Iterator[tuple[PrivacyLedger, list[float]]]:
         ledger.engine.dispose()
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(plans=plans, limit=st.sampled_from(["0.5", "2", "3.7", "8"]))
 def test_committed_epsilon_never_exceeds_limit(
-    clocked: tuple[PrivacyLedger, list[float]], plans: list[tuple[float, float, int, str]],
+    clocked: tuple[PrivacyLedger, list[float]],
+    plans: list[tuple[float, float, int, str]],
     limit: str,
 ) -> None:
     ledger, now = clocked

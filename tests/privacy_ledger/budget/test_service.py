@@ -33,8 +33,15 @@ class RecordingSink:
         self.entries: list[tuple[str, str, dict[str, object]]] = []
         self.fail_on = fail_on
 
-    def append(self, session: Session, *, event: str, subject: str,
-               fields: Mapping[str, object], sensitive: Mapping[str, object] | None = None) -> int:
+    def append(
+        self,
+        session: Session,
+        *,
+        event: str,
+        subject: str,
+        fields: Mapping[str, object],
+        sensitive: Mapping[str, object] | None = None,
+    ) -> int:
         assert session.in_transaction()
         assert not any(isinstance(v, float) for v in fields.values())
         if event == self.fail_on:
@@ -142,8 +149,15 @@ def test_audit_events_share_the_transaction(db_url: str) -> None:
         with pytest.raises(ParticipantSuspended):
             ledger.reserve("h1", "ct", event(sigma=5.0, steps=1))
         names = [name for name, _, _ in sink.entries]
-        assert names == ["budget.set", "budget.reserved", "budget.committed", "budget.refused",
-                         "budget.reserved", "budget.aborted", "budget.refused"]
+        assert names == [
+            "budget.set",
+            "budget.reserved",
+            "budget.committed",
+            "budget.refused",
+            "budget.reserved",
+            "budget.aborted",
+            "budget.refused",
+        ]
         assert sink.entries[-1][2]["reason"] == "participant suspended"
         assert all(subject == "participant:h1/asset:ct" for _, subject, _ in sink.entries)
         reserved = sink.entries[1][2]
@@ -195,8 +209,9 @@ def test_participants_and_reservation_errors(ledger: PrivacyLedger) -> None:
     with pytest.raises(LedgerParameterInvalid, match="participant_id"):
         ledger.register_participant("bad id!", institution="Bank", kind="bank")
     with pytest.raises(LedgerParameterInvalid, match="public_key_pem"):
-        ledger.register_participant("b1", institution="Bank", kind="bank",
-                                    public_key_pem=b"x" * 5000)
+        ledger.register_participant(
+            "b1", institution="Bank", kind="bank", public_key_pem=b"x" * 5000
+        )
     with pytest.raises(BudgetNotSet, match="no budget set"):
         ledger.reserve("h1", "other", event())
     with pytest.raises(LedgerParameterInvalid, match="ttl_seconds"):
@@ -214,16 +229,28 @@ def test_participants_and_reservation_errors(ledger: PrivacyLedger) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "fragment"),
-    [("noise_multiplier", 0.0, "noise_multiplier"), ("sample_rate", 1.5, "sample_rate"),
-     ("steps", 0, "steps"), ("delta", 1.0, "delta"), ("max_grad_norm", -1.0, "max_grad_norm"),
-     ("mechanism", "laplace", "mechanism"), ("sampler", "shuffle", "sampler")],
+    [
+        ("noise_multiplier", 0.0, "noise_multiplier"),
+        ("sample_rate", 1.5, "sample_rate"),
+        ("steps", 0, "steps"),
+        ("delta", 1.0, "delta"),
+        ("max_grad_norm", -1.0, "max_grad_norm"),
+        ("mechanism", "laplace", "mechanism"),
+        ("sampler", "shuffle", "sampler"),
+    ],
 )
 def test_mechanism_event_errors_are_typed(field: str, value: object, fragment: str) -> None:
     from privacy_ledger import MechanismEvent
     from privacy_ledger.errors import MechanismInvalid
 
-    params: dict[str, object] = {"noise_multiplier": 1.0, "sample_rate": 0.01, "steps": 10,
-                                 "delta": 1e-5, "max_grad_norm": 1.0, field: value}
+    params: dict[str, object] = {
+        "noise_multiplier": 1.0,
+        "sample_rate": 0.01,
+        "steps": 10,
+        "delta": 1e-5,
+        "max_grad_norm": 1.0,
+        field: value,
+    }
     with pytest.raises(MechanismInvalid, match=fragment) as info:
         MechanismEvent(**params)  # type: ignore[arg-type]
     assert isinstance(info.value, ValueError)

@@ -25,8 +25,9 @@ IDS = ["a", "b", "c"]
 @pytest.fixture
 def harness(tmp_path):  # type: ignore[no-untyped-def]
     sink = MemoryAuditSink()
-    dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=IDS,
-                                  min_participants=2, audit=sink)
+    dep = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=2, audit=sink
+    )
     h = Harness(dep, tmp_path, ids=IDS, min_participants=2, audit=sink)
     h.engine.open(h.config(1))
     h.engine.start_collecting(1)
@@ -55,14 +56,17 @@ def _sig_at(env: bytes) -> int:
     return 9 + _head_len(env) + 8
 
 
-@pytest.mark.parametrize("case,error,fragment", [
-    ("oversize", UploadMalformed, "at most"),
-    ("magic", UploadMalformed, "SFSE"),
-    ("signature", UploadSignatureInvalid, "does not verify"),
-    ("payload", UploadSignatureInvalid, "does not verify"),
-    ("sig_len", UploadSignatureInvalid, "length"),
-    ("unknown", UploadParticipantUnknown, "'a'"),
-])
+@pytest.mark.parametrize(
+    "case,error,fragment",
+    [
+        ("oversize", UploadMalformed, "at most"),
+        ("magic", UploadMalformed, "SFSE"),
+        ("signature", UploadSignatureInvalid, "does not verify"),
+        ("payload", UploadSignatureInvalid, "does not verify"),
+        ("sig_len", UploadSignatureInvalid, "length"),
+        ("unknown", UploadParticipantUnknown, "'a'"),
+    ],
+)
 def test_each_rejection_is_typed_and_audited(harness, case, error, fragment) -> None:  # type: ignore[no-untyped-def]
     env = harness.envelope("a", population(1, N, C)["p00"], 1)
     at = _sig_at(env)

@@ -109,8 +109,9 @@ def test_contract_bytes_and_hash_are_pinned() -> None:
 
 
 @pytest.mark.parametrize(("bound", "expected"), [("8.0", 8.0), (8.0, 8.0), (8, 8.0), ("0.5", 0.5)])
-def test_output_bound_accepts_decimal_strings_and_stored_numbers(bound: object,
-                                                                  expected: float) -> None:
+def test_output_bound_accepts_decimal_strings_and_stored_numbers(
+    bound: object, expected: float
+) -> None:
     data = {"num_classes": 3, "representation": "clipped_logits", "bound": bound}
     assert OutputSpec.from_dict(data).bound == expected
 

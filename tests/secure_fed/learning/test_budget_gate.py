@@ -23,8 +23,9 @@ DELTA = 1e-5
 
 
 def _event(sigma=1.0, q=0.01, steps=100):
-    return MechanismEvent(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=DELTA,
-                          max_grad_norm=1.0)
+    return MechanismEvent(
+        noise_multiplier=sigma, sample_rate=q, steps=steps, delta=DELTA, max_grad_norm=1.0
+    )
 
 
 def _eps(*events):
@@ -107,8 +108,9 @@ def test_calibration_refuses_when_exhausted():
     gate.commit(gate.reserve("p", "a", _event(steps=500)).id)
     gate.set_budget("p", "a", epsilon="1")  # the history alone is over the new budget
     with pytest.raises(CalibrationImpossible, match="no noise multiplier"):
-        gate.calibrate_noise("p", "a", rounds=1, steps_per_round=1, sample_rate=0.01,
-                             max_grad_norm=1.0)
+        gate.calibrate_noise(
+            "p", "a", rounds=1, steps_per_round=1, sample_rate=0.01, max_grad_norm=1.0
+        )
     assert CalibrationImpossible in refusal_errors() and BudgetRefused in refusal_errors()
 
 
@@ -123,11 +125,13 @@ def test_invalid_parameters():
     with pytest.raises(LearningParameterInvalid, match="event"):
         gate.reserve("p", "a", (1.0, 0.01, 10))
     with pytest.raises(LedgerParameterInvalid, match="rounds"):
-        gate.calibrate_noise("p", "a", rounds=0, steps_per_round=1, sample_rate=0.1,
-                             max_grad_norm=1.0)
+        gate.calibrate_noise(
+            "p", "a", rounds=0, steps_per_round=1, sample_rate=0.1, max_grad_norm=1.0
+        )
     with pytest.raises(LedgerParameterInvalid, match="epsilon"):
-        gate.calibrate_noise("p", "a", rounds=1, steps_per_round=1, sample_rate=0.1,
-                             max_grad_norm=1.0, epsilon="-1")
+        gate.calibrate_noise(
+            "p", "a", rounds=1, steps_per_round=1, sample_rate=0.1, max_grad_norm=1.0, epsilon="-1"
+        )
 
 
 def test_prv_accountant_is_the_ledgers():
@@ -196,8 +200,13 @@ def test_same_sigma_and_epsilon_as_the_ledger(tmp_path, limit, plan, extra):
         sigma = ledger.calibrate_noise("p", "a", **args)
         assert gate.calibrate_noise("p", "a", **args) == sigma
         assert gate.epsilon_spent("p", "a") == ledger.epsilon_spent("p", "a")
-        event = MechanismEvent(noise_multiplier=sigma, sample_rate=plan["sample_rate"],
-                               steps=plan["steps_per_round"], delta=DELTA, max_grad_norm=1.0)
+        event = MechanismEvent(
+            noise_multiplier=sigma,
+            sample_rate=plan["sample_rate"],
+            steps=plan["steps_per_round"],
+            delta=DELTA,
+            max_grad_norm=1.0,
+        )
         ours, theirs = gate.reserve("p", "a", event), ledger.reserve("p", "a", event)
         assert ours.epsilon_projected == theirs.epsilon_projected
     finally:

@@ -83,8 +83,7 @@ def test_fashion_mnist_needs_debian_package():
     import subprocess
 
     installed = (
-        subprocess.run(["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True).returncode
-        == 0
+        subprocess.run(["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True).returncode == 0
     )
     if installed:
         task = load_task("fashion_mnist", seed=0, public_fraction=0.1, test_fraction=0.1)

@@ -123,8 +123,17 @@ def test_distillation_reduces_kl(name, task):
     targets = _teacher_targets(task, temperature)
     student = build_model(name, input_shape=task.input_shape, num_classes=10, seed=0)
     before = kl_to_targets(student, task.public_x, targets, temperature=temperature)
-    final = distill(student, task.public_x, targets, temperature=temperature, weight=1.0,
-                    epochs=5, lr=0.1, batch_size=64, seed=0)
+    final = distill(
+        student,
+        task.public_x,
+        targets,
+        temperature=temperature,
+        weight=1.0,
+        epochs=5,
+        lr=0.1,
+        batch_size=64,
+        seed=0,
+    )
     after = kl_to_targets(student, task.public_x, targets, temperature=temperature)
     assert final == pytest.approx(after, rel=1e-5)
     assert after < 0.5 * before
@@ -135,8 +144,17 @@ def test_distillation_through_an_opacus_wrapper(task):
     student = build_model("logreg", input_shape=task.input_shape, num_classes=10, seed=0)
     wrapped = GradSampleModule(student)
     before = kl_to_targets(student, task.public_x, targets, temperature=1.0)
-    after = distill(wrapped, task.public_x, targets, temperature=1.0, weight=0.5, epochs=3,
-                    lr=0.1, batch_size=64, seed=0)
+    after = distill(
+        wrapped,
+        task.public_x,
+        targets,
+        temperature=1.0,
+        weight=0.5,
+        epochs=3,
+        lr=0.1,
+        batch_size=64,
+        seed=0,
+    )
     assert after < 0.5 * before
     assert not any(hasattr(p, "grad_sample") for p in student.parameters())
     wrapped._close()
@@ -146,8 +164,20 @@ def test_zero_weight_trains_nothing(task):
     targets = _teacher_targets(task, 1.0)
     student = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=0)
     before = [p.detach().clone() for p in student.parameters()]
-    assert distill(student, task.public_x, targets, temperature=1.0, weight=0.0, epochs=1,
-                   lr=0.1, batch_size=64, seed=0) == 0.0
+    assert (
+        distill(
+            student,
+            task.public_x,
+            targets,
+            temperature=1.0,
+            weight=0.0,
+            epochs=1,
+            lr=0.1,
+            batch_size=64,
+            seed=0,
+        )
+        == 0.0
+    )
     assert all(torch.equal(a, b) for a, b in zip(before, student.parameters(), strict=True))
 
 
@@ -169,7 +199,14 @@ def test_distill_validation(task, targets, kwargs, fragment):
     elif isinstance(targets, str):
         targets = np.full((n, 10), 0.1)
         targets[0, 0], targets[0, 1] = -0.1, 0.3
-    args = {"temperature": 1.0, "weight": 1.0, "epochs": 1, "lr": 0.1, "batch_size": 32,
-            "seed": 0, **kwargs}
+    args = {
+        "temperature": 1.0,
+        "weight": 1.0,
+        "epochs": 1,
+        "lr": 0.1,
+        "batch_size": 32,
+        "seed": 0,
+        **kwargs,
+    }
     with pytest.raises(LearningParameterInvalid, match=fragment):
         distill(student, task.public_x, targets, **args)

@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 import torch
@@ -44,9 +43,18 @@ def _same(a, b):
 
 def _trainer(model, task, gate, **kw):
     args = {
-        "model": model, "x": task.private_x[:200], "y": task.private_y[:200], "goal": GOAL,
-        "budget": gate, "participant_id": "p1", "asset_id": "digits", "batch_size": 25,
-        "lr": 0.1, "epochs_per_round": None, "steps_per_round": 2, "seed": 0,
+        "model": model,
+        "x": task.private_x[:200],
+        "y": task.private_y[:200],
+        "goal": GOAL,
+        "budget": gate,
+        "participant_id": "p1",
+        "asset_id": "digits",
+        "batch_size": 25,
+        "lr": 0.1,
+        "epochs_per_round": None,
+        "steps_per_round": 2,
+        "seed": 0,
     }
     return PrivateTrainer(**{**args, **kw})
 
@@ -216,9 +224,17 @@ def test_learning_happens_under_dp(task):
     gate = InMemoryBudgetGate(epsilon=8.0, delta=1e-5)
     model = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=0)
     trainer = PrivateTrainer(
-        model=model, x=task.private_x, y=task.private_y,
-        goal=DPGoal(epsilon=8.0, delta=1e-5, rounds=5), budget=gate, participant_id="p",
-        asset_id="digits", batch_size=64, lr=0.1, epochs_per_round=2, seed=0,
+        model=model,
+        x=task.private_x,
+        y=task.private_y,
+        goal=DPGoal(epsilon=8.0, delta=1e-5, rounds=5),
+        budget=gate,
+        participant_id="p",
+        asset_id="digits",
+        batch_size=64,
+        lr=0.1,
+        epochs_per_round=2,
+        seed=0,
     )
     for r in range(5):
         assert trainer.train_round(f"r{r}").trained
@@ -230,8 +246,15 @@ def test_nonprivate_baseline_learns(task):
     parts = dirichlet_split(task.private_y, parts=2, alpha=100.0, seed=0)
     model = build_model("mlp", input_shape=task.input_shape, num_classes=10, seed=0)
     assert evaluate(model, task.test_x, task.test_y) < 0.3
-    train_nonprivate(model, task.private_x[parts[0]], task.private_y[parts[0]], epochs=10,
-                     lr=0.05, batch_size=32, seed=0)
+    train_nonprivate(
+        model,
+        task.private_x[parts[0]],
+        task.private_y[parts[0]],
+        epochs=10,
+        lr=0.05,
+        batch_size=32,
+        seed=0,
+    )
     assert evaluate(model, task.test_x, task.test_y) > 0.6
 
 
@@ -247,9 +270,17 @@ def test_empty_poisson_batches_still_take_noised_steps(name):
     model = build_model(name, input_shape=(1, 8, 8), num_classes=3, seed=0)
     gate = InMemoryBudgetGate(epsilon=50.0, delta=1e-5)
     trainer = PrivateTrainer(
-        model=model, x=x, y=np.array([0, 1, 2]), goal=DPGoal(epsilon=50.0, delta=1e-5, rounds=1),
-        budget=gate, participant_id="p", asset_id="a", batch_size=1, lr=0.1,
-        epochs_per_round=None, steps_per_round=30,
+        model=model,
+        x=x,
+        y=np.array([0, 1, 2]),
+        goal=DPGoal(epsilon=50.0, delta=1e-5, rounds=1),
+        budget=gate,
+        participant_id="p",
+        asset_id="a",
+        batch_size=1,
+        lr=0.1,
+        epochs_per_round=None,
+        steps_per_round=30,
     )
     report = trainer.train_round("r1")
     assert report.trained and report.steps == 30

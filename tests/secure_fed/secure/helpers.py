@@ -15,8 +15,16 @@ def excluded(scores: dict[str, float], *, dof: int, min_keep: int = 1) -> set[st
     return excluded_ids(OutlierPolicy(dof=dof, min_keep=min_keep).decide(scores, round_id=1))
 
 
-def population(k: int, n: int, c: int, *, seed: int = 0, spread: float = 0.4,
-               attackers: int = 0, attack: str | None = None) -> dict[str, np.ndarray]:
+def population(
+    k: int,
+    n: int,
+    c: int,
+    *,
+    seed: int = 0,
+    spread: float = 0.4,
+    attackers: int = 0,
+    attack: str | None = None,
+) -> dict[str, np.ndarray]:
     """K participants' clipped logits on one public set: shared signal, per-model noise.
 
     Honest participants see the same per-sample class signal plus their own
@@ -65,8 +73,9 @@ class Clock:
 
 def contract(c: int) -> tuple[RoundSchema, ModelSchema]:
     output = OutputSpec(num_classes=c, bound=BOUND)
-    return RoundSchema(major=1, output=output), ModelSchema(model_id="mlp",
-                                                            version=SemVer(1, 0, 0), output=output)
+    return RoundSchema(major=1, output=output), ModelSchema(
+        model_id="mlp", version=SemVer(1, 0, 0), output=output
+    )
 
 
 class Harness:
@@ -79,31 +88,53 @@ class Harness:
         registry.register(self.model)
         self.policy = OutlierPolicy(dof=dep.shape[1] - 1)
         self.clock = Clock()
-        self.engine = RoundEngine(store=JsonFileRoundStore(directory=tmp_path / "rounds"),
-                                  aggregator=dep.aggregator(bound=BOUND), mode=dep.mode,
-                                  registry=registry, outlier_filter=self.policy, audit=audit,
-                                  clock=self.clock)
+        self.engine = RoundEngine(
+            store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+            aggregator=dep.aggregator(bound=BOUND),
+            mode=dep.mode,
+            registry=registry,
+            outlier_filter=self.policy,
+            audit=audit,
+            clock=self.clock,
+        )
         self.keys = {p: SM2PrivateKey.generate() for p in self.ids}
         self.params = dep.params
-        self.verifier = EnvelopeVerifier(keys={p: k.public_key for p, k in self.keys.items()},
-                                         submit=self.engine.submit, params=self.params,
-                                         max_bytes=32 << 20, audit=audit)
+        self.verifier = EnvelopeVerifier(
+            keys={p: k.public_key for p, k in self.keys.items()},
+            submit=self.engine.submit,
+            params=self.params,
+            max_bytes=32 << 20,
+            audit=audit,
+        )
         self.encoders = {p: dep.encoder(p, bound=BOUND) for p in self.ids}
         self.min_participants = min_participants
 
     def config(self, round_id: int) -> RoundConfig:
-        return RoundConfig(round_id=round_id, public_set_id="synthetic",
-                           public_set_sm3=sm3_digest(b"pub").hex(), schema=self.round_schema,
-                           mode=self.dep.mode, num_public=self.dep.shape[0],
-                           min_participants=self.min_participants, deadline=2000.0,
-                           projection_seed=0, max_upload_bytes=32 << 20)
+        return RoundConfig(
+            round_id=round_id,
+            public_set_id="synthetic",
+            public_set_sm3=sm3_digest(b"pub").hex(),
+            schema=self.round_schema,
+            mode=self.dep.mode,
+            num_public=self.dep.shape[0],
+            min_participants=self.min_participants,
+            deadline=2000.0,
+            projection_seed=0,
+            max_upload_bytes=32 << 20,
+        )
 
     def envelope(self, pid: str, matrix, round_id: int) -> bytes:  # type: ignore[no-untyped-def]
         payload = self.encoders[pid].encode(matrix)
-        header = UploadHeader(round_id=round_id, participant_id=pid, mode=self.dep.mode,
-                              schema=self.model, schema_hash=self.round_schema.schema_hash(),
-                              num_samples=100, nonce=_secrets.token_hex(16),
-                              payload_sm3=sm3_digest(payload).hex())
+        header = UploadHeader(
+            round_id=round_id,
+            participant_id=pid,
+            mode=self.dep.mode,
+            schema=self.model,
+            schema_hash=self.round_schema.schema_hash(),
+            num_samples=100,
+            nonce=_secrets.token_hex(16),
+            payload_sm3=sm3_digest(payload).hex(),
+        )
         return seal_upload(encode_upload(header, payload), key=self.keys[pid], params=self.params)
 
     def round(self, round_id: int, preds):  # type: ignore[no-untyped-def]

@@ -28,8 +28,9 @@ def test_reference_filter_excludes_exactly_the_attackers(attack: str, seed: int)
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_shares_mode_excludes_exactly_the_attackers(attack: str) -> None:
     preds = population(K, N, C, seed=7, attackers=ATTACKERS, attack=attack)
-    dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=sorted(preds),
-                                  min_participants=5)
+    dep = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=sorted(preds), min_participants=5
+    )
     agg = dep.aggregator(bound=BOUND)
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
     scores = agg.score(handles, round_id=1).scores

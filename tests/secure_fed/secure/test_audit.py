@@ -19,8 +19,14 @@ from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
 
 
 def _ask(ids: tuple[str, ...]) -> ReleaseRequest:
-    return ReleaseRequest(round_id=4, purpose="mean", contributors=ids, value_kind="aggregate",
-                          shape=(5, 3), weights=tuple(1 / len(ids) for _ in ids))
+    return ReleaseRequest(
+        round_id=4,
+        purpose="mean",
+        contributors=ids,
+        value_kind="aggregate",
+        shape=(5, 3),
+        weights=tuple(1 / len(ids) for _ in ids),
+    )
 
 
 def test_gatekeeper_events_land_in_the_signed_log(tmp_path: Path) -> None:
@@ -54,8 +60,26 @@ def test_memory_sink_refuses_unregistered_events() -> None:
 
 
 def test_fields_are_canonical_json_safe() -> None:
-    out = canonical_fields({"score": 1.5, "ids": ("a", "b"), "shape": [3, 2], "nan": float("nan"),
-                            "nested": {"w": 0.25}, "flag": True, "none": None, "tiny": 1e-7})
-    assert out == {"score": "1.5", "ids": ["a", "b"], "shape": [3, 2], "nan": "nan",
-                   "nested": {"w": "0.25"}, "flag": True, "none": None, "tiny": "0.0000001"}
+    out = canonical_fields(
+        {
+            "score": 1.5,
+            "ids": ("a", "b"),
+            "shape": [3, 2],
+            "nan": float("nan"),
+            "nested": {"w": 0.25},
+            "flag": True,
+            "none": None,
+            "tiny": 1e-7,
+        }
+    )
+    assert out == {
+        "score": "1.5",
+        "ids": ["a", "b"],
+        "shape": [3, 2],
+        "nan": "nan",
+        "nested": {"w": "0.25"},
+        "flag": True,
+        "none": None,
+        "tiny": "0.0000001",
+    }
     assert canonical.decode(canonical.encode(out)) == out

@@ -58,8 +58,15 @@ def test_noise_is_in_the_released_aggregate_and_charged_to_each_contributor(
 ) -> None:
     ledger, sink = _ledger(tmp_path, {}), MemoryAuditSink()
     dp = CentralDP(noise_multiplier=Z, delta=1e-5, asset_id=ASSET_ID)
-    dep = SecureDeployment.create(mode="ckks", shape=(N, C), participant_ids=IDS,
-                                  min_participants=3, audit=sink, central_dp=dp, budget=ledger)
+    dep = SecureDeployment.create(
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        audit=sink,
+        central_dp=dp,
+        budget=ledger,
+    )
     agg, handles, noiseless = _round(dep)
     agg.score(handles, round_id=7)  # scoring releases are not noised and not charged
     assert not any(ledger.events(p, ASSET_ID) for p in IDS)
@@ -90,8 +97,14 @@ def test_without_central_dp_the_aggregate_is_only_flooded(ckks) -> None:  # type
 def test_one_refusing_budget_releases_nothing_and_charges_nobody(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path, {"p02": "0.5"})
     dp = CentralDP(noise_multiplier=Z, delta=1e-5, asset_id=ASSET_ID)
-    dep = SecureDeployment.create(mode="ckks", shape=(N, C), participant_ids=IDS,
-                                  min_participants=3, central_dp=dp, budget=ledger)
+    dep = SecureDeployment.create(
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        central_dp=dp,
+        budget=ledger,
+    )
     agg, handles, _ = _round(dep)
     with pytest.raises(BudgetExceeded):
         agg.reveal(agg.weighted_sum(handles, {p: 0.25 for p in CONTRIBUTORS}), round_id=2)
@@ -103,16 +116,28 @@ def test_one_refusing_budget_releases_nothing_and_charges_nobody(tmp_path: Path)
 
 def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> None:
     task = load_task("digits", seed=0)
-    config = FederationConfig(participants=3, rounds=1, mode="ckks", central_dp=Z,
-                              architectures=("logreg",), baseline=False)
+    config = FederationConfig(
+        participants=3,
+        rounds=1,
+        mode="ckks",
+        central_dp=Z,
+        architectures=("logreg",),
+        baseline=False,
+    )
     gate = InMemoryBudgetGate(epsilon=20.0, delta=config.delta)
-    fed = Federation(config=config, task=task, budget=gate,
-                     store=JsonFileRoundStore(directory=tmp_path / "rounds"))
+    fed = Federation(
+        config=config,
+        task=task,
+        budget=gate,
+        store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+    )
     ids = [m.participant.participant_id for m in fed.members]
     preds = population(3, *fed.deployment.shape, seed=4)
     agg = fed.engine.aggregator
-    handles = {p: agg.load(fed.deployment.encoder(p, bound=PUBLIC_LOGIT_BOUND).encode(m))
-               for p, m in zip(ids, preds.values(), strict=True)}
+    handles = {
+        p: agg.load(fed.deployment.encoder(p, bound=PUBLIC_LOGIT_BOUND).encode(m))
+        for p, m in zip(ids, preds.values(), strict=True)
+    }
     out = agg.reveal(agg.weighted_sum(handles, {p: 1 / 3 for p in ids}), round_id=1)
     clipped = [np.clip(m, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND) for m in preds.values()]
     noise = out - np.mean(clipped, axis=0)

@@ -27,8 +27,9 @@ def _run(dep: SecureDeployment, preds: dict[str, np.ndarray]) -> tuple[dict, set
 
 
 @pytest.mark.parametrize("mode", ["ckks", "shares"])
-def test_secure_modes_match_the_plaintext_reference(mode: str,
-                                                   request: pytest.FixtureRequest) -> None:
+def test_secure_modes_match_the_plaintext_reference(
+    mode: str, request: pytest.FixtureRequest
+) -> None:
     preds = population(K, N, C, seed=11, attackers=1, attack="scaling")
     ref = pooled_mahalanobis(PlainBackend(preds), IDS, num_samples=N).scores
     ref_excluded = excluded(ref, dof=C - 1)

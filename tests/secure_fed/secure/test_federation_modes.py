@@ -35,18 +35,30 @@ def _decide(agg, preds):  # type: ignore[no-untyped-def]
 
 def test_real_predictions_give_the_same_decisions_in_every_mode(tmp_path: Path) -> None:
     task = load_task("digits", seed=0)
-    config = FederationConfig(participants=5, rounds=1, architectures=("logreg", "mlp", "cnn"),
-                              distill=DistillSettings(epochs=1), baseline=False)
-    fed = Federation(config=config, task=task, budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
-                     store=JsonFileRoundStore(directory=tmp_path / "rounds"))
+    config = FederationConfig(
+        participants=5,
+        rounds=1,
+        architectures=("logreg", "mlp", "cnn"),
+        distill=DistillSettings(epochs=1),
+        baseline=False,
+    )
+    fed = Federation(
+        config=config,
+        task=task,
+        budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
+        store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+    )
     assert fed.run_round().stage == "published"
-    preds = {m.participant.participant_id: predict_public(m.participant.model, task.public_x)
-             for m in fed.members}
+    preds = {
+        m.participant.participant_id: predict_public(m.participant.model, task.public_x)
+        for m in fed.members
+    }
     shape = next(iter(preds.values())).shape
     results = {}
     for mode in ("plaintext", "ckks", "shares"):
-        dep = SecureDeployment.create(mode=mode, shape=shape, participant_ids=sorted(preds),
-                                      min_participants=2)
+        dep = SecureDeployment.create(
+            mode=mode, shape=shape, participant_ids=sorted(preds), min_participants=2
+        )
         agg = dep.aggregator(bound=PUBLIC_LOGIT_BOUND)
         encoded = {p: (dep.encoder(p, bound=PUBLIC_LOGIT_BOUND), m) for p, m in preds.items()}
         results[mode] = _decide(agg, encoded)

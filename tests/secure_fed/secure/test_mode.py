@@ -47,13 +47,15 @@ def test_a_registered_mode_is_deployed_without_any_other_change() -> None:
             built.append(plan)
             return cls(mode="echo", plan=plan)
 
-    echo = AggregationMode(name="echo", insecure=True, central_dp=False, description="test",
-                           deploy=_Echo.deploy)
+    echo = AggregationMode(
+        name="echo", insecure=True, central_dp=False, description="test", deploy=_Echo.deploy
+    )
     register_mode(echo)
     try:
         assert "echo" in mode_names()
-        dep = SecureDeployment.create(mode="echo", shape=(N_PUB, C), participant_ids=["a", "b"],
-                                      min_participants=2)
+        dep = SecureDeployment.create(
+            mode="echo", shape=(N_PUB, C), participant_ids=["a", "b"], min_participants=2
+        )
         assert isinstance(dep, _Echo) and dep.mode == "echo"
         assert built == [dep.plan] and dep.plan.participant_ids == ("a", "b")
     finally:
@@ -134,8 +136,9 @@ def test_unknown_mode_lists_registered_names() -> None:
     assert info.value.code == "AGGREGATION_UNKNOWN_MODE"
     assert all(repr(name) in str(info.value) for name in mode_names())
     with pytest.raises(UnknownMode, match="'ckks', 'plaintext', 'shares'"):
-        SecureDeployment.create(mode="rot13", shape=(N_PUB, C), participant_ids=["a"],
-                                min_participants=1)
+        SecureDeployment.create(
+            mode="rot13", shape=(N_PUB, C), participant_ids=["a"], min_participants=1
+        )
 
 
 def test_registry_refuses_name_clash() -> None:

@@ -28,8 +28,9 @@ def _check_log(log, min_participants: int) -> int:  # type: ignore[no-untyped-de
 @pytest.mark.parametrize("mode", ["ckks", "shares"])
 def test_only_aggregates_and_scalar_scores_are_revealed(mode: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     sink = MemoryAuditSink()
-    dep = SecureDeployment.create(mode=mode, shape=(N, C), participant_ids=IDS,
-                                  min_participants=MIN, audit=sink)
+    dep = SecureDeployment.create(
+        mode=mode, shape=(N, C), participant_ids=IDS, min_participants=MIN, audit=sink
+    )
     h = Harness(dep, tmp_path, ids=IDS, min_participants=MIN, audit=sink)
     for rid in (1, 2):
         preds = population(K, N, C, seed=rid, attackers=1, attack="label_flip")

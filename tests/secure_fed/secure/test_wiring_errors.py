@@ -41,8 +41,9 @@ def test_helper_refuses_small_moments_and_unknown_operations(shares) -> None:  #
         backend.second_moment(sorted(preds), 64, np.zeros((N, C)))
     assert sink.named("access.denied")[-1]["party"] == "helper"
     with pytest.raises(AuthorityRequestMalformed, match="no open Beaver"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x",
-                                                        "round_id": 0}))
+        dep.helper.handle(
+            encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x", "round_id": 0})
+        )
     with pytest.raises(AuthorityRequestMalformed, match="round_id"):
         dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x"}))
 
@@ -56,8 +57,12 @@ def test_ckks_wiring_errors(ckks) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ModeSetupInvalid, match="keys"):
         CkksAggregator(shape=(N, C), bound=BOUND, keys=dep.public_context)  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="moment_samples"):
-        CkksAggregator(shape=(N, C), bound=BOUND, keys=dep.server_keys(),
-                       scoring=ScoringConfig(moment_samples=10))
+        CkksAggregator(
+            shape=(N, C),
+            bound=BOUND,
+            keys=dep.server_keys(),
+            scoring=ScoringConfig(moment_samples=10),
+        )
     agg = dep.aggregator(bound=BOUND)
     with pytest.raises(UploadMalformed, match="ckks upload refused"):
         agg.load(b"SFCKCT" + bytes(100))
@@ -76,30 +81,44 @@ def test_score_plan_refuses_a_whitening_that_could_wrap() -> None:
 
 def test_deployment_errors() -> None:
     with pytest.raises(ModeSetupInvalid, match="distinct"):
-        SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=["a", "a"],
-                                min_participants=2)
+        SecureDeployment.create(
+            mode="shares", shape=(N, C), participant_ids=["a", "a"], min_participants=2
+        )
     with pytest.raises(UnknownMode, match="registered"):
-        SecureDeployment.create(mode="paillier", shape=(N, C), participant_ids=["a"],
-                                min_participants=2)
-    dep = SecureDeployment.create(mode="shares", shape=(N, C), participant_ids=["a", "b"],
-                                  min_participants=2)
+        SecureDeployment.create(
+            mode="paillier", shape=(N, C), participant_ids=["a"], min_participants=2
+        )
+    dep = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=["a", "b"], min_participants=2
+    )
     with pytest.raises(ModeSetupInvalid, match="not enrolled"):
         dep.encoder("c", bound=BOUND)
     with pytest.raises(ModeSetupInvalid, match="shape"):
-        SecureDeployment.create(mode="plaintext", shape=(N, 0), participant_ids=["a"],
-                                min_participants=1)
+        SecureDeployment.create(
+            mode="plaintext", shape=(N, 0), participant_ids=["a"], min_participants=1
+        )
     with pytest.raises(ModeSetupInvalid, match="both or neither"):
-        SecureDeployment.create(mode="ckks", shape=(N, C), participant_ids=["a", "b"],
-                                min_participants=2, central_dp=CentralDP(noise_multiplier=1.0))
+        SecureDeployment.create(
+            mode="ckks",
+            shape=(N, C),
+            participant_ids=["a", "b"],
+            min_participants=2,
+            central_dp=CentralDP(noise_multiplier=1.0),
+        )
 
 
 @pytest.mark.parametrize("mode", ["plaintext", "shares"])
 def test_central_dp_is_refused_where_the_aggregator_would_see_the_aggregate(mode: str) -> None:
     able = sorted(m.name for m in _registered() if m.central_dp)
     with pytest.raises(ModeSetupInvalid, match="cannot add central DP") as info:
-        SecureDeployment.create(mode=mode, shape=(N, C), participant_ids=["a", "b"],
-                                min_participants=2, central_dp=CentralDP(noise_multiplier=1.0),
-                                budget=object())  # type: ignore[arg-type]
+        SecureDeployment.create(
+            mode=mode,
+            shape=(N, C),
+            participant_ids=["a", "b"],
+            min_participants=2,
+            central_dp=CentralDP(noise_multiplier=1.0),
+            budget=object(),
+        )  # type: ignore[arg-type]
     assert able == ["ckks"] and str(able) in str(info.value)
 
 

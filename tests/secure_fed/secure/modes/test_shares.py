@@ -77,8 +77,11 @@ def test_helper_refuses_unknown_ops_and_uploads(shares) -> None:  # type: ignore
     with pytest.raises(AuthorityRequestMalformed, match="unknown"):
         dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "reveal_one"}))
     with pytest.raises(AuthorityRequestMalformed, match="no share"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "linear", "uids": ["nope"],
-                                                        "weights": [1.0], "round_id": 0}))
+        dep.helper.handle(
+            encode_frame(
+                HELPER_REQUEST, {"op": "linear", "uids": ["nope"], "weights": [1.0], "round_id": 0}
+            )
+        )
     with pytest.raises(AuthorityRequestMalformed, match="HELPER_MAGIC|SFHR"):
         dep.helper.handle(b"SFKR" + bytes(20))
 
@@ -95,8 +98,13 @@ def test_setup_errors(shares) -> None:  # type: ignore[no-untyped-def]
         SharesAggregator(shape=(N, C), bound=BOUND, keys={"a": b"x" * 32})  # type: ignore[arg-type]
     keys = dep.server_keys()
     with pytest.raises(ModeSetupInvalid, match="ShareMacKey"):
-        SharesKeys(secrets=keys.secrets, helper=keys.helper, dealer=keys.dealer,
-                   dealer_key=b"k" * 32, channel_key=keys.channel_key)  # type: ignore[arg-type]
+        SharesKeys(
+            secrets=keys.secrets,
+            helper=keys.helper,
+            dealer=keys.dealer,
+            dealer_key=b"k" * 32,
+            channel_key=keys.channel_key,
+        )  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="exceeds"):
         SharesEncoder(shape=(N, C), bound=9.0, enrolment=dep.enrolment("p00"))
     assert set(IDS) >= {"p00"}

@@ -24,8 +24,7 @@ def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-unt
 
 
 def _linear(dep, uids: list[str], weights: list[object], purpose: str = "mean") -> object:  # type: ignore[no-untyped-def]
-    request = {"op": "linear", "purpose": purpose, "uids": uids, "weights": weights,
-               "round_id": 1}
+    request = {"op": "linear", "purpose": purpose, "uids": uids, "weights": weights, "round_id": 1}
     return reply_array(dep.helper.handle(encode_frame(HELPER_REQUEST, request)))
 
 
@@ -43,15 +42,21 @@ def test_three_distinct_participants_are_opened(loaded) -> None:  # type: ignore
     dep, sink, uids = loaded
     _linear(dep, [uids["p00"], uids["p01"], uids["p02"]], [1 / 3] * 3)
     assert dep.helper.log[-1].released and dep.helper.log[-1].participant_ids == (
-        "p00", "p01", "p02")
+        "p00",
+        "p01",
+        "p02",
+    )
     assert sink.named("decryption.released")[-1]["party"] == "helper"
 
 
-@pytest.mark.parametrize("names", [
-    ["p00", "p00-again", "p01"],          # 3 uploads, 2 distinct participants
-    ["p00", "p00-again", "p01", "p02"],   # 3 distinct participants, one counted twice
-    ["p00", "p00", "p01", "p02"],         # the same upload named twice
-])
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["p00", "p00-again", "p01"],  # 3 uploads, 2 distinct participants
+        ["p00", "p00-again", "p01", "p02"],  # 3 distinct participants, one counted twice
+        ["p00", "p00", "p01", "p02"],  # the same upload named twice
+    ],
+)
 def test_one_participant_never_counts_twice(loaded, names: list[str]) -> None:  # type: ignore[no-untyped-def]
     dep, sink, uids = loaded
     with pytest.raises(OpeningRefused, match="repeat"):
@@ -77,13 +82,33 @@ def test_weights_and_purposes_are_checked(loaded) -> None:  # type: ignore[no-un
 def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # type: ignore[no-untyped-def]
     dep, _, uids = loaded
     with pytest.raises(OpeningRefused, match="at least 3"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {
-            "op": "open", "kind": "moments", "op_id": "m1", "round_id": 1,
-            "uids": [uids["p00"], uids["p01"]], "parts": [0, 0, 0]}))
+        dep.helper.handle(
+            encode_frame(
+                HELPER_REQUEST,
+                {
+                    "op": "open",
+                    "kind": "moments",
+                    "op_id": "m1",
+                    "round_id": 1,
+                    "uids": [uids["p00"], uids["p01"]],
+                    "parts": [0, 0, 0],
+                },
+            )
+        )
     with pytest.raises(AuthorityRequestMalformed, match="Beaver kind"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {
-            "op": "open", "kind": "vector", "op_id": "v1", "round_id": 1,
-            "uids": [uids["p00"]], "parts": [0, 0, 0]}))
+        dep.helper.handle(
+            encode_frame(
+                HELPER_REQUEST,
+                {
+                    "op": "open",
+                    "kind": "vector",
+                    "op_id": "v1",
+                    "round_id": 1,
+                    "uids": [uids["p00"]],
+                    "parts": [0, 0, 0],
+                },
+            )
+        )
 
 
 def test_a_beaver_operation_finishes_in_its_own_round(shares) -> None:  # type: ignore[no-untyped-def]
@@ -95,8 +120,9 @@ def test_a_beaver_operation_finishes_in_its_own_round(shares) -> None:  # type: 
             head = {**head, "round_id": 2}
         return dep.helper.handle(encode_frame(HELPER_REQUEST, head, payload))
 
-    agg = SharesAggregator(shape=(N, C), bound=BOUND,
-                           keys=replace(dep.server_keys(), helper=relabel))
+    agg = SharesAggregator(
+        shape=(N, C), bound=BOUND, keys=replace(dep.server_keys(), helper=relabel)
+    )
     preds = population(3, N, C, seed=4)
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
     backend = agg.scoring_round(handles, round_id=1)

@@ -25,8 +25,9 @@ def uploads(ckks):  # type: ignore[no-untyped-def]
 
 
 def _request(purpose: str, ids: list[str], ct: bytes, shape=(N, C), **extra) -> bytes:  # type: ignore[no-untyped-def]
-    return decryption_request(round_id=1, purpose=purpose, participant_ids=ids, shape=shape,
-                              ciphertext=ct, **extra)
+    return decryption_request(
+        round_id=1, purpose=purpose, participant_ids=ids, shape=shape, ciphertext=ct, **extra
+    )
 
 
 def test_aggregate_over_enough_participants_is_released_flooded(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
@@ -35,8 +36,10 @@ def test_aggregate_over_enough_participants_is_released_flooded(ckks, uploads) -
     ids = sorted(ups)[:3]
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
     from secure_fed.wire import decode_array, decode_frame
-    head, raw = decode_frame(dep.authority.handle(_request("aggregate", ids, agg.to_bytes())),
-                             b"SFKA", max_bytes=1 << 30)
+
+    head, raw = decode_frame(
+        dep.authority.handle(_request("aggregate", ids, agg.to_bytes())), b"SFKA", max_bytes=1 << 30
+    )
     out = decode_array(head["array"], raw)
     np.testing.assert_allclose(out, np.mean([preds[p] for p in ids], axis=0), atol=5e-3)
     assert dep.authority.log[-1].contributors == 3 and dep.authority.log[-1].released
@@ -88,23 +91,32 @@ def test_the_ciphertext_header_decides_the_kind(ckks, uploads) -> None:  # type:
         dep.authority.handle(_request("mean", ["p00", "p01", "p02"], b"SFCKCT" + bytes(10)))
 
 
-@pytest.mark.parametrize("mutate,fragment", [
-    (lambda r: r[:10], "SFKR"),
-    (lambda r: b"XXXX" + r[4:], "SFKR"),
-])
+@pytest.mark.parametrize(
+    "mutate,fragment",
+    [
+        (lambda r: r[:10], "SFKR"),
+        (lambda r: b"XXXX" + r[4:], "SFKR"),
+    ],
+)
 def test_malformed_frames_are_refused(ckks, mutate, fragment) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
     with pytest.raises(AuthorityRequestMalformed, match=fragment):
         dep.authority.handle(mutate(_request("mean", IDS[:3], b"x" * 20)))
 
 
-@pytest.mark.parametrize("field,value,fragment", [
-    ("purpose", "vector", "purpose"), ("participant_ids", [], "participant_ids"),
-    ("shape", [3], "shape"), ("round_id", -1, "round_id"),
-])
+@pytest.mark.parametrize(
+    "field,value,fragment",
+    [
+        ("purpose", "vector", "purpose"),
+        ("participant_ids", [], "participant_ids"),
+        ("shape", [3], "shape"),
+        ("round_id", -1, "round_id"),
+    ],
+)
 def test_bad_request_headers_are_refused(ckks, field, value, fragment) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
     from secure_fed.wire import encode_frame
+
     header = {"round_id": 1, "purpose": "mean", "participant_ids": IDS[:3], "shape": [N, C]}
     header[field] = value
     with pytest.raises(AuthorityRequestMalformed, match=fragment):
@@ -118,8 +130,13 @@ def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: i
     ids = sorted(ups)[:3]
     for p in ids:
         gate.set_budget(p, "private-train", epsilon=100.0)
-    ka = KeyAuthority(min_participants=3, keys=None, central_dp=CentralDP(noise_multiplier=5.0),
-                      budget=gate, audit=MemoryAuditSink())
+    ka = KeyAuthority(
+        min_participants=3,
+        keys=None,
+        central_dp=CentralDP(noise_multiplier=5.0),
+        budget=gate,
+        audit=MemoryAuditSink(),
+    )
     ka.keys = dep.authority.keys  # the same key epoch, a second authority object
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
     ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))

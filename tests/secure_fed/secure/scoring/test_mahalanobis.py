@@ -57,8 +57,9 @@ def test_mean_score_of_the_pooled_set_is_the_dof() -> None:
 def test_c_step_unmasks_colluding_attackers() -> None:
     preds = population(10, 300, 10, seed=4, attackers=3, attack="sign_flip")
     backend = PlainBackend(preds)
-    pooled = pooled_mahalanobis(backend, sorted(preds), num_samples=300,
-                                config=ScoringConfig(c_steps=0)).scores
+    pooled = pooled_mahalanobis(
+        backend, sorted(preds), num_samples=300, config=ScoringConfig(c_steps=0)
+    ).scores
     robust = pooled_mahalanobis(backend, sorted(preds), num_samples=300).scores
     attackers = ["p07", "p08", "p09"]
     assert max(pooled[a] for a in attackers) < 27.9  # masked: below the chi2(9) 0.999 cut
@@ -74,8 +75,16 @@ def test_quadratic_scores_match_the_definition() -> None:
     assert quadratic_scores({"a": p}, c, w)["a"] == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("field,value", [("moment_samples", 0), ("ridge", -1.0), ("c_steps", 9),
-                                         ("subset_fraction", 0.0), ("min_subset", 0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("moment_samples", 0),
+        ("ridge", -1.0),
+        ("c_steps", 9),
+        ("subset_fraction", 0.0),
+        ("min_subset", 0),
+    ],
+)
 def test_config_is_validated(field: str, value: float) -> None:
     with pytest.raises(ScoringInvalid, match=field):
         ScoringConfig(**{field: value})
