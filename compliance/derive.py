@@ -88,7 +88,8 @@ def _decryption(index: int, time: str, event: str, f: dict[str, Any]) -> dict[st
         "shape": _get(f, "shape"),
         "contributors": _get(f, "contributors"),
         "participants": _get(f, "participant_ids"),
-        "requester": _get(f, "requester", "party"),
+        "party": _get(f, "party"),
+        "requester": _get(f, "requester"),
         "central_dp": _get(f, "central_dp"),
         "reason": _get(f, "reason"),
     }

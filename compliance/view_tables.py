@@ -205,15 +205,16 @@ def _outliers(spools: Any, max_rows: int) -> Table:
 def _openings(spools: Any) -> Iterator[list[str]]:
     for r in sections_rows(spools, "decryptions", "decryption_requests"):
         if r.get("source") == "ledger table decryption_requests":
+            kind = f"{r['kind']} (ledger table)"
             yield [
                 when(r["time"]),
                 text(r["round"]),
-                r["kind"],
+                kind,
                 r["what"],
                 text(r["aggregate_size"]),
                 NOT_RECORDED,
+                NOT_RECORDED,
                 r["requester"],
-                "ledger table",
             ]
         else:
             yield [
@@ -223,8 +224,8 @@ def _openings(spools: Any) -> Iterator[list[str]]:
                 text(r["purpose"]),
                 text(r["shape"]),
                 text(r["contributors"]),
+                text(r["party"]),
                 text(r["requester"]),
-                "audit log",
             ]
 
 
@@ -326,14 +327,16 @@ def build_view(ctx: ReportContext) -> ReportView:
             [
                 "time",
                 "round",
-                "event / kind",
+                "event",
                 "purpose",
                 "size (shape)",
                 "contributors",
+                "released by",
                 "requester",
-                "source",
             ],
-            [20, 7, 16, 12, 10, 10, 12, 13],
+            [19, 7, 17, 11, 11, 10, 13, 12],
+            intro="Who opened what: every decryption or share opening requested, released "
+            "or refused, with the number of contributors.",
         ),
         _openings(spools),
         n,

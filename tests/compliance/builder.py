@@ -109,6 +109,8 @@ def _round(r: int, ledger: PrivacyLedger, log: AuditLog, rounds: RoundStore, bui
                 "factor": "1.0" if i == 0 else "0.5",
                 "downweight_threshold": "12.5",
                 "exclude_threshold": "30.0",
+                # the engine records the weight it applied; older writers did not
+                **({"weight": "0.25"} if i == 1 else {}),
             },
         )
     for event in ("decryption.requested", "decryption.released"):

@@ -64,12 +64,14 @@ def test_bundle_sections_say_what_the_ledger_recorded(export: Exporter, built: B
     assert all(r["bytes"] > 0 and r["shape"] == [120, 10] for r in egress.values())
     outliers = {(r["round"], r["participant"]): r for r in bundle["outlier_decisions"]}
     assert {k: r["score"] for k, r in outliers.items()} == built.scores
-    assert all(r["applied_weight"] == NOT_RECORDED for r in outliers.values())
+    weights = {p: r["applied_weight"] for (_, p), r in outliers.items()}
+    assert weights == {"hospital-a": NOT_RECORDED, "bank-b": "0.25"}
     openings = [r for r in bundle["decryptions"] if r["event"] != "access.denied"]
     assert len(openings) == 6 and all(r["contributors"] == 2 for r in openings)
     assert all(r["requester"] == NOT_RECORDED for r in openings)
     denied = [r for r in bundle["decryptions"] if r["event"] == "access.denied"]
-    assert [r["requester"] for r in denied] == ["key_authority"]
+    assert [r["party"] for r in denied] == ["key_authority"]
+    assert [r["requester"] for r in denied] == [NOT_RECORDED]
     keys = {r["participant"]: r["key_fingerprint"] for r in bundle["participants"]}
     assert keys == {
         "hospital-a": built.participant_keys["hospital-a"].public_key.fingerprint(),
