@@ -50,6 +50,7 @@ class FederationConfig:
     round_timeout: float = 600.0
     exclude_outliers: bool = False
     central_dp: float | None = None
+    max_weight: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -90,10 +91,33 @@ class FederationConfig:
             raise FederationConfigInvalid(
                 f"min_participants must be in [1, participants], got {self.min_participants!r}"
             )
+        self._check_max_weight()
+
+    def _check_max_weight(self) -> None:
+        w = self.max_weight
+        if w is None:
+            return
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1:
+            raise FederationConfigInvalid(f"max_weight must be in (0, 1], got {w!r}")
+        if w * self.quorum() < 1 - 1e-12:
+            raise FederationConfigInvalid(
+                f"max_weight must be >= 1/min_participants = 1/{self.quorum()} so that every "
+                f"round that reaches its quorum can meet it, got {w!r}"
+            )
 
     def quorum(self) -> int:
         """Minimum participants per round (default: half, rounded up, at least 2)."""
         return self.min_participants or max(2, math.ceil(self.participants / 2))
+
+    def weight_cap(self) -> float:
+        """Public cap on one participant's weight (default ``1 / quorum``).
+
+        The default is the smallest cap every completed round can meet: a round
+        publishes only with at least ``quorum`` participants, and ``n`` weights
+        summing to 1 fit under ``1 / quorum`` whenever ``n >= quorum``. With the
+        default quorum (half the participants) it is about twice an equal share.
+        """
+        return self.max_weight if self.max_weight is not None else 1.0 / self.quorum()
 
 
 @dataclass(frozen=True)

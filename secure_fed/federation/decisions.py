@@ -73,6 +73,7 @@ def decision_events(
     num_samples: Mapping[str, int],
     terms: Mapping[str, WeightTerms] | None,
     publication_sm3: str | None,
+    max_weight: float = 1.0,
 ) -> list[dict[str, object]]:
     """Details of one ``outlier.decision`` event per participant, sorted by id.
 
@@ -80,7 +81,8 @@ def decision_events(
     sample count and the weight terms that were applied: quality, dynamic
     weight and the published weight. ``terms`` is None when the round aborted
     at the filter: nothing was aggregated and every weight is null. Otherwise an
-    excluded participant has weight 0.
+    excluded participant has weight 0. ``max_weight`` is the round's public cap
+    on one weight (every recorded weight is at most it).
     """
     events = []
     for pid in sorted(decisions):
@@ -93,6 +95,7 @@ def decision_events(
                 "quality": t.quality if t else None,
                 "dynamic_weight": t.dynamic if t else None,
                 "weight": None if terms is None else (t.weight if t else 0.0),
+                "max_weight": max_weight,
                 "publication_sm3": publication_sm3,
             }
         )

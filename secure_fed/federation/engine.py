@@ -293,6 +293,7 @@ class RoundEngine:
             num_samples={p: u.num_samples for p, u in state.uploads.items()},
             terms=terms,
             publication_sm3=state.publication_sm3,
+            max_weight=state.config.max_weight,
         )
         for details in events:
             self.audit.record("outlier.decision", details)
@@ -308,9 +309,9 @@ class RoundEngine:
         decisions = {p: Decision.from_dict(d) for p, d in state.decisions.items()}
         self.weighting.history = dict(state.weighting_history)
         terms = self.weighting.weigh(
-            {p: state.uploads[p].num_samples for p in accepted},
             {p: state.scores[p] for p in accepted},
             {p: decisions[p].factor for p in accepted},
+            max_weight=state.config.max_weight,
         )
         state.weights = {p: t.weight for p, t in terms.items()}
         aggregate = self.aggregator.reveal(

@@ -350,6 +350,7 @@ class Federation:
             deadline=self.clock() + self.config.round_timeout,
             projection_seed=self.config.seed,
             max_upload_bytes=64 * 1024 * 1024,
+            max_weight=self.config.weight_cap(),
         )
 
     def _participant_round(self, member: _Member, config: RoundConfig) -> bytes | None:

@@ -87,6 +87,10 @@ class RoundConfig:
         Public seed for randomized projections of the secure modes (>= 0).
     max_upload_bytes
         Size limit checked before parsing any upload.
+    max_weight
+        Public cap on one participant's published weight, in ``(0, 1]``; at
+        least ``1 / min_participants``, so every round that completes can meet
+        it (docs/secure-aggregation.md, "Bounded influence").
     """
 
     round_id: int
@@ -99,6 +103,7 @@ class RoundConfig:
     deadline: float
     projection_seed: int
     max_upload_bytes: int = 16 * 1024 * 1024
+    max_weight: float = 1.0
 
     def __post_init__(self) -> None:
         ints = ("round_id", "num_public", "min_participants", "projection_seed", "max_upload_bytes")
@@ -120,6 +125,14 @@ class RoundConfig:
             raise RoundConfigInvalid(f"mode is invalid: {self.mode!r}")
         if not isinstance(self.deadline, int | float) or not math.isfinite(self.deadline):
             raise RoundConfigInvalid(f"deadline must be a finite unix time, got {self.deadline!r}")
+        w = self.max_weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1:
+            raise RoundConfigInvalid(f"max_weight must be in (0, 1], got {w!r}")
+        if w * self.min_participants < 1 - 1e-12:
+            raise RoundConfigInvalid(
+                f"max_weight {w!r} is below 1/min_participants = 1/{self.min_participants}: "
+                f"a round with that many participants could not meet it"
+            )
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -134,6 +147,7 @@ class RoundConfig:
             "deadline": float(self.deadline),
             "projection_seed": self.projection_seed,
             "max_upload_bytes": self.max_upload_bytes,
+            "max_weight": float(self.max_weight),
         }
 
     @classmethod

@@ -1,23 +1,29 @@
-"""Contribution-aware aggregation weights, the outlier factor, and entropy reduction.
+"""Contribution-aware aggregation weights, the outlier factor, the cap, and entropy reduction.
 
 One formula turns a round's scores and outlier decisions into the published
 weights (:meth:`DynamicWeighting.weigh`; docs/federation.md, section 5):
 
     q_k      = 1 / (1 + s_k / median_j s_j)                         (quality)
-    w_k^(t)  = softmax_k(alpha * q_k) * n_k / sum_j n_j             (then renormalised)
+    w_k^(t)  = softmax_k(alpha * q_k)                               (instant weight)
     d_k^(t)  = beta * d_k^(t-1) + (1 - beta) * w_k^(t)              (EMA, then renormalised)
-    W_k^(t)  = f_k * d_k^(t) / sum_j f_j * d_j^(t)                  (published weight)
+    v_k^(t)  = f_k * d_k^(t) / sum_j f_j * d_j^(t)                  (after the factor)
+    W_k^(t)  = min(w_max, lambda * v_k^(t)), sum_k W_k^(t) = 1      (capped, published)
 
-over the participants that were not excluded, where ``n_k`` is the declared
-sample count, ``s_k`` the participant's distance score and ``f_k`` in ``(0, 1]``
-the outlier policy's weight factor (excluded participants have ``f_k = 0`` and
-weight 0). Contribution-weighted aggregation usually scores quality by
+over the participants that were not excluded, where ``s_k`` is the
+participant's distance score, ``f_k`` in ``(0, 1]`` the outlier policy's weight
+factor (excluded participants have ``f_k = 0`` and weight 0) and ``w_max`` the
+round's public cap on one participant's weight (:func:`cap_weights`). Weights
+depend only on what the servers can check: the scores they computed and the
+round's public parameters. A participant's self-declared sample count does not
+enter them (an unverifiable claim of 1e9 rows would otherwise buy almost all of
+the weight). Contribution-weighted aggregation usually scores quality by
 validation accuracy; the aggregator here has no labels and in the secure modes
 sees only one distance score per participant, so the quality is derived from
 that score, made scale-free by the median (1 for a participant exactly at the
 aggregate, 1/2 for a typical one, towards 0 for an outlier). The EMA history
-keeps ``d`` (before the factor), so the outlier policy's own score history is
-the only memory of a down-weighting and a participant is not punished twice.
+keeps ``d`` (before the factor and the cap), so the outlier policy's own score
+history is the only memory of a down-weighting and a participant is not
+punished twice.
 
 Entropy reduction follows DS-FL (Itahara et al., "Distillation-Based
 Semi-Supervised Federated Learning", IEEE TMC 2021): the averaged soft labels
@@ -39,6 +45,8 @@ __all__ = [
     "DynamicWeighting",
     "WeightTerms",
     "apply_factors",
+    "cap_weights",
+    "check_cap",
     "quality_from_scores",
     "sharpen_logits",
     "softmax_entropy",
@@ -89,24 +97,105 @@ def apply_factors(dynamic: Mapping[str, float], factors: Mapping[str, float]) ->
     return {pid: w / total for pid, w in scaled.items()}
 
 
+def check_cap(cap: float, participants: int) -> None:
+    """Refuse a cap outside ``(0, 1]`` or one ``participants`` weights cannot satisfy.
+
+    Weights sum to 1, so ``n`` weights of at most ``cap`` exist only when
+    ``n * cap >= 1``.
+
+    Raises
+    ------
+    WeightingInvalid
+        Naming the cap and the number of participants.
+    """
+    if isinstance(cap, bool) or not isinstance(cap, int | float):
+        raise WeightingInvalid(f"max_weight must be a number, got {cap!r}")
+    if not (math.isfinite(cap) and 0 < cap <= 1):
+        raise WeightingInvalid(f"max_weight must be in (0, 1], got {cap!r}")
+    if participants < 1 or participants * cap < 1 - 1e-12:
+        raise WeightingInvalid(
+            f"max_weight {cap!r} cannot be met by {participants} participants "
+            f"(weights sum to 1: it must be >= 1/{participants})"
+        )
+
+
+def cap_weights(weights: Mapping[str, float], cap: float) -> dict[str, float]:
+    """Return ``W_k = min(cap, lambda * v_k)`` summing to 1 (water-filling).
+
+    ``weights`` are positive (``v_k``); ``lambda > 0`` is the one scale that
+    makes the capped weights sum to 1. Computed by iterative capping: with
+    ``F`` the capped set (empty at first), set
+    ``lambda = (1 - cap |F|) / sum_{k not in F} v_k``; every ``k`` not in ``F``
+    with ``lambda v_k > cap`` joins ``F``; stop when none does.
+
+    Termination: each pass that does not stop adds at least one participant to
+    ``F``, and ``F`` never shrinks, so there are at most ``n`` passes. ``F``
+    never takes everybody while ``n * cap > 1``: the uncapped set ``U`` of the
+    last pass has ``sum_U lambda v_k = 1 - cap |F| <= cap (n - |F|) = cap |U|``
+    because ``n * cap >= 1``, so not every member of ``U`` can exceed ``cap``.
+    When ``n * cap == 1`` (to 1e-12) every weight is ``1 / n``. Correctness:
+    ``lambda`` only grows from pass to pass (the capped weights removed were
+    above ``cap``, so the mass left per unit of ``v`` rises), hence a capped
+    participant stays above ``cap`` under the final ``lambda`` and
+    ``W_k = min(cap, lambda v_k)`` for all ``k``; no weight exceeds ``cap``
+    (uncapped ones were checked against it) and the weights keep the order
+    of ``v``.
+
+    Raises
+    ------
+    WeightingInvalid
+        If a weight is not positive and finite, or ``cap`` cannot be met.
+    """
+    check_cap(cap, len(weights))
+    for pid, w in weights.items():
+        if not (math.isfinite(w) and w > 0):
+            raise WeightingInvalid(f"weight of {pid!r} must be > 0, got {w!r}")
+    if len(weights) * cap <= 1 + 1e-12:
+        return {pid: 1.0 / len(weights) for pid in weights}
+    capped: set[str] = set()
+    while True:
+        free = {p: w for p, w in weights.items() if p not in capped}
+        scale = (1.0 - cap * len(capped)) / math.fsum(free.values())
+        over = {p for p, w in free.items() if scale * w > cap}
+        if not over:
+            break
+        capped |= over
+    return {p: cap if p in capped else scale * w for p, w in weights.items()}
+
+
 @dataclass(frozen=True, kw_only=True)
 class WeightTerms:
-    """How one participant's published weight was formed (see the module formula)."""
+    """How one participant's published weight was formed (see the module formula).
+
+    Attributes
+    ----------
+    quality
+        ``q_k`` from the score.
+    dynamic
+        ``d_k``, the EMA-smoothed weight (before the factor and the cap).
+    factor
+        ``f_k``, the outlier policy's factor.
+    weight
+        ``W_k``, the published weight, at most ``max_weight``.
+    max_weight
+        The round's cap ``w_max``.
+    """
 
     quality: float
     dynamic: float
     factor: float
     weight: float
+    max_weight: float
 
 
 @dataclass(kw_only=True)
 class DynamicWeighting:
-    """Sample count times softmax(alpha * quality), EMA-smoothed across rounds.
+    """Softmax(alpha * quality), EMA-smoothed across rounds, then factor and cap.
 
     Parameters
     ----------
     alpha
-        Quality sensitivity (>= 0); 0 gives plain sample-count weights.
+        Quality sensitivity (>= 0); 0 gives equal weights.
     beta
         EMA coefficient in ``[0, 1)``; 0 disables smoothing.
     history
@@ -123,41 +212,31 @@ class DynamicWeighting:
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
 
-    def instant(
-        self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]
-    ) -> dict[str, float]:
-        """Return this round's un-smoothed weights (sum to 1).
+    def instant(self, qualities: Mapping[str, float]) -> dict[str, float]:
+        """Return this round's un-smoothed weights ``softmax(alpha * q)`` (sum to 1).
 
         Raises
         ------
         WeightingInvalid
-            On empty input, mismatched ids, non-positive counts or qualities outside [0, 1].
+            On empty input or qualities outside [0, 1].
         """
-        if not sample_counts:
-            raise WeightingInvalid("sample_counts is empty")
-        if set(sample_counts) != set(qualities):
-            raise WeightingInvalid("sample_counts and qualities name different participants")
-        for pid, n in sample_counts.items():
-            if n <= 0:
-                raise WeightingInvalid(f"sample count of {pid!r} must be >= 1, got {n!r}")
-            q = qualities[pid]
+        if not qualities:
+            raise WeightingInvalid("qualities is empty")
+        for pid, q in qualities.items():
             if not (math.isfinite(q) and 0 <= q <= 1):
                 raise WeightingInvalid(f"quality of {pid!r} must be in [0, 1], got {q!r}")
-        ids = sorted(sample_counts)
+        ids = sorted(qualities)
         logits = np.array([self.alpha * qualities[p] for p in ids])
         soft = np.exp(logits - logits.max())
-        raw = soft / soft.sum() * np.array([sample_counts[p] for p in ids], dtype=np.float64)
-        return {p: float(w) for p, w in zip(ids, raw / raw.sum(), strict=True)}
+        return {p: float(w) for p, w in zip(ids, soft / soft.sum(), strict=True)}
 
-    def update(
-        self, sample_counts: Mapping[str, int], qualities: Mapping[str, float]
-    ) -> dict[str, float]:
+    def update(self, qualities: Mapping[str, float]) -> dict[str, float]:
         """Compute this round's weights, smooth them with the EMA history, and store them.
 
         A participant without history starts from its instant weight; the
         result is renormalised over this round's participants.
         """
-        now = self.instant(sample_counts, qualities)
+        now = self.instant(qualities)
         smooth = {
             p: self.beta * self.history[p] + (1 - self.beta) * w if p in self.history else w
             for p, w in now.items()
@@ -169,32 +248,38 @@ class DynamicWeighting:
 
     def weigh(
         self,
-        sample_counts: Mapping[str, int],
         scores: Mapping[str, float],
         factors: Mapping[str, float],
+        *,
+        max_weight: float = 1.0,
     ) -> dict[str, WeightTerms]:
         """Return every term of this round's published weights; update the EMA history.
 
-        ``sample_counts``, ``scores`` and ``factors`` name the participants that
-        take part in the aggregate (the excluded ones are left out by the caller).
+        ``scores`` and ``factors`` name the participants that take part in the
+        aggregate (the excluded ones are left out by the caller). This is the
+        one place the cap is applied: every returned ``weight`` is at most
+        ``max_weight`` and they sum to 1 (:func:`cap_weights`).
 
         Raises
         ------
         WeightingInvalid
-            On mismatched ids or out-of-range inputs (nothing is updated then).
+            On mismatched ids, out-of-range inputs or a cap the participants
+            cannot meet (nothing is updated then).
         """
-        if not (set(sample_counts) == set(scores) == set(factors)):
-            raise WeightingInvalid("sample_counts, scores and factors name different participants")
-        _check_factors(factors)  # update() validates the rest before the history moves
+        if set(scores) != set(factors):
+            raise WeightingInvalid("scores and factors name different participants")
+        _check_factors(factors)
+        check_cap(max_weight, len(scores))
         qualities = quality_from_scores(scores)
-        dynamic = self.update(sample_counts, qualities)
-        weights = apply_factors(dynamic, factors)
+        dynamic = self.update(qualities)
+        weights = cap_weights(apply_factors(dynamic, factors), max_weight)
         return {
             pid: WeightTerms(
                 quality=qualities[pid],
                 dynamic=dynamic[pid],
                 factor=factors[pid],
                 weight=weights[pid],
+                max_weight=max_weight,
             )
             for pid in sorted(weights)
         }

@@ -30,7 +30,11 @@ def schema(
 
 
 def make_config(
-    round_id: int = 1, *, min_participants: int = 2, deadline: float = 2000.0
+    round_id: int = 1,
+    *,
+    min_participants: int = 2,
+    deadline: float = 2000.0,
+    max_weight: float = 1.0,
 ) -> RoundConfig:
     return RoundConfig(
         round_id=round_id,
@@ -42,6 +46,7 @@ def make_config(
         min_participants=min_participants,
         deadline=deadline,
         projection_seed=7,
+        max_weight=max_weight,
     )
 
 

@@ -44,7 +44,9 @@ from tests.secure_fed.federation.helpers import (
 )
 
 ALPHA, BETA = 5.0, 0.5
-SAMPLES = {"a": 100, "b": 200, "c": 150, "d": 100, "e": 300}
+# declared sample counts: recorded in the events, but they move no weight
+SAMPLES = {"a": 100, "b": 200, "c": 150, "d": 100, "e": 10**9}
+CAP = 1 / 3  # the public cap of one weight (1 / min_participants): it binds in both rounds
 
 
 def _matrices(round_id: int) -> dict[str, np.ndarray]:
@@ -82,8 +84,10 @@ def _engine(
     )
 
 
-def _filtered(engine: RoundEngine, rid: int, *, min_participants: int = 2) -> None:
-    engine.open(make_config(rid, min_participants=min_participants))
+def _filtered(engine: RoundEngine, rid: int, *, min_participants: int = 3) -> None:
+    engine.open(
+        make_config(rid, min_participants=min_participants, max_weight=1 / min_participants)
+    )
     engine.start_collecting(rid)
     for pid, matrix in _matrices(rid).items():
         engine.submit(
@@ -116,14 +120,26 @@ def _recompute(
     median = float(np.median(list(scores.values())))
     quality = {p: 1.0 / (1.0 + s / median) for p, s in scores.items()}
     soft = {p: np.exp(ALPHA * q) for p, q in quality.items()}
-    raw = {p: soft[p] / sum(soft.values()) * _num(kept[p]["num_samples"]) for p in kept}
-    instant = {p: w / sum(raw.values()) for p, w in raw.items()}
+    instant = {p: w / sum(soft.values()) for p, w in soft.items()}
     smooth = {
         p: BETA * previous[p] + (1 - BETA) * w if p in previous else w for p, w in instant.items()
     }
     dynamic = {p: w / sum(smooth.values()) for p, w in smooth.items()}
     scaled = {p: _num(kept[p]["factor"]) * d for p, d in dynamic.items()}
-    return {p: w / sum(scaled.values()) for p, w in scaled.items()}, {**previous, **dynamic}
+    caps = {_num(e["max_weight"]) for e in events}
+    assert len(caps) == 1
+    return _capped(scaled, caps.pop()), {**previous, **dynamic}
+
+
+def _capped(raw: dict[str, float], cap: float) -> dict[str, float]:
+    """``min(cap, lambda v)`` summing to 1, by trying how many of the largest are capped."""
+    order = sorted(raw, key=raw.__getitem__, reverse=True)
+    for top in range(len(order)):
+        rest = order[top:]
+        scale = (1 - cap * top) / sum(raw[p] for p in rest)
+        if scale * raw[rest[0]] <= cap:
+            return {p: cap if p in order[:top] else scale * raw[p] for p in raw}
+    raise AssertionError("the cap cannot be met")
 
 
 def _check(events: list[dict[str, object]], publications: dict[int, Publication]) -> None:
@@ -168,10 +184,17 @@ def test_published_weights_follow_from_the_audit_events(
         _num(e["factor"]) for e in events if e["round_id"] == 2 and e["participant_id"] == "e"
     ] == [0.05]
     _check(events, publications)
+    # the cap is applied: it binds in both rounds, and no weight exceeds it
+    for pub in publications.values():
+        assert max(pub.weights.values()) == CAP and sum(pub.weights.values()) == pytest.approx(1)
+    # the declared 1e9 rows of e buy nothing: in round 2 its weight is its factor's
+    assert publications[2].weights["e"] < 0.05
     # the down-weighting really lowers the published weight, by the factor's ratio
+    # (b and d are below the cap in round 1, so the cap's common scale cancels)
     first = {str(e["participant_id"]): e for e in events if e["round_id"] == 1}
-    ratio = publications[1].weights["d"] / publications[1].weights["a"]
-    dynamic = _num(first["d"]["dynamic_weight"]) / _num(first["a"]["dynamic_weight"])
+    assert publications[1].weights["b"] < CAP
+    ratio = publications[1].weights["d"] / publications[1].weights["b"]
+    dynamic = _num(first["d"]["dynamic_weight"]) / _num(first["b"]["dynamic_weight"])
     assert ratio == pytest.approx(_num(first["d"]["factor"]) * dynamic, rel=1e-12)
 
 
