@@ -24,6 +24,7 @@ __all__ = [
     "ContextMismatch",
     "ShareTampered",
     "EncodingOverflow",
+    "SharesOutOfRange",
 ]
 
 
@@ -99,3 +100,9 @@ class EncodingOverflow(CryptoError):
     """A value is outside the public clip bound of the fixed-point ring codec."""
 
     code = "CRYPTO_ENCODING_OVERFLOW"
+
+
+class SharesOutOfRange(CryptoError):
+    """A range check on shares found a value outside the public bound (values never named)."""
+
+    code = "CRYPTO_SHARES_OUT_OF_RANGE"
