@@ -24,6 +24,7 @@ import logging
 import math
 import secrets
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 
@@ -54,6 +55,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Observer of one private run: (private module, DP optimizer, Poisson loader).
+PrivateRunObserver = Callable[
+    [nn.Module, torch.optim.Optimizer, DataLoader[tuple[torch.Tensor, ...]]], None
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,6 +273,15 @@ class PrivateTrainer:
         Refuse the round (train nothing, spend nothing) when the budget left
         would need more noise than this: such a round only damages the model.
 
+    Attributes
+    ----------
+    on_private
+        Optional observer, called once per round with the private module, the
+        ``DPOptimizer`` and the Poisson data loader exactly as Opacus built them,
+        before the first step. It lets tests read the noise multiplier and
+        clipping norm Opacus actually applies (not the trainer's report) and
+        compare them with the ledger's recorded event. ``None`` by default.
+
     Raises
     ------
     ModelUnsupported
@@ -336,6 +351,7 @@ class PrivateTrainer:
         self.steps = per_epoch * epochs_per_round if epochs_per_round else int(steps_per_round or 0)
         self.max_noise_multiplier = float(max_noise_multiplier)
         self.rounds_trained = 0
+        self.on_private: PrivateRunObserver | None = None
 
     def train_round(self, round_id: str) -> TrainReport:
         """Calibrate, reserve, run DP-SGD, commit; or report a refusal.
@@ -482,6 +498,8 @@ class PrivateTrainer:
             noise_generator=fresh_generator(),
         )
         try:
+            if self.on_private is not None:
+                self.on_private(private, dp_optimizer, dp_loader)
             if not (
                 getattr(dp_loader, "sample_rate", None) == self.sample_rate
                 and len(dp_loader) == int(1 / self.sample_rate)
