@@ -263,6 +263,18 @@ class ReservationExpired(LedgerError):
     code = "LEDGER_RESERVATION_EXPIRED"
 
 
+class ReceiptInvalid(LedgerError):
+    """A budget receipt is malformed, badly signed, expired or bound to something else."""
+
+    code = "LEDGER_RECEIPT_INVALID"
+
+
+class ReceiptUnavailable(LedgerError):
+    """No committed reservation of that participant and round exists to issue a receipt for."""
+
+    code = "LEDGER_RECEIPT_UNAVAILABLE"
+
+
 class CalibrationImpossible(LedgerError):
     """No noise multiplier keeps the history plus the plan within the target epsilon."""
 

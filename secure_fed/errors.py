@@ -180,6 +180,36 @@ class UploadDuplicate(UploadRejected):
     code = "UPLOAD_DUPLICATE"
 
 
+class UploadOutOfRange(UploadRejected):
+    """A shares-mode upload has a value outside the public bound (found by the range check)."""
+
+    code = "UPLOAD_OUT_OF_RANGE"
+
+
+class UploadBindingInvalid(UploadRejected):
+    """A payload names another participant or upload id than its signed envelope."""
+
+    code = "UPLOAD_BINDING_INVALID"
+
+
+class UploadPayloadReused(UploadRejected):
+    """A payload already accepted in the round is submitted again, under any sender."""
+
+    code = "UPLOAD_PAYLOAD_REUSED"
+
+
+class UploadReceiptMissing(UploadRejected):
+    """An upload carries no budget receipt where the aggregator requires one."""
+
+    code = "UPLOAD_RECEIPT_MISSING"
+
+
+class UploadReceiptInvalid(UploadRejected):
+    """An upload's budget receipt fails its signature, binding or freshness check."""
+
+    code = "UPLOAD_RECEIPT_INVALID"
+
+
 class SchemaUnknown(UploadRejected):
     """An upload declares a model id or version the schema registry does not know."""
 
@@ -295,6 +325,24 @@ class OpeningRefused(ReleaseRefused):
     """
 
     code = "SHARES_OPENING_REFUSED"
+
+
+class ServerRequestUnauthenticated(ReleaseRefused):
+    """A server-to-server request is unsigned, signed by another key, or altered."""
+
+    code = "SERVER_REQUEST_UNAUTHENTICATED"
+
+
+class ServerRequestReplayed(ReleaseRefused):
+    """A server-to-server request reuses a nonce, or names a round older than one served."""
+
+    code = "SERVER_REQUEST_REPLAYED"
+
+
+class KeyEpochExhausted(DecryptionRefused):
+    """The key epoch has released its maximum number of decryptions; rotate the keys."""
+
+    code = "KEY_AUTHORITY_EPOCH_EXHAUSTED"
 
 
 # --- DataError: a participant's data cannot be loaded or split ------------------------

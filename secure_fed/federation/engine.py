@@ -29,13 +29,20 @@ from secure_fed.errors import (
     SchemaInvalid,
     StaleRound,
     TooFewParticipants,
+    UploadBindingInvalid,
     UploadDuplicate,
     UploadLate,
     UploadMalformed,
+    UploadPayloadReused,
     UploadReplayed,
 )
 from secure_fed.federation.decisions import KeepAll, OutlierFilter, decide, decision_events
-from secure_fed.federation.messages import Publication, decode_upload, encode_publication
+from secure_fed.federation.messages import (
+    Publication,
+    decode_upload,
+    encode_publication,
+    payload_ids,
+)
 from secure_fed.federation.schema import SchemaRegistry
 from secure_fed.federation.stages import (
     RoundConfig,
@@ -170,14 +177,15 @@ class RoundEngine:
         """Validate and store one upload for the round being collected; return its sender.
 
         Checks, in order: size and framing, round id, stage, deadline, replay,
-        duplicate, mode, schema contract, payload. A refused upload leaves the
-        round untouched.
+        duplicate, mode, schema contract, the payload's own ids (they must name
+        the sender), payload reuse (a payload already accepted in the round,
+        under any sender), payload. A refused upload leaves the round untouched.
 
         Raises
         ------
         UploadMalformed, StaleRound, RoundNotFound, RoundOutOfOrder, UploadLate,
         UploadReplayed, UploadDuplicate, SchemaUnknown, SchemaMajorMismatch,
-        OutputSpecMismatch
+        OutputSpecMismatch, UploadBindingInvalid, UploadPayloadReused
         """
         state = self.state(round_id)
         header, payload = decode_upload(message, max_bytes=state.config.max_upload_bytes)
@@ -198,6 +206,7 @@ class RoundEngine:
         if header.schema_hash != state.config.schema.schema_hash():
             raise SchemaInvalid("upload schema_hash does not match the round's contract")
         self.registry.validate(header.schema, state.config.schema)
+        self._check_payload_binding(state, header.participant_id, payload)
         handle = self.aggregator.load(payload)
         state.uploads[header.participant_id] = UploadRecord(
             participant_id=header.participant_id,
@@ -215,6 +224,23 @@ class RoundEngine:
             raise
         self._handles.setdefault(round_id, {})[header.participant_id] = handle
         return header.participant_id
+
+    @staticmethod
+    def _check_payload_binding(state: RoundState, sender: str, payload: bytes) -> None:
+        """Refuse a payload that names another sender, or one already accepted this round.
+
+        Runs before the mode parses the payload (the shares helper stores seeds
+        under the payload's ids), so a refused upload reaches no party.
+        """
+        own, _ = payload_ids(payload)
+        if own is not None and own != sender:
+            raise UploadBindingInvalid(
+                f"payload names participant {own!r}, the upload header {sender!r}"
+            )
+        if any(u.payload == payload for u in state.uploads.values()):
+            raise UploadPayloadReused(
+                f"the payload from {sender!r} was already accepted in round {state.round_id}"
+            )
 
     def close(self, round_id: int) -> RoundState:
         """Close collection: ``collecting`` -> ``filtering``, or ``aborted`` if too few uploaded.

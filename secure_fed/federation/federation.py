@@ -31,6 +31,8 @@ import numpy as np
 from torch import nn
 
 from crypto.sm import SM2PrivateKey
+from privacy_ledger.budget.receipts import ReceiptIssuer, ReceiptVerifier
+from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import SecureFedError, TooFewParticipants
 from secure_fed.evaluation.attacks import make_attack
 from secure_fed.federation.config import (
@@ -240,12 +242,22 @@ class Federation:
             clock=clock,
         )
         signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
+        # With a privacy ledger, the aggregator accepts an upload only with the ledger's
+        # signed receipt of the sender's committed charge for the round.
+        self.receipts: ReceiptIssuer | None = None
+        if config.private and isinstance(budget, PrivacyLedger):
+            self.receipts = ReceiptIssuer(ledger=budget, key=SM2PrivateKey.generate(), clock=clock)
         self.gate = EnvelopeVerifier(
             keys={p: k.public_key for p, k in signing_keys.items()},
             submit=self.engine.submit,
             params=self.deployment.params,
             max_bytes=64 * 1024 * 1024,
             audit=self.audit,
+            receipts=(
+                ReceiptVerifier(public_key=self.receipts.public_key, clock=clock)
+                if self.receipts is not None
+                else None
+            ),
         )
         self.aggregator = AggregatorHandler(engine=self.engine, gate=self.gate)
         self.public_sm3 = public_set_digest(task.public_x)
@@ -334,8 +346,16 @@ class Federation:
             signing_key=key,
             params=self.deployment.params,
             total_rounds=c.rounds,
+            receipts=self._receipt_source(planned.participant_id),
+            delta=c.delta,
         )
         return _Member(handler, planned.architecture, planned.attacker, twin, twin_model)
+
+    def _receipt_source(self, pid: str) -> Callable[[str], bytes] | None:
+        issuer = self.receipts
+        if issuer is None:
+            return None
+        return lambda label: issuer.issue(participant_id=pid, asset_id=ASSET_ID, round_id=label)
 
     def round_config(self, round_id: int) -> RoundConfig:
         """Return the config the aggregator opens round ``round_id`` with."""

@@ -15,10 +15,14 @@ behind a network transport. Neither handler sees the other's objects.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from crypto.sm import SM2PrivateKey
+from privacy_ledger.budget.receipts import DPPlan
+from privacy_ledger.errors import LedgerError
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
+from secure_fed.federation.messages import training_label
 from secure_fed.federation.participant import Participant
 from secure_fed.federation.stages import RoundConfig
 from secure_fed.learning.private_training import TrainReport
@@ -84,6 +88,13 @@ class ParticipantHandler:
         The mode's envelope parameter label (``SecureDeployment.params``).
     total_rounds
         Length of the distillation schedules.
+    receipts
+        Asks the privacy ledger for the budget receipt of this participant's
+        committed charge under a round label (``r<round>``); None when the
+        aggregator requires no receipts.
+    delta
+        The DP delta of the participant's private training (part of the plan
+        the receipt binds).
     """
 
     def __init__(
@@ -93,9 +104,12 @@ class ParticipantHandler:
         signing_key: SM2PrivateKey,
         params: str,
         total_rounds: int,
+        receipts: Callable[[str], bytes] | None = None,
+        delta: float = 1e-5,
     ) -> None:
         self.participant, self.params, self.total_rounds = participant, params, total_rounds
         self._key = signing_key
+        self.receipts, self.delta = receipts, delta
         self.report: TrainReport | None = None
 
     def __repr__(self) -> str:
@@ -113,9 +127,32 @@ class ParticipantHandler:
             If the round names a public set this participant does not hold.
         """
         self.report = None
-        self.report = self.participant.train_private(f"r{config.round_id}")
+        label = training_label(config.round_id)
+        self.report = self.participant.train_private(label)
         upload = self.participant.upload(config)
-        return seal_upload(upload, key=self._key, params=self.params)
+        plan, receipt = self._charge(label)
+        return seal_upload(upload, key=self._key, params=self.params, plan=plan, receipt=receipt)
+
+    def _charge(self, label: str) -> tuple[DPPlan | None, bytes | None]:
+        """Return the DP plan run for ``label`` and the ledger's receipt of its charge.
+
+        Without private training this round (refused, stopped, or absent) there
+        is neither: an aggregator that requires receipts then refuses the upload.
+        """
+        report = self.report
+        if report is None or not report.trained or self.receipts is None:
+            return None, None
+        plan = DPPlan(
+            noise_multiplier=report.noise_multiplier,
+            sample_rate=report.sample_rate,
+            steps=report.steps,
+            delta=self.delta,
+        )
+        try:
+            return plan, self.receipts(label)
+        except LedgerError as exc:
+            _log.warning("%r has no budget receipt for %s: %s", self, label, exc)
+            return plan, None
 
     def handle_publication(self, publication: bytes) -> float:
         """Distill from the publication bytes; return the temperature used."""

@@ -26,6 +26,7 @@ from secure_fed.errors import SchemaInvalid, UploadMalformed
 from secure_fed.federation.schema import ModelSchema
 from secure_fed.wire import (
     PUBLICATION,
+    SHARES_UPLOAD,
     UPLOAD,
     decode_frame,
     decode_matrix,
@@ -41,6 +42,8 @@ __all__ = [
     "decode_upload",
     "encode_publication",
     "encode_upload",
+    "payload_ids",
+    "training_label",
 ]
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -161,6 +164,37 @@ def decode_upload(data: bytes, *, max_bytes: int) -> tuple[UploadHeader, bytes]:
     if sm3_digest(payload).hex() != header.payload_sm3:
         raise UploadMalformed("upload payload does not match header.payload_sm3")
     return header, payload
+
+
+def training_label(round_id: int) -> str:
+    """Return the ledger round label of a round's private training (``r<round_id>``).
+
+    The participant reserves its DP-SGD charge under this label, and the
+    aggregator asks for a budget receipt of exactly this label.
+    """
+    return f"r{round_id}"
+
+
+def payload_ids(payload: bytes) -> tuple[str | None, str | None]:
+    """Return the ``(participant_id, upload_id)`` a mode payload names itself, if any.
+
+    Shares payloads (``SFSH``) carry both in their header, and the helper
+    stores the sealed seed under them; plaintext matrices and CKKS ciphertexts
+    name nobody, so ``(None, None)``. Only the header is read: the payload is
+    not validated here (the mode's ``load`` does that).
+
+    Raises
+    ------
+    UploadMalformed
+        If a shares frame is malformed or its ids are not strings.
+    """
+    if not payload.startswith(SHARES_UPLOAD.magic):
+        return None, None
+    head, _ = decode_frame(payload, SHARES_UPLOAD, max_bytes=len(payload))
+    pid, uid = head.get("participant_id"), head.get("upload_id")
+    if not isinstance(pid, str) or not isinstance(uid, str):
+        raise UploadMalformed("shares payload needs string participant_id and upload_id")
+    return pid, uid
 
 
 @dataclass(frozen=True, kw_only=True)
