@@ -9,6 +9,14 @@ weighted sum by at most ``max_weight * 2 * bound`` per value, so the L2
 sensitivity over the ``N x C`` released values is
 ``max_weight * 2 * bound * sqrt(N * C)``.
 
+The noise is calibrated to the caps the deployment enforces, configured in
+:class:`CentralDP` (``bound``: the public clip bound every honest encoder
+applies; ``max_weight``: the public cap on one participant's weight), never to
+what a request claims: the ``bound`` and ``max_weight`` an aggregator sends may
+only *raise* the sensitivity (:func:`add_central_noise` takes the larger).
+Without configured caps the claims are all there is, and an aggregator that
+under-states them gets less noise than the ledger charges for; configure both.
+
 :class:`ChargeGate` is the part of a budget gate this needs (reserve, commit,
 abort); ``privacy_ledger.PrivacyLedger`` implements it, and so does any
 budget gate of the learning code, without the secure layer importing either.
@@ -68,11 +76,17 @@ class CentralDP:
         Delta recorded with the mechanism, in ``(0, 1)``.
     asset_id
         Ledger asset the mechanism is charged to.
+    bound, max_weight
+        The enforced caps the sensitivity is computed from: the public clip
+        bound of every upload value and the public cap on one participant's
+        weight, in ``(0, 1]`` (``None``: not configured, see the module notes).
     """
 
     noise_multiplier: float
     delta: float = 1e-5
     asset_id: str = "private-train"
+    bound: float | None = None
+    max_weight: float | None = None
 
     def __post_init__(self) -> None:
         z = self.noise_multiplier
@@ -84,6 +98,17 @@ class CentralDP:
             raise KeyAuthorityConfigInvalid(
                 f"asset_id must be a non-empty string, got {self.asset_id!r}"
             )
+        b, w = self.bound, self.max_weight
+        if b is not None and not (_number(b) is not None and b > 0):
+            raise KeyAuthorityConfigInvalid(f"bound must be > 0, got {b!r}")
+        if w is not None and not (_number(w) is not None and 0 < w <= 1):
+            raise KeyAuthorityConfigInvalid(f"max_weight must be in (0, 1], got {w!r}")
+
+    def enforced_sensitivity(self, size: int) -> float:
+        """L2 sensitivity from the configured caps (0.0 when they are not configured)."""
+        if self.bound is None or self.max_weight is None:
+            return 0.0
+        return central_sensitivity(size=size, bound=self.bound, max_weight=self.max_weight)
 
 
 def central_sensitivity(*, size: int, bound: object, max_weight: object) -> float:
@@ -119,10 +144,14 @@ def add_central_noise(
 ) -> np.ndarray:
     """Charge every contributor, then return ``values`` plus Gaussian noise.
 
-    Every reservation is held before any noise is drawn; if one contributor's
-    budget refuses, the reservations already held are aborted and the refusal
-    propagates (nothing is released, nothing is charged).
+    The noise scale is ``noise_multiplier`` times the larger of ``sensitivity``
+    (from the request's claims) and the caps configured in ``dp``, and the
+    ledger event records that applied sensitivity. Every reservation is held
+    before any noise is drawn; if one contributor's budget refuses, the
+    reservations already held are aborted and the refusal propagates (nothing
+    is released, nothing is charged).
     """
+    sensitivity = max(sensitivity, dp.enforced_sensitivity(values.size))
     event = MechanismEvent(
         noise_multiplier=dp.noise_multiplier,
         sample_rate=1.0,

@@ -154,3 +154,29 @@ def test_central_dp_options_are_validated_and_reach_the_config() -> None:
     assert DemoConfig(central_dp=1.5).federation_config().central_dp == 1.5
     result = CliRunner().invoke(app, ["demo", "--help"])
     assert result.exit_code == 0 and "--central-dp" in result.output
+
+
+@pytest.mark.parametrize("claimed", [1e-6, 0.25])
+def test_noise_follows_the_configured_caps_not_the_requests_claims(
+    tmp_path: Path, claimed: float
+) -> None:
+    """An aggregator that under-states max_weight in its request gets no less noise."""
+    ledger = _ledger(tmp_path, {})
+    dp = CentralDP(noise_multiplier=Z, delta=1e-5, asset_id=ASSET_ID, bound=BOUND, max_weight=0.5)
+    dep = SecureDeployment.create(
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        central_dp=dp,
+        budget=ledger,
+    )
+    agg, handles, noiseless = _round(dep)
+    aggregate = agg.weighted_sum(handles, {p: 0.25 for p in CONTRIBUTORS})
+    aggregate.max_weight = claimed  # the claim the request will carry
+    noise = agg.reveal(aggregate, round_id=5).astype(np.float64) - noiseless
+    enforced = 0.5 * 2 * BOUND * math.sqrt(N * C)
+    assert np.std(noise) == pytest.approx(Z * enforced, rel=0.1)
+    for pid in CONTRIBUTORS:
+        (event,) = ledger.events(pid, ASSET_ID)
+        assert event.event.max_grad_norm == pytest.approx(enforced)
