@@ -6,8 +6,13 @@ adds Gaussian noise of standard deviation ``sigma * C`` to the sum; Opacus
 accounted by Renyi DP (Mironov 2017; Mironov, Talwar and Zhang 2019).
 
 *Privacy unit*: one training example (one row) of a participant's private
-data. The public set ``D_pub`` and the published soft labels are public;
-training on them (distillation) is not charged.
+data. The accountant bounds add/remove-one-row neighbours; because the row
+count is published (upload header, and the sample rate is computed from it),
+the guarantee to quote is replacement of one row, at most
+``(2 epsilon, (1 + e^epsilon) delta)`` (``docs/learning.md``, section 3). The
+public set ``D_pub`` and the published soft labels are public; training on
+them (distillation) is not charged. Opacus ``secure_mode`` is off (no
+torchcsprng): every ledger event records ``secure_rng: false``.
 
 *Goals, not knobs* (STYLE.md rule 5): a participant states ``DPGoal(epsilon,
 delta, rounds)``; :class:`PrivateTrainer` asks the budget gate, which knows the
