@@ -23,6 +23,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NoReturn, Protocol
 
 import numpy as np
@@ -58,6 +59,7 @@ from secure_fed.secure.modes.share_ops import (
     weighted_share,
     whiten_shares,
 )
+from secure_fed.secure.modes.share_range import RangeDealer, check_upload
 from secure_fed.secure.parties.helper import HelperParty, reply_array, seal_key
 from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig, symmetric_from_pairs
@@ -146,6 +148,8 @@ class SharesKeys:
         Beaver-triple dealer (the key authority with the MAC keys bound).
     dealer_key, channel_key
         MAC keys of the dealer's blobs to the aggregator and of the helper channel.
+    range_dealer
+        Deals the range check every upload passes at load (the key authority).
     """
 
     secrets: Mapping[str, bytes] = field(repr=False)
@@ -153,6 +157,7 @@ class SharesKeys:
     dealer: Dealer
     dealer_key: ShareMacKey
     channel_key: ShareMacKey
+    range_dealer: RangeDealer | None = None
 
     def __post_init__(self) -> None:
         if not self.secrets:
@@ -299,6 +304,7 @@ class SharesAggregator(SecureAggregator):
             raise UploadMalformed(f"aggregator share of {pid!r} refused: {exc}") from exc
         load: dict[str, object] = {"op": "load", "participant_id": pid, "upload_id": uid}
         _call(self.keys, load, body[parts[0] :])
+        check_upload(self.keys, pid=str(pid), uid=uid, share=bundle.values())
         return _ShareUpload(str(pid), uid, bundle.values().reshape(self.shape))
 
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, _ShareUpload]:
@@ -520,6 +526,11 @@ class SharesDeployment(SecureDeployment):
             secrets={p: e.aggregator_secret for p, e in self._enrolments.items()},
             helper=self.helper.handle,
             dealer=self._deal,
+            range_dealer=partial(
+                self.authority.deal_range,
+                key_aggregator=self._macs["aggregator"],
+                key_helper=self._macs["helper"],
+            ),
             dealer_key=self._macs["aggregator"],
             channel_key=self._macs["channel"],
         )

@@ -43,6 +43,7 @@ from secure_fed.secure.modes.share_ops import (
     weighted_share,
     whiten_shares,
 )
+from secure_fed.secure.modes.share_range import HelperRangeChecks
 from secure_fed.secure.release_policy import (
     DecryptionRecord,
     ReleasePolicy,
@@ -133,6 +134,7 @@ class HelperParty:
     policy: ReleasePolicy = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
+    range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
 
     def __post_init__(self) -> None:
         self.policy = ReleasePolicy(
@@ -155,6 +157,9 @@ class HelperParty:
         header, payload = decode_frame(request, HELPER_REQUEST)
         ops: dict[str, Callable[[dict[str, object], bytes], Reply]] = {
             "load": self._load,
+            "range": lambda h, p: self.range_checks.handle(
+                h, p, seeds=self._seeds, dealer_key=self.dealer_key, channel_key=self.channel_key
+            ),
             "linear": self._linear,
             "open": self._open,
             "finish": self._finish,
@@ -201,6 +206,7 @@ class HelperParty:
         missing = [u for u in uids if u not in self._seeds]
         if missing:
             raise AuthorityRequestMalformed(f"helper holds no share of uploads {missing}")
+        self.range_checks.require_passed(uids)
         return uids, [self._seeds[u][1].values().reshape(self.shape) for u in uids]
 
     def _ask(

@@ -38,13 +38,14 @@ from crypto.ckks import (
 )
 from crypto.ckks.wire import claimed_kind
 from crypto.errors import CryptoError
-from crypto.shares import ShareLabel, ShareMacKey, deal_triples
+from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
 )
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,
@@ -272,6 +273,28 @@ class KeyAuthority:
             )
         )
         return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
+
+    def deal_range(
+        self,
+        *,
+        round_id: int,
+        tensor: str,
+        count: int,
+        key_aggregator: ShareMacKey,
+        key_helper: ShareMacKey,
+    ) -> tuple[bytes, bytes]:
+        """Deal one range check of ``count`` upload values (edaBits and AND triples).
+
+        Returns (blob for the aggregator, blob for the helper); the material is
+        independent of the values, which the authority never sees.
+        """
+        label = ShareLabel(round_id=round_id, participant_id=RANGE_PARTICIPANT, tensor=tensor)
+        m0, m1 = deal_range_check(count, label=label, spec=RANGE_SPEC)
+        record = DecryptionRecord(
+            round_id, f"range:{tensor}", "range", (count,), 0, (), False, time.time()
+        )
+        self.log.append(record)
+        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
 
 
 def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tuple[int, int]]:
