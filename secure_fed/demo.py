@@ -48,17 +48,22 @@ DEMO_FILES = (
 )
 
 
-def _demo_audit_log(out: Path) -> AuditLog:
+def _demo_audit_log(out: Path, passphrase: bytes | None) -> AuditLog:
     """Create the demo's audit log with a fresh SM2 tree-head signing key.
 
-    The demo keeps the signing key UNENCRYPTED (mode 0600) in its working folder
-    so that it runs with no passphrase; a deployment loads an encrypted PKCS#8
-    key instead. The public key is written beside it for ``secure-fed ledger
-    verify --public-key`` and for ``openssl``.
+    The signing key is written (mode 0600) as encrypted PKCS#8 under
+    ``passphrase``; without one, UNENCRYPTED so that the demo runs with no
+    setup (the command line says so). The public key is written beside it for
+    ``secure-fed ledger verify --public-key`` and for ``openssl``.
     """
     key = SM2PrivateKey.generate()
     key_path = out / "log-signing-key.pem"
-    key_path.write_bytes(key.to_pem_unencrypted_insecure())
+    if passphrase is None:
+        pem = key.to_pem_unencrypted_insecure()
+    else:
+        pem = key.to_pem(passphrase=passphrase)
+    key_path.touch(mode=0o600)
+    key_path.write_bytes(pem)
     key_path.chmod(0o600)
     (out / "log-public-key.pem").write_bytes(key.public_key.to_pem())
     return AuditLog(signer=key, origin=f"secure-fed-demo/{out.name}")
@@ -157,6 +162,7 @@ def run_demo(
     config: DemoConfig,
     *,
     on_round: Callable[[RoundResult], None] | None = None,
+    key_passphrase: bytes | None = None,
 ) -> DemoResults:
     """Run the demo federation and write ``results.json`` into ``config.out``.
 
@@ -166,6 +172,8 @@ def run_demo(
         Demo options.
     on_round
         Called after each round with its result (progress bars, tables).
+    key_passphrase
+        Encrypts the audit log's signing key in ``config.out`` (``None``: unencrypted).
 
     Returns
     -------
@@ -177,7 +185,7 @@ def run_demo(
     out = Path(config.out)
     _prepare_out(out, config.overwrite)
     url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
-    audit = _demo_audit_log(out)
+    audit = _demo_audit_log(out, key_passphrase)
     ledger = PrivacyLedger.from_url(url, audit=audit)
     plan = plan_participants(fed_config)
     for p in plan:

@@ -1,28 +1,68 @@
 """The ``secure-fed`` command line: the composition root of the project.
 
-Each command group lives in its own module (``cli_keys``, ``cli_ledger``,
-``cli_demo``); this module only assembles them.
+Each command group lives in its own module (``keys``, ``budget``, ``ledger``,
+``demo``). They are registered by name in ``COMMANDS`` and imported only when
+they run (:class:`api.cli.core.LazyGroup`), so ``secure-fed --help`` and the
+operator commands start without loading torch, Opacus or TenSEAL. To add a
+group, add one line to ``COMMANDS``: ``"name": LazyCommand("api.cli.mod:mod_app",
+"One-line help.")``. A group added eagerly with ``app.add_typer(...)`` also
+works, at the cost of importing its module at every start.
+
+Failures print ``error: [CODE] message`` and ``hint: ...`` (codes in
+``docs/audit/errors-cli.md`` and the other ``errors-*.md`` pages); the global
+``--debug`` option shows the traceback instead.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from api.cli.budget import register as _register_ledger
-from api.cli.demo import register as _register_demo
-from api.cli.keys import keys_app
+from api.cli.core import LazyCommand, lazy_group
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "COMMANDS"]
+
+#: Command groups by name, imported on first use; the help is shown by ``secure-fed --help``.
+COMMANDS = {
+    "demo": LazyCommand(
+        "api.cli.demo:demo",
+        "Run a complete federation (all parties in one process) and show per-round tables.",
+    ),
+    "keys": LazyCommand("api.cli.keys:keys_app", "Generate SM2 keys and sign files."),
+    "budget": LazyCommand("api.cli.budget:budget_app", "Show and set epsilon budgets."),
+    "ledger": LazyCommand(
+        "api.cli.ledger:ledger_app",
+        "Verify the audit log (verify, head, export-head) and sign new heads (checkpoint).",
+    ),
+    "audit": LazyCommand(
+        "api.cli.audit:audit_app",
+        "Export audit reports (json bundle, html, pdf), verify bundles offline, run the "
+        "pre-launch checklist.",
+    ),
+}
 
 app = typer.Typer(
     name="secure-fed",
     help="Privacy-first secure aggregation for heterogeneous federated distillation.",
+    cls=lazy_group(COMMANDS),
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # --debug tracebacks must not print passphrases
 )
-app.add_typer(keys_app, name="keys")
-_register_ledger(app)
-_register_demo(app)
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Show the Python traceback of a failure instead of one error line."
+        ),
+    ] = False,
+) -> None:
+    """Privacy-first secure aggregation for heterogeneous federated distillation."""
+    del debug  # read by LazyGroup.invoke from the root context
 
 
 def main() -> None:

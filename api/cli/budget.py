@@ -1,127 +1,119 @@
-"""``secure-fed budget`` (and ``secure-fed ledger``): privacy-ledger commands.
+"""``secure-fed budget``: show and set epsilon budgets in the privacy ledger.
 
 ``budget show`` prints a participant's limit, spent, reserved and remaining
 epsilon and the epsilon after each committed round (a rich table, or JSON
-with decimals as strings); ``budget set`` lets an operator create or change a
-budget; with ``--audit-key`` (the log's SM2 signing key) the change is written
-to the tamper-evident audit log in the same transaction, otherwise a warning
-says it was not audited (production refuses that). The database URL comes
-from ``--db`` or :meth:`api.settings.Settings.resolved_database_url`.
+with decimals as strings); it only reads, and never creates a database.
+``budget set`` lets an operator create or change a budget. Every input is
+validated before anything is written: the whole change is first rehearsed on
+an empty in-memory ledger (the ledger's own checks, nothing re-implemented
+here), so a refused call leaves the database untouched and the corrected
+retry succeeds. With ``--audit-key`` (the log's SM2 signing key) the change
+is written to the tamper-evident audit log in the same transaction as the
+budget row; otherwise a warning says it was not audited (production
+refuses that). The database URL comes from ``--db`` or
+:meth:`api.settings.Settings.resolved_database_url`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy import select
 
-from api.settings import Settings
-from crypto.errors import CryptoError
-from crypto.sm import SM2PrivateKey
-from privacy_ledger import AuditLog, BudgetStatus, LedgerError, PrivacyLedger
-from privacy_ledger.audit.models import LOG_STATE_ID, LogStateRow
+from api.cli.common import DB_HELP, load_private_key, open_engine, settings
+from api.cli.core import CliCommand, CliGroup
+from api.cli.errors import AuditOriginMissing, NoBudget, ProductionRefused
 
-budget_app = typer.Typer(help="Show and set epsilon budgets.", no_args_is_help=True)
+if TYPE_CHECKING:  # imported where used, so that --help starts fast
+    from rich.console import Console
+    from sqlalchemy import Engine
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Ledger database URL (default: SECURE_FED_DATABASE_URL or "
-                 "a SQLite file in the work directory)."),
+    from crypto.sm import SM2PrivateKey
+    from privacy_ledger import BudgetStatus, PrivacyLedger
+
+budget_app = typer.Typer(help="Show and set epsilon budgets.", no_args_is_help=True, cls=CliGroup)
+
+DbOption = Annotated[str | None, typer.Option("--db", metavar="URL", help=DB_HELP)]
+ParticipantOption = Annotated[
+    str, typer.Option("--participant", metavar="ID", help="Participant id (e.g. hospital-1).")
 ]
-ParticipantOption = Annotated[str, typer.Option("--participant", help="Participant id.")]
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+def _read_only(db: str | None) -> PrivacyLedger:
+    """Open an existing ledger at the current schema without writing to it."""
+    engine = open_engine(db, writable=False)
+    from privacy_ledger import PrivacyLedger
+    from privacy_ledger.db import current_revision, head_revision
+    from privacy_ledger.errors import SchemaOutdated
+
+    found, wanted = current_revision(engine), head_revision()
+    if found != wanted:
+        engine.dispose()
+        raise SchemaOutdated(
+            f"database {engine.url.render_as_string()} is at schema "
+            f"revision {found!r}, this secure-fed needs {wanted!r}"
+        )
+    return PrivacyLedger(engine)
 
 
-_MAX_PEM = 1 << 16
+def _audit_key(key_path: Path | None) -> SM2PrivateKey | None:
+    """Load the audit log's signing key (``None`` without one; production refuses that)."""
+    if key_path is not None:
+        return load_private_key(key_path)
+    if settings().environment == "production":
+        raise ProductionRefused("production refuses unaudited budget changes")
+    return None
 
 
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except ValidationError as exc:
-        _fail(f"invalid settings: {exc.errors()[0]['msg']}", 2)
+def _audited(engine: Engine, key: SM2PrivateKey | None, origin: str | None) -> PrivacyLedger:
+    """Return a ledger on ``engine`` writing to the audit log signed by ``key``."""
+    from sqlalchemy import select
 
+    from privacy_ledger import AuditLog, PrivacyLedger
+    from privacy_ledger.audit.models import LOG_STATE_ID, LogStateRow
 
-def _open(db: str | None) -> PrivacyLedger:
-    if db is None:
-        db = _settings().resolved_database_url()
-        if db.startswith("sqlite:///"):
-            Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return PrivacyLedger.from_url(db)
-    except LedgerError as exc:
-        _fail(str(exc), 2)
-
-
-def _signing_key(path: Path) -> SM2PrivateKey:
-    try:
-        with path.open("rb") as handle:
-            pem = handle.read(_MAX_PEM + 1)
-    except OSError as exc:
-        _fail(f"cannot read audit key {path}: {exc.strerror}", 2)
-    if len(pem) > _MAX_PEM:
-        _fail(f"audit key {path} is larger than {_MAX_PEM} bytes", 2)
-    passphrase: bytes | None = None
-    if b"ENCRYPTED PRIVATE KEY" in pem:
-        configured = _settings().key_passphrase
-        text = (configured.get_secret_value() if configured is not None
-                else str(typer.prompt("Key passphrase", hide_input=True)))
-        passphrase = text.encode("utf-8")
-    try:
-        return SM2PrivateKey.from_pem(pem, passphrase=passphrase)
-    except CryptoError as exc:
-        _fail(f"audit key {path}: {exc}", 2)
-
-
-def _audited(ledger: PrivacyLedger, key_path: Path | None, origin: str | None) -> PrivacyLedger:
-    """Return ``ledger`` writing to the audit log whose key is at ``key_path``."""
-    if key_path is None:
-        if _settings().environment == "production":
-            _fail("production refuses unaudited budget changes: pass --audit-key", 2)
-        typer.echo("warning: budget change not audited (no --audit-key)", err=True)
-        return ledger
-    key = _signing_key(key_path)
-    with ledger.engine.connect() as conn:
-        state = conn.execute(select(LogStateRow.origin).where(
-            LogStateRow.id == LOG_STATE_ID)).scalar_one_or_none()
-    origin = state or origin
+    if key is None:
+        return PrivacyLedger(engine)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            select(LogStateRow.origin).where(LogStateRow.id == LOG_STATE_ID)
+        ).scalar_one_or_none()
+    origin = stored or origin
     if origin is None:
-        _fail("the audit log has no entries yet: pass --audit-origin to name it", 2)
-    try:
-        log = AuditLog(signer=key, origin=origin)
-    except LedgerError as exc:
-        _fail(str(exc), 2)
-    return PrivacyLedger(ledger.engine, audit=log)
+        raise AuditOriginMissing("the audit log has no entries yet, so it has no name")
+    return PrivacyLedger(engine, audit=AuditLog(signer=key, origin=origin))
 
 
 def _status_json(status: BudgetStatus) -> dict[str, object]:
     return {
-        "participant": status.participant_id, "asset": status.asset_id,
-        "accountant": status.accountant, "delta": repr(status.delta),
-        "limit": str(status.limit), "spent": str(status.spent),
-        "reserved": str(status.reserved), "remaining": str(status.remaining),
+        "participant": status.participant_id,
+        "asset": status.asset_id,
+        "accountant": status.accountant,
+        "delta": repr(status.delta),
+        "limit": str(status.limit),
+        "spent": str(status.spent),
+        "reserved": str(status.reserved),
+        "remaining": str(status.remaining),
         "active_reservations": status.active_reservations,
         "per_round": [{"round": r, "epsilon_after": str(e)} for r, e in status.per_round],
     }
 
 
 def _print_table(console: Console, status: BudgetStatus) -> None:
-    table = Table(title=f"Budget {status.participant_id} / {status.asset_id} "
-                  f"({status.accountant}, delta={status.delta!r})")
+    from rich.table import Table
+
+    table = Table(
+        title=f"Budget {status.participant_id} / {status.asset_id} "
+        f"({status.accountant}, delta={status.delta!r})"
+    )
     for column in ("limit", "spent", "reserved", "remaining"):
         table.add_column(column, justify="right")
-    table.add_row(*(str(v) for v in (status.limit, status.spent, status.reserved,
-                                     status.remaining)))
+    table.add_row(
+        *(str(v) for v in (status.limit, status.spent, status.reserved, status.remaining))
+    )
     console.print(table)
     if status.per_round:
         rounds = Table(title="Epsilon after each round (whole-history accounting)")
@@ -132,70 +124,141 @@ def _print_table(console: Console, status: BudgetStatus) -> None:
         console.print(rounds)
 
 
-@budget_app.command("show")
+@budget_app.command("show", cls=CliCommand)
 def show(
     participant: ParticipantOption,
-    asset: Annotated[str | None, typer.Option("--asset", help="One data asset.")] = None,
+    asset: Annotated[
+        str | None, typer.Option("--asset", metavar="ID", help="One data asset.")
+    ] = None,
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print limit, spent, reserved, remaining and per-round epsilon."""
-    ledger = _open(db)
+    """Print limit, spent, reserved, remaining and per-round epsilon (reads only)."""
+    ledger = _read_only(db)
     try:
         assets = [asset] if asset is not None else ledger.budget_assets(participant)
         if not assets:
-            _fail(f"participant {participant!r} has no budget")
+            raise NoBudget(f"participant {participant!r} has no budget")
         statuses = [ledger.budget_status(participant, a) for a in assets]
-    except LedgerError as exc:
-        _fail(str(exc))
     finally:
         ledger.engine.dispose()
     if as_json:
         typer.echo(json.dumps([_status_json(s) for s in statuses], indent=2))
         return
+    from rich.console import Console
+
     console = Console()
     for status in statuses:
         _print_table(console, status)
 
 
-@budget_app.command("set")
+@dataclass(frozen=True, kw_only=True)
+class _Change:
+    """One ``budget set`` call: the participant's asset and its new budget."""
+
+    participant: str
+    asset: str
+    epsilon: str
+    delta: float
+    accountant: str
+    institution: str | None
+    kind: str
+
+    def apply(self, ledger: PrivacyLedger, *, institution: str | None) -> None:
+        """Register (when ``institution`` is given), then set the budget."""
+        if institution is not None:
+            ledger.register_participant(self.participant, institution=institution, kind=self.kind)
+        ledger.register_asset(self.participant, self.asset)
+        ledger.set_budget(
+            self.participant,
+            self.asset,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            accountant=self.accountant,
+        )
+
+    def rehearse(self) -> None:
+        """Apply to an empty in-memory ledger: every input check runs, nothing real is written.
+
+        Without ``--institution`` the rehearsal registers a placeholder so that
+        the asset and budget checks still run.
+        """
+        from privacy_ledger import PrivacyLedger
+
+        rehearsal = PrivacyLedger.from_url("sqlite://")
+        try:
+            self.apply(rehearsal, institution=self.institution or "rehearsal")
+        finally:
+            rehearsal.engine.dispose()
+
+
+@budget_app.command("set", cls=CliCommand)
 def set_budget(
     participant: ParticipantOption,
-    asset: Annotated[str, typer.Option("--asset", help="Data asset id.")],
-    epsilon: Annotated[str, typer.Option("--epsilon", help="Epsilon limit (exact decimal).")],
-    delta: Annotated[float, typer.Option("--delta", help="Target delta, in (0, 1).")] = 1e-5,
-    accountant: Annotated[str, typer.Option("--accountant", help="rdp or prv.")] = "rdp",
-    institution: Annotated[str | None, typer.Option(
-        "--institution", help="Register the participant with this name first.")] = None,
-    kind: Annotated[str, typer.Option("--kind", help="hospital, bank or other.")] = "other",
-    audit_key: Annotated[Path | None, typer.Option(
-        "--audit-key", help="The audit log's SM2 private key (PKCS#8 PEM); passphrase from "
-        "SECURE_FED_KEY_PASSPHRASE or a prompt.")] = None,
-    audit_origin: Annotated[str | None, typer.Option(
-        "--audit-origin", help="Origin of a new audit log (an existing log keeps its own).")]
-    = None,
+    asset: Annotated[str, typer.Option("--asset", metavar="ID", help="Data asset id.")],
+    epsilon: Annotated[
+        str,
+        typer.Option("--epsilon", metavar="EPSILON", help="Epsilon limit (exact decimal, > 0)."),
+    ],
+    delta: Annotated[
+        float, typer.Option("--delta", metavar="DELTA", help="Target delta, in (0, 1).")
+    ] = 1e-5,
+    accountant: Annotated[
+        str, typer.Option("--accountant", metavar="NAME", help="rdp or prv.")
+    ] = "rdp",
+    institution: Annotated[
+        str | None,
+        typer.Option(
+            "--institution", metavar="NAME", help="Register the participant with this name first."
+        ),
+    ] = None,
+    kind: Annotated[
+        str, typer.Option("--kind", metavar="KIND", help="hospital, bank or other.")
+    ] = "other",
+    audit_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--audit-key",
+            metavar="PEM",
+            help="The audit log's SM2 private key (PKCS#8 PEM); "
+            "passphrase from SECURE_FED_KEY_PASSPHRASE or a prompt.",
+        ),
+    ] = None,
+    audit_origin: Annotated[
+        str | None,
+        typer.Option(
+            "--audit-origin",
+            metavar="NAME",
+            help="Origin of a new audit log (an existing log keeps its own).",
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Create or change a budget (registers participant and asset with --institution)."""
-    ledger = _audited(_open(db), audit_key, audit_origin)
+    change = _Change(
+        participant=participant,
+        asset=asset,
+        epsilon=epsilon,
+        delta=delta,
+        accountant=accountant,
+        institution=institution,
+        kind=kind,
+    )
+    from privacy_ledger.db import upgrade
+
+    change.rehearse()
+    key = _audit_key(audit_key)
+    engine = open_engine(db, writable=True)
     try:
-        if institution is not None:
-            ledger.register_participant(participant, institution=institution, kind=kind)
-        ledger.register_asset(participant, asset)
-        ledger.set_budget(participant, asset, epsilon=epsilon, delta=delta,
-                          accountant=accountant)
+        upgrade(engine)
+        ledger = _audited(engine, key, audit_origin)
+        change.apply(ledger, institution=institution)
         status = ledger.budget_status(participant, asset)
-    except LedgerError as exc:
-        _fail(str(exc))
     finally:
-        ledger.engine.dispose()
-    typer.echo(f"budget {participant}/{asset}: limit {status.limit} at delta {status.delta!r} "
-               f"({status.accountant}); spent {status.spent}, remaining {status.remaining}")
-
-
-def register(app: typer.Typer) -> None:
-    """Attach the ``budget`` group (and, from the audit log, the ``ledger`` group) to ``app``."""
-    app.add_typer(budget_app, name="budget")
-    from api.cli.ledger import ledger_app  # the audit log's group (verify, head, export-head)
-
-    app.add_typer(ledger_app, name="ledger")
+        engine.dispose()
+    if key is None:
+        typer.echo("warning: budget change not audited (no --audit-key)", err=True)
+    typer.echo(
+        f"budget {participant}/{asset}: limit {status.limit} at delta {status.delta!r} "
+        f"({status.accountant}); spent {status.spent}, remaining {status.remaining}"
+    )

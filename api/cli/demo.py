@@ -60,12 +60,25 @@ def round_table(result: RoundResult) -> Table:
     return table
 
 
-def _default_out() -> Path:
+def _settings() -> Settings:
     try:
-        return Settings().workdir / "demo"
+        return Settings()
     except ValidationError as exc:
         typer.echo(f"error: invalid settings: {exc.errors()[0]['msg']}", err=True)
         raise typer.Exit(2) from None
+
+
+def _key_passphrase() -> bytes | None:
+    """SECURE_FED_KEY_PASSPHRASE for the log's signing key; a notice when it is unset."""
+    configured = _settings().key_passphrase
+    if configured is None:
+        typer.echo(
+            "notice: SECURE_FED_KEY_PASSPHRASE is not set: the demo's log signing key "
+            "is written unencrypted (mode 0600)",
+            err=True,
+        )
+        return None
+    return configured.get_secret_value().encode("utf-8")
 
 
 def demo(
@@ -104,10 +117,12 @@ def demo(
     # alpha grid; the ledger already rounds epsilon up, so this is noise on a terminal.
     warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
     console = Console(stderr=as_json)
+    passphrase = _key_passphrase()
     config = DemoConfig(
         rounds=rounds, participants=participants, dataset=dataset, alpha=alpha,
         epsilon=epsilon, attack=attack, mode=mode,
-        out=out if out is not None else _default_out(), seed=seed, overwrite=overwrite,
+        out=out if out is not None else _settings().workdir / "demo", seed=seed,
+        overwrite=overwrite,
         central_dp=central_dp,
     )  # fmt: skip
     progress = Progress(
@@ -134,7 +149,7 @@ def demo(
                             f"[yellow]{row.participant_id}: private training {row.private_training}"
                         )
 
-            results = run_demo(config, on_round=on_round)
+            results = run_demo(config, on_round=on_round, key_passphrase=passphrase)
     except (SecureFedError, LedgerError, CryptoError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None

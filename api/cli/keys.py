@@ -5,68 +5,43 @@ key; ``sign`` writes a DER SM2-with-SM3 signature that OpenSSL verifies with
 ``openssl dgst -sm3 -verify PUB -signature SIG -sigopt distid:1234567812345678 FILE``;
 ``verify`` and ``fingerprint`` check a signature and print a key's SM3
 fingerprint. The passphrase comes from ``SECURE_FED_KEY_PASSPHRASE`` (through
-:class:`api.settings.Settings`) or an interactive prompt.
+:class:`api.settings.Settings`) or, in a terminal, a prompt; without either the
+command stops with ``CLI_PASSPHRASE_UNAVAILABLE``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from api.settings import Settings
-from crypto.errors import CryptoError
-from crypto.sm import DEFAULT_SM2_ID, SM2PrivateKey, SM2PublicKey
+from api.cli.common import load_private_key, passphrase, read_limited
+from api.cli.core import CliCommand, CliGroup
+from api.cli.errors import FileExists, FileUnreadable, OptionInvalid, WriteFailed
 
-keys_app = typer.Typer(help="Generate SM2 keys and sign files.", no_args_is_help=True)
+keys_app = typer.Typer(help="Generate SM2 keys and sign files.", no_args_is_help=True, cls=CliGroup)
 
 PRIVATE_NAME = "sm2-private.pem"
 PUBLIC_NAME = "sm2-public.pem"
 _MAX_KEY_FILE = 1 << 16
 _MAX_SIG_FILE = 1024
-_DEFAULT_DISTID = DEFAULT_SM2_ID.decode("ascii")
+_DEFAULT_DISTID = "1234567812345678"  # crypto.sm.DEFAULT_SM2_ID, the GB/T 35276 default
 
 DistId = Annotated[
     str,
-    typer.Option("--distid", help="SM2 signer ID (ASCII) used in Z; OpenSSL needs it too."),
+    typer.Option(
+        "--distid", metavar="ID", help="SM2 signer ID (ASCII) used in Z; OpenSSL needs it too."
+    ),
 ]
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _passphrase(*, confirm: bool) -> bytes:
-    try:
-        configured = Settings().key_passphrase
-    except ValidationError as exc:
-        _fail(f"invalid settings: {exc.errors()[0]['msg']}", 2)
-    if configured is not None:
-        return configured.get_secret_value().encode("utf-8")
-    text = typer.prompt("Key passphrase", hide_input=True, confirmation_prompt=confirm)
-    return str(text).encode("utf-8")
-
-
-def _read_limited(path: Path, limit: int, what: str) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as exc:
-        _fail(f"cannot read {what} {path}: {exc.strerror}")
-    if len(data) > limit:
-        _fail(f"{what} {path} is larger than {limit} bytes")
-    return data
 
 
 def _distid(text: str) -> bytes:
     try:
         return text.encode("ascii")
     except UnicodeEncodeError:
-        _fail("--distid must be ASCII", 2)
+        raise OptionInvalid(f"--distid {text!r} must be ASCII") from None
 
 
 def _write_private(path: Path, pem: bytes, *, force: bool) -> None:
@@ -79,87 +54,83 @@ def _write_private(path: Path, pem: bytes, *, force: bool) -> None:
         os.close(fd)
 
 
-@keys_app.command("generate")
+@keys_app.command("generate", cls=CliCommand)
 def generate(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the two PEM files.")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for the two PEM files.")
+    ],
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing keys.")] = False,
 ) -> None:
     """Generate an SM2 key pair; print its SM3 fingerprint."""
+    from crypto.sm import SM2PrivateKey
+
     private_path, public_path = out / PRIVATE_NAME, out / PUBLIC_NAME
     existing = [str(p) for p in (private_path, public_path) if p.exists()]
     if existing and not force:
-        _fail(f"refusing to overwrite {', '.join(existing)} (use --force)")
-    passphrase = _passphrase(confirm=True)
+        raise FileExists(f"refusing to overwrite {', '.join(existing)} (use --force)")
+    secret = passphrase(confirm=True)
     key = SM2PrivateKey.generate()
-    try:
-        private_pem = key.to_pem(passphrase=passphrase)
-    except CryptoError as exc:
-        _fail(str(exc))
+    private_pem = key.to_pem(passphrase=secret)
     try:
         out.mkdir(parents=True, exist_ok=True)
         _write_private(private_path, private_pem, force=force)
         public_path.write_bytes(key.public_key.to_pem())
     except OSError as exc:
-        _fail(f"cannot write keys to {out}: {exc.strerror or exc}")
+        raise WriteFailed(f"cannot write keys to {out}: {exc.strerror or exc}") from None
     typer.echo(f"private key: {private_path} (encrypted PKCS#8, mode 0600)")
     typer.echo(f"public key:  {public_path}")
     typer.echo(f"SM3 fingerprint: {key.public_key.fingerprint()}")
 
 
-@keys_app.command("sign")
+@keys_app.command("sign", cls=CliCommand)
 def sign(
-    key: Annotated[Path, typer.Option("--key", help="SM2 private key PEM (PKCS#8).")],
-    file: Annotated[Path, typer.Argument(help="File to sign.")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the DER signature.")],
+    key: Annotated[
+        Path, typer.Option("--key", metavar="PEM", help="SM2 private key PEM (PKCS#8).")
+    ],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="File to sign.")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="SIG", help="Where to write the DER signature.")
+    ],
     distid: DistId = _DEFAULT_DISTID,
 ) -> None:
     """Sign FILE with SM2-with-SM3; write a DER signature that OpenSSL accepts."""
-    pem = _read_limited(key, _MAX_KEY_FILE, "key")
-    encrypted = b"ENCRYPTED PRIVATE KEY" in pem
-    if not encrypted:
-        typer.echo("warning: this private key is not encrypted at rest", err=True)
+    private = load_private_key(key, limit=_MAX_KEY_FILE)
     try:
-        private = SM2PrivateKey.from_pem(
-            pem, passphrase=_passphrase(confirm=False) if encrypted else None
-        )
         signature = private.sign_file(file, distid=_distid(distid))
-    except CryptoError as exc:
-        _fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot read {file}: {exc.strerror}")
+        raise FileUnreadable(f"cannot read {file}: {exc.strerror or exc}") from None
     try:
         out.write_bytes(signature)
     except OSError as exc:
-        _fail(f"cannot write {out}: {exc.strerror or exc}")
+        raise WriteFailed(f"cannot write {out}: {exc.strerror or exc}") from None
     typer.echo(f"signature: {out} ({len(signature)} bytes DER, SM2-with-SM3)")
 
 
-@keys_app.command("verify")
+@keys_app.command("verify", cls=CliCommand)
 def verify(
-    pub: Annotated[Path, typer.Option("--pub", help="SM2 public key PEM.")],
-    file: Annotated[Path, typer.Argument(help="Signed file.")],
-    sig: Annotated[Path, typer.Option("--sig", help="DER signature.")],
+    pub: Annotated[Path, typer.Option("--pub", metavar="PEM", help="SM2 public key PEM.")],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="Signed file.")],
+    sig: Annotated[Path, typer.Option("--sig", metavar="SIG", help="DER signature.")],
     distid: DistId = _DEFAULT_DISTID,
 ) -> None:
     """Verify a DER SM2-with-SM3 signature; exit 0 if valid, 1 otherwise."""
-    signature = _read_limited(sig, _MAX_SIG_FILE, "signature")
+    from crypto.sm import SM2PublicKey
+
+    signature = read_limited(sig, _MAX_SIG_FILE, "signature")
+    public = SM2PublicKey.from_pem(read_limited(pub, _MAX_KEY_FILE, "public key"))
     try:
-        public = SM2PublicKey.from_pem(_read_limited(pub, _MAX_KEY_FILE, "public key"))
         public.verify_file(file, signature, distid=_distid(distid))
-    except CryptoError as exc:
-        _fail(f"verification failed: {exc}")
     except OSError as exc:
-        _fail(f"cannot read {file}: {exc.strerror}")
+        raise FileUnreadable(f"cannot read {file}: {exc.strerror or exc}") from None
     typer.echo("Verified OK")
 
 
-@keys_app.command("fingerprint")
+@keys_app.command("fingerprint", cls=CliCommand)
 def fingerprint(
-    pub: Annotated[Path, typer.Argument(help="SM2 public key PEM.")],
+    pub: Annotated[Path, typer.Argument(metavar="PEM", help="SM2 public key PEM.")],
 ) -> None:
     """Print the SM3 fingerprint (hex) of a public key's DER SubjectPublicKeyInfo."""
-    try:
-        public = SM2PublicKey.from_pem(_read_limited(pub, _MAX_KEY_FILE, "public key"))
-    except CryptoError as exc:
-        _fail(str(exc))
+    from crypto.sm import SM2PublicKey
+
+    public = SM2PublicKey.from_pem(read_limited(pub, _MAX_KEY_FILE, "public key"))
     typer.echo(public.fingerprint())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,16 +17,33 @@ runner = CliRunner()
 
 
 def _event() -> MechanismEvent:
-    return MechanismEvent(noise_multiplier=1.0, sample_rate=0.01, steps=500, delta=1e-5,
-                          max_grad_norm=1.0)
+    return MechanismEvent(
+        noise_multiplier=1.0, sample_rate=0.01, steps=500, delta=1e-5, max_grad_norm=1.0
+    )
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    result = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
-                                 "--epsilon", "4", "--institution", "Hospital One",
-                                 "--kind", "hospital", "--db", url])
+    result = runner.invoke(
+        app,
+        [
+            "budget",
+            "set",
+            "--participant",
+            "h1",
+            "--asset",
+            "ct",
+            "--epsilon",
+            "4",
+            "--institution",
+            "Hospital One",
+            "--kind",
+            "hospital",
+            "--db",
+            url,
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "limit 4 at delta 1e-05 (rdp)" in result.output
     ledger = PrivacyLedger.from_url(url)
@@ -52,8 +70,9 @@ def test_show_json_matches_the_ledger(db: str) -> None:
 
 
 def test_show_table(db: str) -> None:
-    result = runner.invoke(app, ["budget", "show", "--participant", "h1", "--asset", "ct",
-                                 "--db", db])
+    result = runner.invoke(
+        app, ["budget", "show", "--participant", "h1", "--asset", "ct", "--db", db]
+    )
     assert result.exit_code == 0, result.output
     assert "remaining" in result.output and "r2" in result.output
 
@@ -69,19 +88,50 @@ def test_errors_are_typed_and_non_zero(db: str) -> None:
     unknown = runner.invoke(app, ["budget", "show", "--participant", "nobody", "--db", db])
     assert unknown.exit_code == 1
     assert "LEDGER_PARTICIPANT_UNKNOWN" in unknown.output
-    no_budget = runner.invoke(app, ["budget", "show", "--participant", "h1", "--asset", "x",
-                                    "--db", db])
+    no_budget = runner.invoke(
+        app, ["budget", "show", "--participant", "h1", "--asset", "x", "--db", db]
+    )
     assert no_budget.exit_code == 1 and "LEDGER_BUDGET_NOT_SET" in no_budget.output
-    gdp = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
-                              "--epsilon", "4", "--accountant", "gdp", "--db", db])
+    gdp = runner.invoke(
+        app,
+        [
+            "budget",
+            "set",
+            "--participant",
+            "h1",
+            "--asset",
+            "ct",
+            "--epsilon",
+            "4",
+            "--accountant",
+            "gdp",
+            "--db",
+            db,
+        ],
+    )
     assert gdp.exit_code == 1 and "allowed: prv, rdp" in gdp.output
     bad_url = runner.invoke(app, ["budget", "show", "--participant", "h1", "--db", "mysql://x"])
     assert bad_url.exit_code == 2 and "LEDGER_DATABASE_URL_INVALID" in bad_url.output
 
 
 def test_set_changes_the_limit(db: str) -> None:
-    result = runner.invoke(app, ["budget", "set", "--participant", "h1", "--asset", "ct",
-                                 "--epsilon", "8.5", "--accountant", "prv", "--db", db])
+    result = runner.invoke(
+        app,
+        [
+            "budget",
+            "set",
+            "--participant",
+            "h1",
+            "--asset",
+            "ct",
+            "--epsilon",
+            "8.5",
+            "--accountant",
+            "prv",
+            "--db",
+            db,
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "limit 8.5" in result.output and "(prv)" in result.output
 
@@ -97,10 +147,32 @@ def test_set_with_audit_key_writes_a_verifiable_entry(
     key_path = tmp_path / "audit.pem"
     key_path.write_bytes(key.to_pem(passphrase=b"correct horse battery"))
     url = f"sqlite:///{tmp_path / 'audited.db'}"
-    base = ["budget", "set", "--participant", "b1", "--asset", "loans", "--db", url,
-            "--audit-key", str(key_path)]
-    first = runner.invoke(app, [*base, "--epsilon", "3", "--institution", "Bank B",
-                                "--kind", "bank", "--audit-origin", "bank-b.example/audit"])
+    base = [
+        "budget",
+        "set",
+        "--participant",
+        "b1",
+        "--asset",
+        "loans",
+        "--db",
+        url,
+        "--audit-key",
+        str(key_path),
+    ]
+    first = runner.invoke(
+        app,
+        [
+            *base,
+            "--epsilon",
+            "3",
+            "--institution",
+            "Bank B",
+            "--kind",
+            "bank",
+            "--audit-origin",
+            "bank-b.example/audit",
+        ],
+    )
     assert first.exit_code == 0, first.output
     second = runner.invoke(app, [*base, "--epsilon", "2.5"])  # origin read from the log
     assert second.exit_code == 0, second.output
@@ -116,8 +188,22 @@ def test_set_without_audit_key_warns_and_production_refuses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{tmp_path / 'plain.db'}"
-    args = ["budget", "set", "--participant", "b1", "--asset", "loans", "--epsilon", "3",
-            "--institution", "Bank B", "--kind", "bank", "--db", url]
+    args = [
+        "budget",
+        "set",
+        "--participant",
+        "b1",
+        "--asset",
+        "loans",
+        "--epsilon",
+        "3",
+        "--institution",
+        "Bank B",
+        "--kind",
+        "bank",
+        "--db",
+        url,
+    ]
     plain = runner.invoke(app, args)
     assert plain.exit_code == 0 and "not audited" in plain.output
     monkeypatch.setenv("SECURE_FED_ENVIRONMENT", "production")
@@ -125,3 +211,64 @@ def test_set_without_audit_key_warns_and_production_refuses(
     monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "a long enough passphrase")
     refused = runner.invoke(app, args)
     assert refused.exit_code == 2 and "refuses unaudited" in refused.output
+
+
+GOOD = {
+    "--participant": "h2",
+    "--asset": "ct",
+    "--epsilon": "4",
+    "--delta": "1e-5",
+    "--institution": "Hospital Two",
+    "--kind": "hospital",
+}
+
+
+def _args(url: str, **override: str) -> list[str]:
+    options = {**GOOD, **{f"--{k}": v for k, v in override.items()}}
+    return ["budget", "set", "--db", url, *(x for kv in options.items() for x in kv)]
+
+
+def _snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    with sqlite3.connect(path) as db:
+        tables = [t for (t,) in db.execute("select name from sqlite_master where type='table'")]
+        return {t: sorted(db.execute(f'select * from "{t}"').fetchall(), key=repr) for t in tables}
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        ({"epsilon": "-1"}, "[LEDGER_PARAMETER_INVALID] epsilon"),
+        ({"epsilon": "0"}, "[LEDGER_PARAMETER_INVALID] epsilon"),
+        ({"epsilon": "nan"}, "[LEDGER_PARAMETER_INVALID] epsilon"),
+        ({"epsilon": "inf"}, "[LEDGER_PARAMETER_INVALID] epsilon"),
+        ({"epsilon": "four"}, "[LEDGER_PARAMETER_INVALID] epsilon"),
+        ({"delta": "0"}, "[LEDGER_PARAMETER_INVALID] delta"),
+        ({"delta": "1.5"}, "[LEDGER_PARAMETER_INVALID] delta"),
+        ({"delta": "nan"}, "[LEDGER_PARAMETER_INVALID] delta"),
+        ({"delta": "tiny"}, "Invalid value"),
+        ({"participant": "bad id!"}, "[LEDGER_PARAMETER_INVALID] participant_id"),
+        ({"asset": ""}, "[LEDGER_PARAMETER_INVALID] asset_id"),
+        ({"kind": "spaceship"}, "[LEDGER_PARAMETER_INVALID] kind"),
+        ({"accountant": "gdp"}, "[LEDGER_ACCOUNTANT_NOT_ALLOWED]"),
+    ],
+)
+def test_refused_set_writes_nothing_and_the_corrected_retry_succeeds(
+    db: str, tmp_path: Path, bad: dict[str, str], fragment: str
+) -> None:
+    existing = Path(db.removeprefix("sqlite:///"))
+    fresh = tmp_path / "fresh.db"
+    before = _snapshot(existing)
+    for url in (db, f"sqlite:///{fresh}"):
+        refused = runner.invoke(app, _args(url, **bad))
+        assert refused.exit_code in (1, 2) and fragment in refused.output, refused.output
+        assert "Traceback" not in refused.output
+    assert _snapshot(existing) == before  # nothing written, not even the participant
+    assert not fresh.exists()  # no database created for a refused call
+    for url in (db, f"sqlite:///{fresh}"):
+        retried = runner.invoke(app, _args(url))
+        assert retried.exit_code == 0, retried.output
+        ledger = PrivacyLedger.from_url(url, create=False)
+        try:
+            assert ledger.budget_status("h2", "ct").limit == Decimal(4)
+        finally:
+            ledger.engine.dispose()

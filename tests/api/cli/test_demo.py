@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
+from crypto.sm import SM2PrivateKey
 
 runner = CliRunner()
+PASSPHRASE = "demo log passphrase"
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -23,7 +26,7 @@ def test_small_demo_json(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     args = ["demo", "--rounds", "1", "--participants", "3", "--out", str(out), "--json",
             "--seed", "1"]  # fmt: skip
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args, env={"SECURE_FED_KEY_PASSPHRASE": PASSPHRASE})
     assert result.exit_code == 0, result.output
     data = _json(result.stdout)
     rounds = data["rounds"]
@@ -43,17 +46,31 @@ def test_small_demo_json(tmp_path: Path) -> None:
     with sqlite3.connect(out / "ledger.db") as db:
         events = {e for (e,) in db.execute("select distinct event from audit_entries")}
     assert {"budget.set", "budget.committed", "decryption.released", "outlier.decision"} <= events
-    verified = runner.invoke(app, ["ledger", "verify", "--db", f"sqlite:///{out / 'ledger.db'}",
-                                   "--public-key", str(out / "log-public-key.pem")])
+    url, pem = f"sqlite:///{out / 'ledger.db'}", str(out / "log-public-key.pem")
+    verified = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", pem])
     assert verified.exit_code == 0, verified.output
     assert "OK" in verified.output
+    # SECURE_FED_KEY_PASSPHRASE set: the log's signing key is encrypted at rest, and usable.
+    key_pem = (out / "log-signing-key.pem").read_bytes()
+    assert key_pem.startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    key = SM2PrivateKey.from_pem(key_pem, passphrase=PASSPHRASE.encode())
+    assert key.public_key.to_pem() == (out / "log-public-key.pem").read_bytes()
+    assert "not set" not in result.stderr
 
 
-def test_table_output_and_refusal_to_overwrite(tmp_path: Path) -> None:
+def test_table_output_and_refusal_to_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SECURE_FED_KEY_PASSPHRASE", raising=False)
     out = tmp_path / "demo"
     args = ["demo", "--rounds", "1", "--participants", "2", "--out", str(out)]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
+    # Without SECURE_FED_KEY_PASSPHRASE: one notice line, the key unencrypted but 0600.
+    notices = [line for line in first.stderr.splitlines() if "SECURE_FED_KEY_PASSPHRASE" in line]
+    assert len(notices) == 1 and "unencrypted" in notices[0]
+    assert (out / "log-signing-key.pem").read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert stat.S_IMODE((out / "log-signing-key.pem").stat().st_mode) == 0o600
     assert "round 1: published" in first.output and "local-only" in first.output
     assert "mean honest accuracy" in first.output
     again = runner.invoke(app, args)

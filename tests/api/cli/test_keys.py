@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import pty
+import select
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -80,14 +86,54 @@ def test_generate_refuses_when_only_the_public_file_exists(tmp_path: Path) -> No
     assert not (tmp_path / "sm2-private.pem").exists()
 
 
-def test_generate_prompts_with_confirmation(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app, ["keys", "generate", "--out", str(tmp_path)], input="first\nsecond\npw1\npw1\n"
+def _in_terminal(args: list[str], answers: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``secure-fed ARGS`` on a real pseudo-terminal, typing one answer per prompt."""
+    env = {k: v for k, v in os.environ.items() if k != "SECURE_FED_KEY_PASSPHRASE"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI with the pty as its controlling terminal
+        os.chdir(cwd)
+        code = "from api.cli import main; main()"
+        os.execve(sys.executable, [sys.executable, "-c", code, *args], env)
+    seen, pending, deadline = b"", list(answers), time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        # Type only once the prompt reads with echo off (input typed earlier is flushed).
+        echo_off = not termios.tcgetattr(fd)[3] & termios.ECHO
+        if pending and echo_off and seen.rstrip().endswith(b":"):
+            os.write(fd, pending.pop(0).encode() + b"\n")
+            seen += b"\n"
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    if not finished:  # still waiting for input: a test failure, not a hang
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+
+def test_generate_prompts_with_confirmation_in_a_terminal(tmp_path: Path) -> None:
+    code, output = _in_terminal(
+        ["keys", "generate", "--out", "k"], ["first", "second", "pw1", "pw1"], tmp_path
     )
-    assert result.exit_code == 0, result.output
-    assert "do not match" in result.output
-    pem = (tmp_path / "sm2-private.pem").read_bytes()
+    assert code == 0, output
+    assert "do not match" in output and "first" not in output  # hidden input
+    pem = (tmp_path / "k" / "sm2-private.pem").read_bytes()
     SM2PrivateKey.from_pem(pem, passphrase=b"pw1")
+
+
+def test_generate_without_terminal_or_variable_is_one_typed_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["keys", "generate", "--out", str(tmp_path / "k")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: [CLI_PASSPHRASE_UNAVAILABLE] ")
+    assert len(result.stderr.splitlines()) == 2 and "SECURE_FED_KEY_PASSPHRASE" in result.stderr
+    assert not (tmp_path / "k").exists()
 
 
 def test_sign_output_verifies_in_library_and_cli(signed: tuple[Path, Path], keydir: Path) -> None:
@@ -105,7 +151,7 @@ def test_verify_fails_on_tampered_file(signed: tuple[Path, Path], keydir: Path) 
     pub = str(keydir / "sm2-public.pem")
     result = runner.invoke(app, ["keys", "verify", "--pub", pub, str(data), "--sig", str(sig)])
     assert result.exit_code == 1
-    assert "verification failed: [CRYPTO_SIGNATURE_INVALID]" in result.stderr
+    assert result.stderr.startswith("error: [CRYPTO_SIGNATURE_INVALID] ")
 
 
 def test_verify_fails_under_another_distid(signed: tuple[Path, Path], keydir: Path) -> None:
@@ -140,7 +186,7 @@ def test_sign_missing_file_fails_cleanly(keydir: Path, tmp_path: Path) -> None:
     key = str(keydir / "sm2-private.pem")
     args = ["keys", "sign", "--key", key, str(tmp_path / "absent"), "--out", str(tmp_path / "s")]
     result = runner.invoke(app, args, env=ENV)
-    assert result.exit_code == 1 and "cannot read" in result.stderr
+    assert result.exit_code == 2 and "[CLI_FILE_UNREADABLE] cannot read" in result.stderr
 
 
 def test_sign_with_unencrypted_key_warns(tmp_path: Path) -> None:

@@ -29,8 +29,12 @@ def ledger_db(tmp_path: Path) -> tuple[str, SM2PrivateKey, Path]:
     log = AuditLog(signer=key, origin="cli.test/audit", checkpoint_every=4)
     with Session(engine) as session:
         for i in range(10):
-            log.append(session, event="upload.received", subject=f"round:{i % 2}",
-                       fields={"digest": f"{i:064x}", "size": 100 + i})
+            log.append(
+                session,
+                event="upload.received",
+                subject=f"round:{i % 2}",
+                fields={"digest": f"{i:064x}", "size": 100 + i},
+            )
             log.checkpoint(session)
         session.commit()
     engine.dispose()
@@ -63,10 +67,13 @@ def test_verify_names_the_first_bad_entry(ledger_db: tuple[str, SM2PrivateKey, P
     engine = create_ledger_engine(url)
     with engine.begin() as conn:
         data = conn.execute(text("SELECT entry FROM audit_entries WHERE entry_index = 5")).scalar()
+        assert data is not None
         entry = canonical.decode(bytes(data))
         entry["fields"]["size"] = 1
-        conn.execute(text("UPDATE audit_entries SET entry = :e WHERE entry_index = 5"),
-                     {"e": canonical.encode(entry)})
+        conn.execute(
+            text("UPDATE audit_entries SET entry = :e WHERE entry_index = 5"),
+            {"e": canonical.encode(entry)},
+        )
     engine.dispose()
     result = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
     assert result.exit_code == 1
@@ -109,8 +116,10 @@ def test_export_head_verifies_with_openssl_alone(
         app, ["ledger", "export-head", "--db", url, "--public-key", str(pem), "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
-    cmd = ("openssl dgst -sm3 -verify pub.pem -signature head.sig "
-           "-sigopt distid:1234567812345678 head.txt")
+    cmd = (
+        "openssl dgst -sm3 -verify pub.pem -signature head.sig "
+        "-sigopt distid:1234567812345678 head.txt"
+    )
     assert cmd in result.stdout
     done = subprocess.run(cmd.split(), cwd=out, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "Verified OK" in done.stdout, done.stdout + done.stderr
@@ -131,18 +140,25 @@ def test_trusted_head_reveals_a_truncation(
         leaf = conn.execute(text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 4"))
         conn.execute(text("DELETE FROM audit_entries WHERE entry_index >= 5"))
         conn.execute(text("DELETE FROM tree_heads WHERE tree_size > 5"))
-        conn.execute(text("UPDATE log_state SET tree_size = 5, last_leaf_hash = :h, "
-                          "head_count = 2, last_head_size = 5"), {"h": leaf.scalar()})
+        conn.execute(
+            text(
+                "UPDATE log_state SET tree_size = 5, last_leaf_hash = :h, "
+                "head_count = 2, last_head_size = 5"
+            ),
+            {"h": leaf.scalar()},
+        )
     engine.dispose()
     plain = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
     assert plain.exit_code == 0, plain.output  # the database alone cannot tell
-    checked = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem),
-                                  "--trusted-head", str(out)])
+    checked = runner.invoke(
+        app, ["ledger", "verify", "--db", url, "--public-key", str(pem), "--trusted-head", str(out)]
+    )
     assert checked.exit_code == 1
     assert "first bad entry: 5" in checked.stderr and "were removed" in checked.stderr
     (out / "head.txt").write_bytes(b"cli.test/audit\n9\n" + b"A" * 43 + b"=\n")
-    forged = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem),
-                                 "--trusted-head", str(out)])
+    forged = runner.invoke(
+        app, ["ledger", "verify", "--db", url, "--public-key", str(pem), "--trusted-head", str(out)]
+    )
     assert forged.exit_code == 2 and "LEDGER_CHECKPOINT_SIGNATURE_INVALID" in forged.stderr
 
 

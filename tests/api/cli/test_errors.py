@@ -1,0 +1,145 @@
+"""Every operator error is two lines (error: [CODE] ..., hint: ...), no traceback.
+
+``--debug`` shows the traceback instead. Database failures use real backends:
+a SQLite path in a missing folder, a PostgreSQL port nobody listens on, a file
+that is not a database, a database that is not a ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from api.cli import app
+from api.cli.errors import DatabaseMissing, describe
+
+runner = CliRunner()
+DEAD_POSTGRES = "postgresql+psycopg://secure_fed@127.0.0.1:1/nothing"
+
+
+@pytest.fixture(autouse=True)
+def _clean_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [n for n in os.environ if n.startswith("SECURE_FED_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def _two_lines(result: Result, code: str, status: int) -> list[str]:
+    lines = result.stderr.splitlines()
+    assert result.exit_code == status, result.output
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith(f"error: [{code}] "), lines
+    assert lines[1].startswith("hint: ") and len(lines[1]) > len("hint: ") + 10
+    assert "Traceback" not in result.output
+    return lines
+
+
+def _run(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+def test_read_only_commands_never_create_the_database(tmp_path: Path) -> None:
+    for args in (
+        ["budget", "show", "--participant", "hospital-1"],
+        ["ledger", "verify"],
+        ["ledger", "head"],
+        ["ledger", "export-head", "--out", "x"],
+    ):
+        error, hint = _two_lines(_run(*args), "CLI_DATABASE_MISSING", 2)
+        assert "secure-fed-work/ledger.db" in error, args
+        assert "sqlite:///secure-fed-work/demo/ledger.db" in hint
+    assert not (tmp_path / "secure-fed-work").exists()
+
+
+def test_sqlite_in_a_missing_folder(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/no/such/folder/ledger.db"
+    error, _ = _two_lines(
+        _run("budget", "show", "--participant", "h1", "--db", url), "CLI_DATABASE_MISSING", 2
+    )
+    assert f"{tmp_path}/no/such/folder/ledger.db" in error
+    set_args = ["budget", "set", "--participant", "h1", "--asset", "a", "--epsilon", "1"]
+    error, _ = _two_lines(_run(*set_args, "--db", url), "CLI_DATABASE_FOLDER_MISSING", 2)
+    assert f"{tmp_path}/no/such/folder" in error
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["budget", "show", "--participant", "h1"],
+        ["budget", "set", "--participant", "h1", "--asset", "a", "--epsilon", "1"],
+        ["ledger", "verify"],
+    ],
+)
+def test_unreachable_postgresql(args: list[str]) -> None:
+    error, _ = _two_lines(_run(*args, "--db", DEAD_POSTGRES), "CLI_DATABASE_UNREACHABLE", 2)
+    assert "127.0.0.1" in error and "port 1" in error
+
+
+def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    (tmp_path / "notes.db").write_text("just some notes, not SQLite\n" * 100)
+    result = _run("budget", "show", "--participant", "h1", "--db", "sqlite:///notes.db")
+    _two_lines(result, "CLI_DATABASE_ERROR", 1)
+
+
+def test_a_database_that_is_not_a_ledger(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "other.db") as db:
+        db.execute("create table t (x)")
+    url = "sqlite:///other.db"
+    shown = _run("budget", "show", "--participant", "h1", "--db", url)
+    _two_lines(shown, "LEDGER_SCHEMA_OUTDATED", 2)
+    _two_lines(_run("ledger", "verify", "--db", url), "LEDGER_LOG_NOT_INITIALIZED", 1)
+
+
+def test_bad_url_and_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run("budget", "show", "--participant", "h1", "--db", "mysql://x/y")
+    _two_lines(result, "LEDGER_DATABASE_URL_INVALID", 2)
+    monkeypatch.setenv("SECURE_FED_ENVIRONMENT", "staging")
+    error, _ = _two_lines(_run("ledger", "verify"), "CLI_SETTINGS_INVALID", 2)
+    assert "environment" in error
+
+
+def test_wrong_database_for_the_log_names_the_cause(tmp_path: Path) -> None:
+    """An empty ledger (e.g. the default one, not the demo's) says its log is empty."""
+    created = _run(
+        "budget", "set", "--participant", "h1", "--asset", "a", "--epsilon", "1",
+        "--institution", "H", "--db", "sqlite:///empty.db",
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    error, hint = _two_lines(_run("ledger", "verify", "--db", "sqlite:///empty.db"),
+                             "CLI_AUDIT_LOG_EMPTY", 1)  # fmt: skip
+    assert "secure-fed-work/demo/ledger.db" in hint
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = runner.invoke(app, ["--debug", "ledger", "verify", "--db", "sqlite:///absent.db"])
+    assert isinstance(result.exception, DatabaseMissing)
+
+
+def test_installed_command_prints_two_lines_and_debug_a_traceback(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SECURE_FED_")}
+    base = [sys.executable, "-c", "from api.cli import main; main()"]
+    args = ["budget", "show", "--participant", "h1", "--db", DEAD_POSTGRES]
+    plain = subprocess.run([*base, *args], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert plain.returncode == 2
+    assert plain.stderr.count("\n") == 2 and "Traceback" not in plain.stderr, plain.stderr
+    assert plain.stderr.startswith("error: [CLI_DATABASE_UNREACHABLE] ")
+    debug = subprocess.run(
+        [*base, "--debug", *args], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert debug.returncode == 1 and "OperationalError" in debug.stderr
+    assert "Traceback" in debug.stderr
+
+
+def test_untranslated_exceptions_are_named_as_bugs() -> None:
+    error, hint, status = describe(KeyError("surprise"))
+    assert error == "error: [CLI_INTERNAL_ERROR] unexpected KeyError: 'surprise'"
+    assert "--debug" in hint and status == 1
+    error, _, status = describe(PermissionError(13, "Permission denied", "/etc/x"))
+    assert error == "error: [CLI_IO_FAILED] /etc/x: Permission denied" and status == 1
