@@ -111,7 +111,8 @@ def _worst(kind: str, honest: dict[str, np.ndarray]) -> np.ndarray:
     if kind == "extreme":  # minimal logit on the consensus class, maximal elsewhere
         return np.where(top, -BOUND, BOUND).astype(np.float32)
     if kind == "central":  # scores as the most typical participant; nudged to the wrong class
-        return np.clip(mean + np.where(top, -0.3, 0.1), -BOUND, BOUND).astype(np.float32)
+        nudged = np.clip(mean + np.where(top, -0.3, 0.1), -BOUND, BOUND)
+        return np.asarray(nudged, dtype=np.float32)
     rng = np.random.default_rng(3)  # "copy": a near-copy of a, which the cap keeps at w_max
     copy = np.clip(honest["a"] + rng.normal(0, 1e-3, size=(N, C)), -BOUND, BOUND)
     return np.asarray(copy, dtype=np.float32)
