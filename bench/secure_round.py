@@ -15,6 +15,12 @@ inside its byte handler):
   weighted sum and its reveal, everything on the server side *including* the
   key authority and helper time, which are also reported on their own;
 * ``ratio_to_plaintext`` of ``server_seconds``.
+
+Shares mode's ``load_seconds`` includes the range check every upload passes at load
+(``crypto.shares.range_check``). The ``range_check`` section measures it on its own,
+per participant at N x 10, in both circuit layouts: seconds of the dealer and of each
+server (each party's own steps, messages passed as bytes), and the exact AND gates,
+rounds (sequential server-to-server messages), dealer bytes and bytes each server sends.
 """
 
 from __future__ import annotations
@@ -32,6 +38,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
+from crypto.shares import (
+    RING_PREDICTIONS,
+    RangeCheckParty,
+    RangeSpec,
+    ShareLabel,
+    ShareMacKey,
+    deal_range_check,
+    range_cost,
+    split,
+)
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
@@ -130,6 +146,43 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
     }
 
 
+def range_check_run(pred: np.ndarray, layout: str) -> dict[str, object]:
+    """Dealer and both servers of one participant's range check, each party timed alone."""
+    spec = RangeSpec.for_codec(RING_PREDICTIONS, layout=layout)
+    values = RING_PREDICTIONS.encode(pred).reshape(-1)
+    label = ShareLabel(round_id=1, participant_id="range-check", tensor=f"bench-{layout}")
+    key = ShareMacKey.generate(recipient="channel")
+    t = time.perf_counter()
+    materials = deal_range_check(values.size, label=label, spec=spec)
+    dealer = time.perf_counter() - t
+    parties = [RangeCheckParty(material=m, channel_key=key) for m in materials]
+    shares, seconds = split(values), [0.0, 0.0]
+    sent: list[bytes | None] = []
+    for i in (0, 1):
+        t = time.perf_counter()
+        sent.append(parties[i].start(shares[i]))
+        seconds[i] += time.perf_counter() - t
+    while sent[0] is not None and sent[1] is not None:
+        received = [sent[1], sent[0]]
+        for i in (0, 1):
+            t = time.perf_counter()
+            sent[i] = parties[i].advance(received[i])
+            seconds[i] += time.perf_counter() - t
+    cost = range_cost(values.size, spec=spec, label=label)
+    return {
+        "layout": layout,
+        "values": int(values.size),
+        "valid": parties[0].valid,
+        "dealer_seconds": round(dealer, 3),
+        "aggregator_seconds": round(seconds[0], 3),
+        "helper_seconds": round(seconds[1], 3),
+        "and_gates": cost.and_gates,
+        "rounds": cost.rounds,
+        "dealer_bytes": list(cost.dealer_bytes),
+        "exchange_bytes_per_server": cost.exchange_bytes,
+    }
+
+
 def main() -> None:
     """Run the benchmark and print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -152,6 +205,7 @@ def main() -> None:
                 "machine": {"python": platform.python_version(), "processor": platform.machine()},
                 "quick": args.quick,
                 "round": main_runs,
+                "range_check": [range_check_run(preds["p00"], lay) for lay in ("prefix", "ripple")],
                 "scaling": {
                     m: [
                         {
