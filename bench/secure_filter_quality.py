@@ -135,12 +135,13 @@ def main() -> None:
     args = parser.parse_args()
     alphas = (0.5,) if args.quick else (100.0, 0.5)
     rounds = 2 if args.quick else 3
+    results: list[dict[str, object]] = []
     out: dict[str, object] = {
         "dataset": args.dataset,
         "K": K,
         "attackers": ATTACKERS,
         "rounds_trained": rounds,
-        "results": [],
+        "results": results,
     }
     for alpha in alphas:
         t = time.perf_counter()
@@ -149,11 +150,11 @@ def main() -> None:
         ids = sorted(preds, key=lambda p: int(p.split("-")[1]))
         attackers = set(ids[-ATTACKERS:])
         clean = evaluate(preds, labels, set(), exclude=True)
-        out["results"].append(
+        results.append(
             {
                 "alpha": alpha,
                 "attack": None,
-                "train_seconds": train_seconds,  # type: ignore[attr-defined]
+                "train_seconds": train_seconds,
                 "exclude": True,
                 **clean,
             }
@@ -168,11 +169,11 @@ def main() -> None:
                 fn = make_attack(kind, bound=PUBLIC_LOGIT_BOUND, seed=100 * j + k)
                 attacked[p] = np.clip(fn(preds[p]), -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
             for exclude in (True, False):
-                out["results"].append(
+                results.append(
                     {
                         "alpha": alpha,
                         "attack": kind,
-                        "exclude": exclude,  # type: ignore[attr-defined]
+                        "exclude": exclude,
                         **evaluate(attacked, labels, attackers, exclude),
                     }
                 )
