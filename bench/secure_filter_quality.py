@@ -107,12 +107,12 @@ def evaluate(
         {p: scores[p] for p in kept}, {p: decisions[p].factor for p in kept}, max_weight=CAP
     )
     weights = {p: t.weight for p, t in terms.items()}
-    agg = sum(weights[p] * preds[p] for p in kept)
+    agg = np.sum([weights[p] * preds[p] for p in kept], axis=0)
     honest = [p for p in ids if p not in attackers]
     hw = DynamicWeighting().weigh(
         {p: scores[p] for p in honest}, dict.fromkeys(honest, 1.0), max_weight=CAP
     )
-    honest_agg = sum(hw[p].weight * preds[p] for p in honest)
+    honest_agg = np.sum([hw[p].weight * preds[p] for p in honest], axis=0)
     caught = [p for p in attackers if p in excluded or weights.get(p, 0.0) < 0.05]
     return {
         "attackers_caught": len(caught) / len(attackers) if attackers else None,
