@@ -65,7 +65,7 @@ def alie(honest: list[np.ndarray]) -> np.ndarray:
     mean, std = stack.mean(axis=0), stack.std(axis=0)
     sign = -np.ones_like(mean)
     sign[np.arange(len(mean)), mean.argmax(axis=1)] = 1.0
-    return np.clip(mean - z * std * sign, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
+    return np.asarray(np.clip(mean - z * std * sign, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND))
 
 
 def trained_predictions(
