@@ -55,6 +55,7 @@ from secure_fed.federation.stages import (
 from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharpen_logits
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
+from secure_fed.secure.release_plan import ReleasePlan, exclusion_floor
 from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
 __all__ = ["RoundEngine"]
@@ -160,12 +161,24 @@ class RoundEngine:
             raise StaleRound(f"round {config.round_id} is not newer than round {last}")
         if config.mode != self.mode:
             raise RoundConfigInvalid(f"mode {config.mode!r} is not the engine's {self.mode!r}")
+        self.aggregator.begin_round(self._release_plan(config))  # fixed before any upload
         state = RoundState(config=config, weighting_history=dict(self.weighting.history))
         state.log.append((Stage.OPEN.value, self.clock()))
         self.store.save(state)
         self._states[config.round_id] = state
         self._handles[config.round_id] = {}
         return state
+
+    def _release_plan(self, config: RoundConfig) -> ReleasePlan:
+        """Return the round's release plan: what may be opened, over whom, with which weights."""
+        return ReleasePlan.for_round(
+            round_id=config.round_id,
+            min_participants=config.min_participants,
+            shape=self.aggregator.shape,
+            scoring=self.aggregator.scoring,
+            max_weight=config.max_weight,
+            exclude_above=exclusion_floor(self.outlier_filter, self.aggregator.shape[1]),
+        )
 
     def start_collecting(self, round_id: int) -> None:
         """Start collecting uploads: ``open`` -> ``collecting``."""

@@ -24,6 +24,7 @@ from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import MODE_REGISTRY, SecureAggregator, UploadEncoder, get_mode
 from secure_fed.secure.parties.central_dp import CentralDP, ChargeGate
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.server_auth import ServerSigningKey
 
 __all__ = ["DeploymentPlan", "SecureDeployment"]
 
@@ -70,6 +71,26 @@ class DeploymentPlan:
             )
         if (self.central_dp is None) != (self.budget is None):
             raise ModeSetupInvalid("central_dp and budget go together: give both or neither")
+
+    def enrol_server(self, name: str) -> ServerSigningKey:
+        """Generate server ``name``'s SM2 key pair and record its public key (``key.generated``).
+
+        The key object is opaque and unpicklable; the servers that check this
+        server's requests receive only :attr:`ServerSigningKey.identity`.
+        """
+        key = ServerSigningKey.generate(name)
+        if self.audit is not None:
+            public = key.identity.public_key
+            self.audit.record(
+                "key.generated",
+                {
+                    "kind": "sm2-server",
+                    "server": name,
+                    "fingerprint": public.fingerprint(),
+                    "public_key": public.to_der().hex(),
+                },
+            )
+        return key
 
     def require_enrolled(self, participant_id: str) -> None:
         """Raise ``ModeSetupInvalid`` unless ``participant_id`` is enrolled."""

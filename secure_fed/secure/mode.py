@@ -53,6 +53,7 @@ from secure_fed.secure.scoring.mahalanobis import (
 
 if TYPE_CHECKING:
     from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
+    from secure_fed.secure.release_plan import ReleasePlan
 
 __all__ = [
     "MODE_REGISTRY",
@@ -107,6 +108,9 @@ class SecureAggregator(ABC):
     shape: tuple[int, int]
     scoring: ScoringConfig
 
+    def begin_round(self, plan: ReleasePlan) -> None:  # noqa: B027 (no gatekeeper: nothing to fix)
+        """Fix ``plan`` as the round's release plan with the gatekeepers (none here)."""
+
     @abstractmethod
     def load(self, payload: bytes) -> UploadHandle:
         """Validate payload bytes and return a handle; raise ``UploadMalformed``."""
@@ -151,6 +155,9 @@ class AggregatorWrapper(SecureAggregator):
     def __init__(self, inner: SecureAggregator) -> None:
         self.inner = inner
         self.shape, self.scoring = inner.shape, inner.scoring
+
+    def begin_round(self, plan: ReleasePlan) -> None:  # noqa: D102
+        self.inner.begin_round(plan)
 
     def load(self, payload: bytes) -> UploadHandle:  # noqa: D102
         return self.inner.load(payload)

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import NoReturn, Protocol
 
+import numpy as np
+
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused
 from secure_fed.secure.audit import AuditSink
 
@@ -40,6 +42,7 @@ __all__ = [
     "AGGREGATE_PURPOSES",
     "PURPOSES",
     "DecryptionRecord",
+    "ObservingRule",
     "ReleasePolicy",
     "ReleaseRequest",
     "ReleaseRule",
@@ -66,6 +69,7 @@ class DecryptionRecord:
     released: bool
     at: float
     central_dp: bool = False
+    weights: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +91,18 @@ class ReleaseRequest:
     counted
         Contributions the value itself claims to combine, when it says so.
     weights
-        Public weights the gatekeeper applies itself, one per contribution.
+        Public weights the gatekeeper applies itself, one per contribution (or,
+        for the key authority, the weights the request claims).
+    step
+        Release-plan step of a score: ``ranking`` or ``final``.
+    roster
+        Every participant of the scoring pass this value belongs to.
+    centre
+        Participants whose (never opened) mean centres a score or moment.
+    samples
+        Rows a score or moment averages over.
+    whitening
+        Whitening a final score uses, row by row (derived or claimed).
     """
 
     round_id: int
@@ -97,6 +112,11 @@ class ReleaseRequest:
     shape: tuple[int, ...]
     counted: int | None = None
     weights: tuple[float, ...] | None = None
+    step: str | None = None
+    roster: tuple[str, ...] | None = None
+    centre: tuple[str, ...] | None = None
+    samples: int | None = None
+    whitening: tuple[tuple[float, ...], ...] | None = None
 
 
 class ReleaseRule(Protocol):
@@ -104,6 +124,14 @@ class ReleaseRule(Protocol):
 
     def __call__(self, request: ReleaseRequest) -> str | None:
         """Return a refusal reason or ``None``."""
+        ...
+
+
+class ObservingRule(ReleaseRule, Protocol):
+    """A rule that also learns each released value (a release plan's state machine)."""
+
+    def observe(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
+        """Advance on ``values``, just released for ``request``."""
         ...
 
 
@@ -195,9 +223,16 @@ class ReleasePolicy:
         """
         found = self.reason(request)
         if found is not None:
-            self._refuse(request, found)
+            self.refuse(request, found)
 
-    def _refuse(self, request: ReleaseRequest, reason: str) -> NoReturn:
+    def refuse(self, request: ReleaseRequest, reason: str) -> NoReturn:
+        """Refuse ``request`` for ``reason``: log row, ``access.denied`` event, typed error.
+
+        Raises
+        ------
+        ReleaseRefused
+            Always: ``self.refusal``.
+        """
         fields = self._record(request, released=False)
         _log.warning(
             "%s refused %s of round %d: %s", self.party, request.purpose, request.round_id, reason
@@ -206,11 +241,28 @@ class ReleasePolicy:
             self.audit.record("access.denied", {**fields, "reason": reason})
         raise self.refusal(f"round {request.round_id}, {request.purpose}: {reason}")
 
-    def released(self, request: ReleaseRequest, *, central_dp: bool = False) -> None:
-        """Record that ``request`` was released (log row, ``decryption.released`` event)."""
+    def released(
+        self,
+        request: ReleaseRequest,
+        *,
+        central_dp: bool = False,
+        values: np.ndarray | None = None,
+    ) -> None:
+        """Record that ``request`` was released (log row, ``decryption.released`` event).
+
+        Rules that observe releases (a release plan) learn ``values``: the
+        released value itself (a score, the pooled second moment), so the
+        gatekeeper derives the next allowed opening from what was opened.
+        """
+        for rule in self.rules:
+            observe = getattr(rule, "observe", None)
+            if observe is not None:
+                observe(request, values)
         fields = self._record(request, released=True, central_dp=central_dp)
         if self.audit is not None:
-            extra = {"shape": list(request.shape), "central_dp": central_dp}
+            extra: dict[str, object] = {"shape": list(request.shape), "central_dp": central_dp}
+            if request.weights is not None:
+                extra["weights"] = list(request.weights)
             ids = {"participant_ids": list(request.contributors)}
             self.audit.record("decryption.released", {**fields, **extra, **ids})
 
@@ -229,6 +281,7 @@ class ReleasePolicy:
             released,
             time.time(),
             central_dp,
+            request.weights,
         )
         self.log.append(row)
         return {

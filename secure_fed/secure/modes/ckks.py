@@ -31,16 +31,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import numpy as np
 
-from crypto.ckks import EncryptedMatrix, Layout, PublicContext, load_encrypted, pack_class_major
-from crypto.ckks import weighted_sum as ckks_weighted_sum
-from crypto.ckks.aggregate import quadratic_score
+from crypto.ckks import EncryptedMatrix, PublicContext, load_encrypted, pack_class_major
 from crypto.errors import CryptoError
-from secure_fed.errors import AggregationInvalid, ModeSetupInvalid, ScoringInvalid, UploadMalformed
+from crypto.sm import sm3_digest
+from secure_fed.errors import (
+    AggregationInvalid,
+    DecryptionRefused,
+    ModeSetupInvalid,
+    ScoringInvalid,
+    UploadMalformed,
+)
+from secure_fed.secure.ckks_claims import evaluate as evaluate_claim
 from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregateHandle,
@@ -52,11 +58,10 @@ from secure_fed.secure.mode import (
     register_mode,
 )
 from secure_fed.secure.parties.key_authority import KeyAuthority, decryption_request
-from secure_fed.secure.scoring.mahalanobis import (
-    ScoringConfig,
-    class_pairs,
-    symmetric_from_pairs,
-)
+from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.mahalanobis import ScoreReport, ScoringConfig, pooled_mahalanobis
+from secure_fed.secure.server_auth import ServerSigningKey
 from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 
 __all__ = [
@@ -92,15 +97,27 @@ class CkksKeys:
         The key epoch's public context (with relinearization and Galois keys).
     authority
         Bytes channel to :meth:`KeyAuthority.handle`.
+    signer
+        The aggregator's SM2 key; it signs every decryption request.
+    plans
+        Channel fixing a round's release plan with the key authority
+        (:meth:`KeyAuthority.install_plan`); ``None``: the authority has none.
     """
 
     public_context: PublicContext
     authority: Channel
+    signer: ServerSigningKey
+    plans: Callable[[bytes], object] | None = None
 
     def __post_init__(self) -> None:
         _public(self.public_context)
         if not callable(self.authority):
             raise ModeSetupInvalid("authority must be a bytes channel (KeyAuthority.handle)")
+        if not isinstance(self.signer, ServerSigningKey):
+            raise ModeSetupInvalid("signer must be the aggregator's ServerSigningKey")
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("CkksKeys cannot be pickled")
 
 
 class CkksEncoder(UploadEncoder):
@@ -120,17 +137,19 @@ class CkksEncoder(UploadEncoder):
 
 
 class _CkksUpload(UploadHandle):
-    __slots__ = ("matrix",)
+    __slots__ = ("digest", "matrix")
 
-    def __init__(self, matrix: EncryptedMatrix) -> None:
-        self.matrix = matrix
+    def __init__(self, matrix: EncryptedMatrix, digest: str) -> None:
+        self.matrix, self.digest = matrix, digest
 
 
 class _CkksAggregate(AggregateHandle):
-    __slots__ = ("ids", "matrix", "max_weight")
+    __slots__ = ("claim", "ids", "matrix", "max_weight")
 
-    def __init__(self, matrix: EncryptedMatrix, ids: list[str], max_weight: float) -> None:
-        self.matrix, self.ids, self.max_weight = matrix, ids, max_weight
+    def __init__(
+        self, matrix: EncryptedMatrix, ids: list[str], max_weight: float, claim: dict[str, Any]
+    ) -> None:
+        self.matrix, self.ids, self.max_weight, self.claim = matrix, ids, max_weight, claim
 
 
 def _decrypt(keys: CkksKeys, request: bytes) -> np.ndarray:
@@ -149,6 +168,8 @@ class CkksAggregator(SecureAggregator):
         The public context and the key-authority channel.
     scoring
         Mahalanobis parameters (``moment_samples`` must be ``min(N, N/2 slots)``).
+    min_participants
+        The key authority's minimum (a default release plan asks for it).
     """
 
     def __init__(
@@ -158,6 +179,7 @@ class CkksAggregator(SecureAggregator):
         bound: float,
         keys: CkksKeys,
         scoring: ScoringConfig | None = None,
+        min_participants: int = 2,
     ) -> None:
         if not isinstance(keys, CkksKeys):
             raise ModeSetupInvalid("keys must be CkksKeys (public context and authority channel)")
@@ -169,6 +191,41 @@ class CkksAggregator(SecureAggregator):
                 f"ckks scoring uses the first {self.samples} samples "
                 f"(one ciphertext run); moment_samples must match"
             )
+        self.min_participants = min_participants
+        self._plans: dict[int, PlanTracker] = {}
+
+    def begin_round(self, plan: ReleasePlan) -> None:
+        """Fix ``plan`` with the key authority and run the same plan state machine here."""
+        if plan.min_participants < self.min_participants:  # never below the gatekeeper's
+            plan = replace(plan, min_participants=self.min_participants)
+        if self.keys.plans is not None:
+            self.keys.plans(plan.to_bytes())
+        self._plans[plan.round_id] = PlanTracker(plan=plan)
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
+        """Robust pooled Mahalanobis score under the round's plan (``h`` from the plan)."""
+        plan = self._tracker(round_id, scored=True).plan
+        config = replace(
+            self.scoring, min_subset=max(self.scoring.min_subset, plan.min_participants)
+        )
+        backend = self.scoring_round(handles, round_id=round_id)
+        return pooled_mahalanobis(
+            backend, sorted(handles), num_samples=self.shape[0], config=config
+        )
+
+    def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
+        """Return the round's plan tracker; fix a default plan (the scoring config's) first."""
+        if round_id not in self._plans:
+            self.begin_round(
+                ReleasePlan.for_round(
+                    round_id=round_id,
+                    min_participants=self.min_participants,
+                    shape=self.shape,
+                    scoring=self.scoring,
+                    scored=scored,
+                )
+            )
+        return self._plans[round_id]
 
     def load(self, payload: bytes) -> UploadHandle:
         """Validate ciphertext bytes (size, header, epoch, shape, level, scale)."""
@@ -182,7 +239,7 @@ class CkksAggregator(SecureAggregator):
             )
         except CryptoError as exc:
             raise UploadMalformed(f"ckks upload refused: {exc}") from exc
-        return _CkksUpload(matrix)
+        return _CkksUpload(matrix, sm3_digest(payload).hex())
 
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, EncryptedMatrix]:
         out = {}
@@ -197,9 +254,9 @@ class CkksAggregator(SecureAggregator):
     ) -> AggregateHandle:
         """Encrypted ``sum_k w_k X_k`` (weights renormalised to sum 1, zero weights dropped)."""
         ids, w = normalized_weights(handles, weights)
-        ups = self._uploads(handles)
-        matrix = ckks_weighted_sum([ups[p] for p in ids], w)
-        return _CkksAggregate(matrix, ids, max(w))
+        claim = {"op": "weighted_sum", "uploads": _digests(handles, ids), "weights": list(w)}
+        matrix = evaluate_claim(claim, self._uploads(handles), self.keys.public_context)
+        return _CkksAggregate(matrix, ids, max(w), claim)
 
     def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
         """Ask the key authority to decrypt the aggregate (flooded, optional central DP).
@@ -209,16 +266,30 @@ class CkksAggregator(SecureAggregator):
         """
         if not isinstance(aggregate, _CkksAggregate):
             raise AggregationInvalid("aggregate is not a ckks aggregate")
+        tracker = self._tracker(round_id, scored=False)
+        ask = ReleaseRequest(
+            round_id=round_id,
+            purpose="aggregate",
+            contributors=tuple(aggregate.ids),
+            value_kind="aggregate",
+            shape=self.shape,
+            weights=tuple(float(w) for w in aggregate.claim["weights"]),
+        )
+        tracker.require(ask, DecryptionRefused)
         request = decryption_request(
             round_id=round_id,
             purpose="aggregate",
             participant_ids=aggregate.ids,
             shape=self.shape,
             ciphertext=aggregate.matrix.to_bytes(),
+            signer=self.keys.signer,
+            claim=aggregate.claim,
             bound=self.bound,
             max_weight=aggregate.max_weight,
         )
-        return _decrypt(self.keys, request).astype(np.float32)
+        values = _decrypt(self.keys, request)
+        tracker.record(ask, None)
+        return values.astype(np.float32)
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int
@@ -230,14 +301,31 @@ class CkksAggregator(SecureAggregator):
             samples=self.samples,
             uploads=self._uploads(handles),
             round_id=round_id,
+            digests={p: h.digest for p, h in handles.items() if isinstance(h, _CkksUpload)},
+            tracker=self._tracker(round_id, scored=True),
         )
+
+
+def _digests(handles: Mapping[str, UploadHandle], ids: Sequence[str]) -> list[list[str]]:
+    """``[id, SM3 of the upload payload]`` per id, in order (what a claim names)."""
+    out = []
+    for pid in ids:
+        handle = handles[pid]
+        if not isinstance(handle, _CkksUpload):
+            raise AggregationInvalid(f"handle of {pid!r} is not a ckks upload")
+        out.append([pid, handle.digest])
+    return out
 
 
 class CkksScoringRound:
     """One round's encrypted scoring backend (``ScoringBackend``); discard after the round.
 
-    Every request it sends the key authority names ``round_id`` and is an
-    aggregate over the given ids or one participant's scalar score.
+    No mean is decrypted: every centre is the hidden mean of a participant set
+    (:mod:`secure_fed.secure.modes.ckks_scoring`). Every request names
+    ``round_id``, is signed and claims how its ciphertext was computed (the
+    centre's uploads, the whitening, the rows, the plan step); this side runs
+    the round's plan state machine (``tracker``) on every opening, like the key
+    authority.
     """
 
     def __init__(
@@ -248,126 +336,105 @@ class CkksScoringRound:
         samples: int,
         uploads: Mapping[str, EncryptedMatrix],
         round_id: int,
+        digests: Mapping[str, str],
+        tracker: PlanTracker,
     ) -> None:
         self.keys, self.shape, self.samples = keys, shape, samples
         self.uploads, self.round_id = dict(uploads), round_id
+        self.digests, self.tracker = dict(digests), tracker
         self.public = keys.public_context
 
-    def _open(
-        self, purpose: str, ids: Sequence[str], matrix: EncryptedMatrix, shape: tuple[int, int]
-    ) -> np.ndarray:
+    def _claim(self, op: str, ids: Sequence[str], **params: object) -> dict[str, Any]:
+        return {"op": op, "uploads": [[p, self.digests[p]] for p in ids], **params}
+
+    def _open(self, purpose: str, claim: dict[str, Any], shape: tuple[int, int]) -> np.ndarray:
+        """Compute the claimed ciphertext, sign the request naming the claim, decrypt."""
+        matrix = evaluate_claim(claim, self.uploads, self.public)
         request = decryption_request(
             round_id=self.round_id,
             purpose=purpose,
-            participant_ids=list(ids),
+            participant_ids=[u[0] for u in claim["uploads"]],
             shape=shape,
             ciphertext=matrix.to_bytes(),
+            signer=self.keys.signer,
+            claim=claim,
         )
         return _decrypt(self.keys, request)
 
-    def mean(self, ids: Sequence[str]) -> np.ndarray:
-        """Decrypted equal-weight mean over ``ids`` (an aggregate)."""
-        ups = [self.uploads[p] for p in ids]
-        preset = self.public.preset
-        if preset.weight_encoding != "scalar" or len(ups) < 2:
-            matrix = ckks_weighted_sum(ups, [1.0 / len(ids)] * len(ids))
-        else:  # equal weights: add first, then one scalar multiply per ciphertext
-            factor = preset.rescale_factor(preset.data_primes) / len(ups)
-            vectors = []
-            for pos in range(ups[0].layout.count):
-                acc = ups[0].vectors[pos] + ups[1].vectors[pos]
-                for up in ups[2:]:
-                    acc.add_(up.vectors[pos])
-                vectors.append(acc * factor)
-            matrix = EncryptedMatrix(
-                kind="aggregate",
-                preset=preset,
-                fingerprint=self.public.fingerprint,
-                layout=ups[0].layout,
-                vectors=vectors,
-                contributors=len(ups),
+    def ranking_scores(self, ids: Sequence[str], samples: int) -> dict[str, float]:
+        """Decrypted ``mean_{i<S} ||p_k - p̄_i||^2`` per id, ``p̄`` the hidden mean of ``ids``."""
+        if samples != self.samples:
+            raise ScoringInvalid(f"ckks ranking scores use the first {self.samples} samples")
+        return self._scores("ranking", ids, ids, np.eye(self.shape[1]), samples)
+
+    def final_scores(
+        self, ids: Sequence[str], subset: Sequence[str], whiten: np.ndarray
+    ) -> dict[str, float]:
+        """Decrypted ``mean_i ||W (p_k - p̄H_i)||^2`` per id (``p̄H``: hidden mean of subset)."""
+        return self._scores("final", ids, subset, whiten, self.shape[0])
+
+    def _scores(
+        self, step: str, ids: Sequence[str], centre: Sequence[str], whiten: np.ndarray, rows: int
+    ) -> dict[str, float]:
+        matrix = np.asarray(whiten, dtype=np.float64)
+        claimed = tuple(tuple(float(x) for x in row) for row in matrix)
+        out = {}
+        for pid in ids:
+            ask = ReleaseRequest(
+                round_id=self.round_id,
+                purpose="score",
+                contributors=(pid,),
+                value_kind="score",
+                shape=(1,),
+                step=step,
+                roster=tuple(ids),
+                centre=tuple(centre),
+                samples=rows,
+                whitening=claimed,
             )
-        return self._open("mean", ids, matrix, self.shape)
+            self.tracker.require(ask, DecryptionRefused)
+            claim = self._claim(
+                "score",
+                [pid],
+                centre=[[p, self.digests[p]] for p in centre],
+                samples=rows,
+                whitening=matrix.tolist(),
+                step=step,
+                roster=list(ids),
+            )
+            try:
+                value = self._open("score", claim, (rows, self.shape[1]))
+            except CryptoError as exc:
+                raise ScoringInvalid(f"encrypted score of {pid!r} refused: {exc}") from exc
+            self.tracker.record(ask, value)
+            out[pid] = float(value[0])
+        return out
 
-    def _centered_products(self, pid: str, center: np.ndarray) -> list[Any]:
-        up = self.uploads[pid]
-        diffs = [
-            up.vectors[up.layout.index(c, 0)] - center[: self.samples, c].tolist()
-            for c in range(self.shape[1])
-        ]
-        return [diffs[a] * diffs[b] for a, b in class_pairs(self.shape[1])]
+    def moments(self, subset: Sequence[str], samples: int) -> np.ndarray:
+        """Decrypted ``C x C`` second moment of ``subset`` centred on its hidden mean.
 
-    def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
-        """Decrypted ``C x C`` centred second moment over ``ids`` and the first run of samples.
-
-        Products ``(ct_a - c_a)(ct_b - c_b)`` are summed over the participants, then
-        over the slots (rotations) *before* decryption: per-sample sums over
-        participants are never revealed (with two participants they would give
-        both vectors, up to order, together with the mean).
+        Products are summed over the subset, then over the slots (rotations)
+        *before* decryption: per-sample sums over participants are never
+        revealed (with two participants they would give both vectors up to order).
         """
         if samples != self.samples:
             raise ScoringInvalid(f"ckks second moments use {self.samples} samples, not {samples}")
-        if len(ids) < 2:
-            raise ScoringInvalid("second moments need at least two participants")
-        sums = self._centered_products(ids[0], center)
-        for pid in ids[1:]:
-            for acc, prod in zip(sums, self._centered_products(pid, center), strict=True):
-                acc.add_(prod)
-        pairs = len(sums)
-        layout = Layout(n_samples=1, n_classes=pairs, slots=self.public.preset.slots)
-        matrix = EncryptedMatrix(
-            kind="aggregate",
-            preset=self.public.preset,
-            fingerprint=self.public.fingerprint,
-            layout=layout,
-            vectors=[s.sum() for s in sums],
-            contributors=len(ids),
-        )
-        flat = self._open("moments", ids, matrix, (1, pairs))[0]
-        # TenSEAL labels the rescaled product with scale Delta although SEAL divided
-        # by the prime q: the decrypted value is Delta/q times the true one.
-        flat = flat * self.public.preset.rescale_factor(self.public.preset.data_primes)
-        return symmetric_from_pairs(flat, self.shape[1])
-
-    def scores(
-        self,
-        ids: Sequence[str],
-        center: np.ndarray,
-        whiten: np.ndarray,
-        samples: int | None = None,
-    ) -> dict[str, float]:
-        """Encrypted ``mean_i ||W (p_i - c_i)||^2`` per id; one decrypted scalar each.
-
-        ``samples`` is ``None`` (all ``N``) or the first ciphertext run (a view of
-        the upload's first ciphertext per class, no new encryption).
-        """
-        if samples is not None and samples != self.samples:
-            raise ScoringInvalid(f"ckks scores use all samples or the first {self.samples}")
-        rows = self.shape[0] if samples is None else samples
         c = self.shape[1]
-        square = np.zeros((c, c))
-        square[: whiten.shape[0]] = whiten  # zero rows are skipped by quadratic_score
-        out = {}
-        for pid in ids:
-            upload = self.uploads[pid] if samples is None else self._first_run(pid)
-            try:
-                enc = quadratic_score(upload, center[:rows], square)
-            except CryptoError as exc:
-                raise ScoringInvalid(f"encrypted score of {pid!r} refused: {exc}") from exc
-            out[pid] = float(self._open("score", [pid], enc, (rows, c))[0])
-        return out
-
-    def _first_run(self, pid: str) -> EncryptedMatrix:
-        up = self.uploads[pid]
-        layout = Layout(n_samples=self.samples, n_classes=self.shape[1], slots=up.layout.slots)
-        vectors = [up.vectors[up.layout.index(c, 0)] for c in range(self.shape[1])]
-        return EncryptedMatrix(
-            kind="upload",
-            preset=up.preset,
-            fingerprint=up.fingerprint,
-            layout=layout,
-            vectors=vectors,
+        ask = ReleaseRequest(
+            round_id=self.round_id,
+            purpose="moments",
+            contributors=tuple(subset),
+            value_kind="aggregate",
+            shape=(c, c),
+            centre=tuple(subset),
+            samples=samples,
         )
+        self.tracker.require(ask, DecryptionRefused)
+        centre = [[p, self.digests[p]] for p in subset]
+        claim = self._claim("moments", subset, centre=centre, samples=samples)
+        moment = self._open("moments", claim, (1, c * (c + 1) // 2)).reshape(c, c)
+        self.tracker.record(ask, moment)
+        return moment
 
 
 class CkksDeployment(SecureDeployment):
@@ -381,28 +448,39 @@ class CkksDeployment(SecureDeployment):
         The key authority (secret key, decryption policy, optional central DP).
     public_context
         The epoch's public context, loaded by fingerprint as a participant would.
+    signer
+        The aggregator's SM2 key, enrolled with the key authority.
     """
 
     def __init__(
-        self, *, plan: DeploymentPlan, authority: KeyAuthority, public_context: PublicContext
+        self,
+        *,
+        plan: DeploymentPlan,
+        authority: KeyAuthority,
+        public_context: PublicContext,
+        signer: ServerSigningKey,
     ) -> None:
         super().__init__(mode=CkksMode.name, plan=plan)
         self.authority, self.public_context = authority, public_context
+        self._signer = signer
 
     @classmethod
     def deploy(cls, plan: DeploymentPlan) -> CkksDeployment:
         """Generate the key epoch and load its public context by SM3 fingerprint."""
+        signer = plan.enrol_server("aggregator")
         authority = KeyAuthority.for_ckks(
             min_participants=plan.min_participants,
             preset=PRESET,
             audit=plan.audit,
             central_dp=plan.central_dp,
             budget=plan.budget,
+            aggregator=signer.identity,
+            enrolled=frozenset(plan.participant_ids),
         )
         public = PublicContext.from_bytes(
             authority.public_context, preset=PRESET, expected_fingerprint=authority.fingerprint
         )
-        return cls(plan=plan, authority=authority, public_context=public)
+        return cls(plan=plan, authority=authority, public_context=public, signer=signer)
 
     @property
     def params(self) -> str:
@@ -416,12 +494,21 @@ class CkksDeployment(SecureDeployment):
 
     def server_keys(self) -> CkksKeys:
         """Return the aggregator's key material: public context and authority channel."""
-        return CkksKeys(public_context=self.public_context, authority=self.authority.handle)
+        return CkksKeys(
+            public_context=self.public_context,
+            authority=self.authority.handle,
+            signer=self._signer,
+            plans=self.authority.install_plan,
+        )
 
     def aggregator(self, *, bound: float) -> CkksAggregator:
         """Build the aggregator (no secret key)."""
         return CkksAggregator(
-            shape=self.shape, bound=bound, keys=self.server_keys(), scoring=self.plan.scoring
+            shape=self.shape,
+            bound=bound,
+            keys=self.server_keys(),
+            scoring=self.plan.scoring,
+            min_participants=self.plan.min_participants,
         )
 
 

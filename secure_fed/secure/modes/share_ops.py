@@ -24,6 +24,8 @@ from secure_fed.secure.scoring.mahalanobis import class_pairs
 __all__ = [
     "ScorePlan",
     "center_shares",
+    "centred_difference",
+    "check_moment_room",
     "moment_sums",
     "pair_factors",
     "score_plan",
@@ -49,6 +51,34 @@ def weighted_share(shares: list[np.ndarray], weights: list[float]) -> np.ndarray
 def center_shares(share: np.ndarray, center: np.ndarray, *, party: int) -> np.ndarray:
     """Share of ``x - c`` for a public real centre ``c`` (party 0 subtracts it)."""
     return sub_public(share, CODEC.encode_clipped(center), party=party)
+
+
+def centred_difference(share: np.ndarray, group: list[np.ndarray]) -> np.ndarray:
+    """Share of ``m x - sum_{j in group} x_j`` (``m = len(group)``): a hidden centre.
+
+    Integer scalars only, so both parties compute it locally and exactly; the
+    ``1/m`` goes into the public whitening (or the opened value's scale).
+    """
+    out = share * np.uint64(len(group))
+    for other in group:
+        out = out - other
+    return out
+
+
+def check_moment_room(count: int, samples: int) -> None:
+    """Refuse a subset whose worst-case second moment could wrap the ring.
+
+    ``|m x - sum x| <= 2 m B`` with ``f`` fractional bits; ``m`` participants'
+    ``samples`` products of two such values must stay below ``2^62``.
+
+    Raises
+    ------
+    ScoringInvalid
+        If ``count`` and ``samples`` are too large for the 64-bit ring.
+    """
+    worst = 2.0 * count * CODEC.clip_bound * 2.0**CODEC.frac_bits
+    if math.log2(count * samples) + 2 * math.log2(worst) >= _SIGNED_BITS:
+        raise ScoringInvalid(f"second moments of {count} participants could wrap the ring")
 
 
 def pair_factors(deltas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -86,12 +116,14 @@ class ScorePlan:
         return CODEC.frac_bits + self.g - self.fz
 
 
-def score_plan(whiten: np.ndarray, *, n_samples: int) -> ScorePlan:
+def score_plan(whiten: np.ndarray, *, n_samples: int, input_scale: int = 1) -> ScorePlan:
     """Choose ``g`` (bits of W) and ``fz`` (bits of z) so ``sum_i ||z_i||^2`` fits 62 bits.
 
     ``|z_c| <= 2B * max_r sum_c |W_rc|`` for clipped inputs; the per-participant
     sum of ``N * R`` squares with ``2 fz`` fractional bits must stay below
     ``2^62``: ``fz = floor((62 - log2(N R) - 2 log2 zmax) / 2)``, at most ``f``.
+    ``input_scale = m`` when the deviations are ``m x - sum_j x_j`` (``W``
+    then carries the ``1/m``).
 
     Raises
     ------
@@ -103,7 +135,7 @@ def score_plan(whiten: np.ndarray, *, n_samples: int) -> ScorePlan:
         raise ScoringInvalid("whitening matrix must be finite, 2-D and non-zero")
     g = int(min(30, max(0, _W_PRECISION_BITS - math.ceil(math.log2(np.abs(w).max())))))
     ints = np.rint(w * 2.0**g).astype(np.int64)
-    zmax = 2 * CODEC.clip_bound * float(np.abs(ints).sum(axis=1).max()) / 2.0**g
+    zmax = 2 * input_scale * CODEC.clip_bound * float(np.abs(ints).sum(axis=1).max()) / 2.0**g
     budget = _SIGNED_BITS - math.log2(n_samples * w.shape[0]) - 2 * math.log2(max(zmax, 1.0))
     fz = min(CODEC.frac_bits, math.floor(budget / 2))
     if fz < 0:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NoReturn, Protocol
 
@@ -39,7 +39,12 @@ from crypto.shares import (
     split_with_seed,
 )
 from crypto.sm import SM4GCM
-from secure_fed.errors import AggregationInvalid, ModeSetupInvalid, UploadMalformed
+from secure_fed.errors import (
+    AggregationInvalid,
+    ModeSetupInvalid,
+    OpeningRefused,
+    UploadMalformed,
+)
 from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregateHandle,
@@ -51,7 +56,8 @@ from secure_fed.secure.mode import (
     register_mode,
 )
 from secure_fed.secure.modes.share_ops import (
-    center_shares,
+    centred_difference,
+    check_moment_room,
     moment_sums,
     pair_factors,
     score_plan,
@@ -62,7 +68,14 @@ from secure_fed.secure.modes.share_ops import (
 from secure_fed.secure.modes.share_range import RangeDealer, check_upload
 from secure_fed.secure.parties.helper import HelperParty, reply_array, seal_key
 from secure_fed.secure.parties.key_authority import KeyAuthority
-from secure_fed.secure.scoring.mahalanobis import ScoringConfig, symmetric_from_pairs
+from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.mahalanobis import (
+    ScoreReport,
+    ScoringConfig,
+    pooled_mahalanobis,
+    symmetric_from_pairs,
+)
 from secure_fed.wire import (
     HELPER_REQUEST,
     SHARES_UPLOAD,
@@ -220,10 +233,12 @@ class _ShareUpload(UploadHandle):
 
 
 class _ShareAggregate(AggregateHandle):
-    __slots__ = ("share", "uids", "weights")
+    __slots__ = ("pids", "share", "uids", "weights")
 
-    def __init__(self, uids: list[str], weights: list[float], share: np.ndarray) -> None:
-        self.uids, self.weights, self.share = uids, weights, share
+    def __init__(
+        self, pids: list[str], uids: list[str], weights: list[float], share: np.ndarray
+    ) -> None:
+        self.pids, self.uids, self.weights, self.share = pids, uids, weights, share
 
 
 def _call(
@@ -234,18 +249,33 @@ def _call(
 
 
 def _open_linear(
-    keys: SharesKeys, aggregate: _ShareAggregate, purpose: str, round_id: int
+    keys: SharesKeys, aggregate: _ShareAggregate, tracker: PlanTracker, round_id: int
 ) -> np.ndarray:
+    ask = ReleaseRequest(
+        round_id=round_id,
+        purpose="aggregate",
+        contributors=tuple(aggregate.pids),
+        value_kind="aggregate",
+        shape=(),
+        weights=tuple(aggregate.weights),
+    )
+    _plan_check(tracker, ask)
     header: dict[str, object] = {
         "op": "linear",
-        "purpose": purpose,
+        "purpose": "aggregate",
         "uids": aggregate.uids,
         "weights": aggregate.weights,
         "round_id": round_id,
     }
     _, other = _call(keys, header)
+    tracker.record(ask, None)
     total = aggregate.share + np.asarray(other, dtype=np.uint64)
     return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
+
+
+def _plan_check(tracker: PlanTracker, ask: ReleaseRequest) -> None:
+    """Hold this side (and so the helper's replies) to the round's plan."""
+    tracker.require(ask, OpeningRefused)
 
 
 class SharesAggregator(SecureAggregator):
@@ -259,6 +289,8 @@ class SharesAggregator(SecureAggregator):
         Enrolment secrets, helper and dealer channels, MAC keys.
     scoring
         Robust pooled Mahalanobis parameters (defaults when ``None``).
+    min_participants
+        The helper's minimum (a default release plan asks for it).
     """
 
     def __init__(
@@ -268,6 +300,7 @@ class SharesAggregator(SecureAggregator):
         bound: float,
         keys: SharesKeys,
         scoring: ScoringConfig | None = None,
+        min_participants: int = 2,
     ) -> None:
         if not isinstance(keys, SharesKeys):
             raise ModeSetupInvalid("keys must be SharesKeys (secrets, helper, dealer, MAC keys)")
@@ -276,6 +309,40 @@ class SharesAggregator(SecureAggregator):
             p: ShareMacKey.derive(s, recipient="aggregator") for p, s in keys.secrets.items()
         }
         self.scoring = scoring or ScoringConfig()
+        self.min_participants = min_participants
+        self._plans: dict[int, PlanTracker] = {}
+
+    def begin_round(self, plan: ReleasePlan) -> None:
+        """Fix ``plan`` with the helper and run the same plan state machine here."""
+        if plan.min_participants < self.min_participants:  # never below the gatekeeper's
+            plan = replace(plan, min_participants=self.min_participants)
+        _call(self.keys, {"op": "plan", "round_id": plan.round_id}, plan.to_bytes())
+        self._plans[plan.round_id] = PlanTracker(plan=plan, enrolled=frozenset(self.keys.secrets))
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
+        """Robust pooled Mahalanobis score under the round's plan (``h`` from the plan)."""
+        plan = self._tracker(round_id, scored=True).plan
+        config = replace(
+            self.scoring, min_subset=max(self.scoring.min_subset, plan.min_participants)
+        )
+        backend = self.scoring_round(handles, round_id=round_id)
+        return pooled_mahalanobis(
+            backend, sorted(handles), num_samples=self.shape[0], config=config
+        )
+
+    def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
+        """Return the round's plan tracker; fix a default plan (the scoring config's) first."""
+        if round_id not in self._plans:
+            self.begin_round(
+                ReleasePlan.for_round(
+                    round_id=round_id,
+                    min_participants=self.min_participants,
+                    shape=self.shape,
+                    scoring=self.scoring,
+                    scored=scored,
+                )
+            )
+        return self._plans[round_id]
 
     def load(self, payload: bytes) -> UploadHandle:
         """Verify the aggregator's share tag and hand the sealed seed to the helper."""
@@ -322,28 +389,39 @@ class SharesAggregator(SecureAggregator):
         ids, w = normalized_weights(handles, weights)
         ups = self._uploads(handles)
         share = weighted_share([ups[p].share for p in ids], w)
-        return _ShareAggregate([ups[p].uid for p in ids], w, share)
+        return _ShareAggregate(ids, [ups[p].uid for p in ids], w, share)
 
     def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
-        """Open the aggregate with the helper's share (the helper checks the participant count)."""
+        """Open the round's one publication with the helper (both check it against the plan)."""
         if not isinstance(aggregate, _ShareAggregate):
             raise AggregationInvalid("aggregate is not a shares aggregate")
-        return _open_linear(self.keys, aggregate, "aggregate", round_id).astype(np.float32)
+        tracker = self._tracker(round_id, scored=False)
+        return _open_linear(self.keys, aggregate, tracker, round_id).astype(np.float32)
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int
     ) -> SharesScoringRound:
         """Return a fresh scoring backend on this round's shares."""
         return SharesScoringRound(
-            keys=self.keys, shape=self.shape, uploads=self._uploads(handles), round_id=round_id
+            keys=self.keys,
+            shape=self.shape,
+            uploads=self._uploads(handles),
+            round_id=round_id,
+            tracker=self._tracker(round_id, scored=True),
         )
 
 
 class SharesScoringRound:
     """One round's scoring backend on shares (``ScoringBackend``); discard after the round.
 
-    Beaver operations get ids unique to this object, and triples are dealt
-    under labels naming ``round_id``.
+    Every centre is the hidden mean of a participant set: each party computes
+    its share of ``m x_k - sum_j x_j`` locally. The helper derives the row
+    counts, the centre and the whitening itself from the round's plan and the
+    values opened so far; this side sends only which uploads and which step,
+    and runs the same plan state machine (``tracker``) on every opening. Every
+    opening is symmetric: the aggregator's share of the output travels with the
+    ``finish`` request, so both parties learn the opened value and advance
+    their plans on it. Triples are dealt under labels naming ``round_id``.
     """
 
     def __init__(
@@ -353,31 +431,42 @@ class SharesScoringRound:
         shape: tuple[int, int],
         uploads: Mapping[str, _ShareUpload],
         round_id: int,
+        tracker: PlanTracker,
     ) -> None:
         self.keys, self.shape, self.uploads = keys, shape, dict(uploads)
-        self.round_id = round_id
+        self.round_id, self.tracker = round_id, tracker
         self._prefix = f"r{round_id}-{secrets.token_hex(4)}"
         self._ops = 0
 
-    def mean(self, ids: Sequence[str]) -> np.ndarray:
-        """Open the equal-weight mean over ``ids``."""
-        w = [1.0 / len(ids)] * len(ids)
-        share = weighted_share([self.uploads[p].share for p in ids], w)
-        agg = _ShareAggregate([self.uploads[p].uid for p in ids], w, share)
-        return _open_linear(self.keys, agg, "mean", self.round_id)
+    def _diff(self, pid: str, group: Sequence[str], rows: int) -> np.ndarray:
+        others = [self.uploads[p].share[:rows] for p in group]
+        return centred_difference(self.uploads[pid].share[:rows], others)
+
+    def _asks(
+        self, step: str, ids: Sequence[str], centre: Sequence[str], whiten: np.ndarray
+    ) -> list[ReleaseRequest]:
+        claim = None if step == "ranking" else tuple(tuple(float(x) for x in r) for r in whiten)
+        return [
+            ReleaseRequest(
+                round_id=self.round_id,
+                purpose="score",
+                contributors=(p,),
+                value_kind="score",
+                shape=(1,),
+                step=step,
+                roster=tuple(ids),
+                centre=tuple(centre),
+                samples=self.tracker.rows(step),
+                whitening=claim,
+            )
+            for p in ids
+        ]
 
     def _beaver(
-        self,
-        kind: str,
-        ids: Sequence[str],
-        x: np.ndarray,
-        y: np.ndarray,
-        extra: dict[str, object],
-        center: np.ndarray,
-        matrix: bytes = b"",
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, step: str, x: np.ndarray, y: np.ndarray, head: Mapping[str, object]
+    ) -> tuple[np.ndarray, BeaverParty, bytes, str]:
         self._ops += 1
-        tensor, op_id = f"{kind}-{self._ops}", f"{self._prefix}-op{self._ops}"
+        tensor, op_id = f"{step}-{self._ops}", f"{self._prefix}-op{self._ops}"
         blob_a, blob_h = self.keys.dealer(round_id=self.round_id, tensor=tensor, count=x.size)
         label = ShareLabel(round_id=self.round_id, participant_id="beaver", tensor=tensor)
         triples = TripleShare.parse(
@@ -385,61 +474,82 @@ class SharesScoringRound:
         )
         party = BeaverParty(triples=triples, channel_key=self.keys.channel_key)
         mine = party.open(x, y)
-        cmeta, craw = encode_array(center)
-        head = {
-            "op": "open",
-            "kind": kind,
-            "op_id": op_id,
-            "tensor": tensor,
-            "center": cmeta,
-            "uids": [self.uploads[p].uid for p in ids],
-            "round_id": self.round_id,
-            **extra,
-        }
-        _, theirs = _call(self.keys, head, craw, matrix, blob_h)
-        product = party.finish(theirs)  # type: ignore[arg-type]
-        finish = {"op": "finish", "op_id": op_id, "round_id": self.round_id}
-        _, other = _call(self.keys, finish, mine)
-        return product, np.asarray(other, dtype=np.uint64)
+        request = {"op": "open", "kind": step, "op_id": op_id, "tensor": tensor}
+        reply, theirs = _call(self.keys, {**request, **head, "round_id": self.round_id}, blob_h)
+        self._expect(reply, step, op_id)
+        return party.finish(theirs), party, mine, op_id  # type: ignore[arg-type]
 
-    def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
-        """Open the centred second moment (Beaver products, summed before opening)."""
-        deltas = [
-            center_shares(self.uploads[p].share[:samples], center[:samples], party=0) for p in ids
-        ]
-        x, y = pair_factors(deltas)
-        c = self.shape[1]
-        pairs = c * (c + 1) // 2
-        product, other = self._beaver("moments", ids, x, y, {"samples": samples}, center)
-        mine = moment_sums(product, count=len(ids), pairs=pairs, samples=samples)
-        flat = CODEC.decode(mine + other, frac_bits=2 * CODEC.frac_bits)
-        return symmetric_from_pairs(flat, c)
+    def _finish(self, step: str, op_id: str, opening: bytes, sums: np.ndarray) -> np.ndarray:
+        meta, raw = encode_array(sums, "u8")
+        head = {"op": "finish", "op_id": op_id, "round_id": self.round_id, "array": meta}
+        reply, other = _call(self.keys, head, opening, raw)
+        self._expect(reply, step, op_id)
+        return sums + np.asarray(other, dtype=np.uint64)
 
-    def scores(
-        self,
-        ids: Sequence[str],
-        center: np.ndarray,
-        whiten: np.ndarray,
-        samples: int | None = None,
+    def _expect(self, reply: dict[str, object], step: str, op_id: str) -> None:
+        """Refuse a helper reply that does not answer this step of this round's plan."""
+        if reply.get("op_id") != op_id or reply.get("step") != step:
+            raise OpeningRefused(f"helper reply does not match {step} operation {op_id}")
+        if reply.get("round_id") != self.round_id:
+            raise OpeningRefused(f"helper reply names another round than {self.round_id}")
+
+    def ranking_scores(self, ids: Sequence[str], samples: int) -> dict[str, float]:
+        """Open ``mean_{i<S} ||x_k - p̄_i||^2`` per id, ``p̄`` the hidden mean of ``ids``."""
+        return self._scores("ranking", ids, ids, np.eye(self.shape[1]), samples)
+
+    def final_scores(
+        self, ids: Sequence[str], subset: Sequence[str], whiten: np.ndarray
     ) -> dict[str, float]:
-        """Per-participant ``mean_{i<samples} ||W (p_i - c_i)||^2``; only scalars are opened."""
-        rows = self.shape[0] if samples is None else samples
-        plan = score_plan(whiten, n_samples=rows)
+        """Open ``mean_i ||W (x_k - p̄H_i)||^2`` per id, ``p̄H`` the hidden mean of ``subset``."""
+        return self._scores("final", ids, subset, whiten, self.shape[0])
+
+    def _scores(
+        self, step: str, ids: Sequence[str], centre: Sequence[str], whiten: np.ndarray, rows: int
+    ) -> dict[str, float]:
+        asks = self._asks(step, ids, centre, whiten)
+        for ask in asks:
+            _plan_check(self.tracker, ask)
+        m = len(centre)
+        plan = score_plan(np.asarray(whiten) / m, n_samples=rows, input_scale=m)
         z = np.concatenate(
-            [
-                whiten_shares(
-                    center_shares(self.uploads[p].share[:rows], center[:rows], party=0),
-                    plan,
-                    party=0,
-                ).reshape(-1)
-                for p in ids
-            ]
+            [whiten_shares(self._diff(p, centre, rows), plan, party=0).reshape(-1) for p in ids]
         )
-        mmeta, mraw = encode_array(plan.matrix, "u8")
-        extra: dict[str, object] = {"g": plan.g, "fz": plan.fz, "matrix": mmeta, "samples": rows}
-        product, other = self._beaver("score", ids, z, z, extra, center, mraw)
-        sums = CODEC.decode(score_sums(product, count=len(ids)) + other, frac_bits=2 * plan.fz)
-        return {p: float(s) / rows for p, s in zip(ids, sums, strict=True)}
+        head = {"uids": self._uids(ids), "centre": self._uids(centre)}
+        product, _, mine, op_id = self._beaver(step, z, z, head)
+        total = self._finish(step, op_id, mine, score_sums(product, count=len(ids)))
+        sums = CODEC.decode(total, frac_bits=2 * plan.fz)
+        out = {p: float(s) / rows for p, s in zip(ids, sums, strict=True)}
+        for ask in asks:
+            self.tracker.record(ask, np.array([out[ask.contributors[0]]]))
+        return out
+
+    def _uids(self, ids: Sequence[str]) -> list[str]:
+        return [self.uploads[p].uid for p in ids]
+
+    def moments(self, subset: Sequence[str], samples: int) -> np.ndarray:
+        """Open the second moment of ``subset`` centred on its hidden mean (Beaver products)."""
+        h, c = len(subset), self.shape[1]
+        ask = ReleaseRequest(
+            round_id=self.round_id,
+            purpose="moments",
+            contributors=tuple(subset),
+            value_kind="aggregate",
+            shape=(c, c),
+            centre=tuple(subset),
+            samples=samples,
+        )
+        _plan_check(self.tracker, ask)
+        check_moment_room(h, samples)
+        x, y = pair_factors([self._diff(p, subset, samples) for p in subset])
+        head = {"uids": self._uids(subset), "centre": self._uids(subset)}
+        product, _, mine, op_id = self._beaver("moments", x, y, head)
+        pairs = c * (c + 1) // 2
+        sums = moment_sums(product, count=h, pairs=pairs, samples=samples)
+        total = self._finish("moments", op_id, mine, sums)
+        flat = CODEC.decode(total, frac_bits=2 * CODEC.frac_bits) / float(h * h)
+        moment = symmetric_from_pairs(flat, c)
+        self.tracker.record(ask, moment)
+        return moment
 
 
 class SharesDeployment(SecureDeployment):
@@ -538,7 +648,11 @@ class SharesDeployment(SecureDeployment):
     def aggregator(self, *, bound: float) -> SharesAggregator:
         """Build party 0."""
         return SharesAggregator(
-            shape=self.shape, bound=bound, keys=self.server_keys(), scoring=self.plan.scoring
+            shape=self.shape,
+            bound=bound,
+            keys=self.server_keys(),
+            scoring=self.plan.scoring,
+            min_participants=self.plan.min_participants,
         )
 
 

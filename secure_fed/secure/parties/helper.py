@@ -7,12 +7,20 @@ HMAC-SM3 tag of the share frame, and then runs the same local steps as the
 aggregator (:mod:`secure_fed.secure.modes.share_ops`) on its own shares.
 
 It is also a gatekeeper of openings, under the same
-:class:`~secure_fed.secure.release_policy.ReleasePolicy` as the key authority:
-it releases its share of a linear combination or of pooled second moments only
-over at least ``min_participants`` distinct participants, and of scores only
-one scalar per upload. It names the contributors itself, from the uploads it
-holds, never from labels in the request: two uploads of one participant count
-once and are refused. Every release is a row of :attr:`HelperParty.log` and a
+:class:`~secure_fed.secure.release_policy.ReleasePolicy` as the key authority
+and the round's :class:`~secure_fed.secure.release_plan.ReleasePlan`, and it
+holds against one malicious aggregator: it derives every input of an opening
+from its own view and the plan. The contributors come from the uploads it
+holds (never from labels in the request; two uploads of one participant count
+once and are refused); the row count from the plan; the centre is its own
+share of the hidden mean of the plan's set (``m x_k - sum_j x_j``); the
+whitening comes from the covariance it helped open (openings are symmetric:
+it learns every value it helps open and runs the plan's state machine on
+them); publication weights must lie between the codec's resolution and the
+plan's cap. A request that carries a centre, a whitening matrix, a row count
+or fixed-point parameters is refused. Each Beaver-triple label is used once
+(:class:`~secure_fed.secure.parties.registry.HelperRegistry`, persisted), and
+each upload belongs to one round. Every release is a row of :attr:`HelperParty.log` and a
 ``decryption.released`` audit event (``party: helper``); refusals raise
 :class:`~secure_fed.errors.OpeningRefused` with an ``access.denied`` event.
 Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
@@ -32,24 +40,34 @@ import numpy as np
 from crypto.errors import CryptoError
 from crypto.shares import BeaverParty, ShareBundle, ShareLabel, ShareMacKey, TripleShare
 from crypto.sm import SM4GCM
-from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadMalformed
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    ModeSetupInvalid,
+    OpeningRefused,
+    UploadMalformed,
+)
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.modes.share_ops import (
-    ScorePlan,
-    center_shares,
+    CODEC,
+    centred_difference,
+    check_moment_room,
     moment_sums,
     pair_factors,
+    score_plan,
     score_sums,
     weighted_share,
     whiten_shares,
 )
 from secure_fed.secure.modes.share_range import HelperRangeChecks
+from secure_fed.secure.parties.registry import HelperRegistry
+from secure_fed.secure.release_plan import PlanBook, PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import (
     DecryptionRecord,
     ReleasePolicy,
     ReleaseRequest,
     ReleaseRule,
 )
+from secure_fed.secure.scoring.mahalanobis import symmetric_from_pairs
 from secure_fed.wire import (
     HELPER_REPLY,
     HELPER_REQUEST,
@@ -65,8 +83,12 @@ __all__ = ["HelperParty", "reply_array", "seal_key", "split_parts"]
 _log = logging.getLogger(__name__)
 
 Reply = tuple[dict[str, object], bytes]
-#: Purposes a linear opening may carry (both are aggregates over the uploads named).
+#: Purposes a linear opening may name (the plan refuses ``mean``: one publication per round).
 LINEAR_PURPOSES = ("aggregate", "mean")
+#: Beaver operations: the plan's two scoring passes and its one second moment.
+BEAVER_KINDS = ("ranking", "final", "moments")
+#: Inputs the helper derives itself; a request that carries one is refused.
+DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
 
 
 def seal_key(secret: bytes) -> bytes:
@@ -98,7 +120,9 @@ def split_parts(header: Mapping[str, object], payload: bytes) -> list[bytes]:
 class _Pending:
     party: BeaverParty
     asks: list[ReleaseRequest]
-    meta: dict[str, int]
+    kind: str
+    rows: int
+    fz: int
 
 
 @dataclass
@@ -120,7 +144,9 @@ class HelperParty:
     audit
         Sink of ``decryption.released`` and ``access.denied`` events.
     release_rules
-        Extra release rules (a round's release plan), after the built-in ones.
+        Extra release rules, after the built-in ones and the round's plan.
+    registry
+        Used triple labels and upload rounds (persist it in a file the helper owns).
     """
 
     shape: tuple[int, int]
@@ -130,20 +156,25 @@ class HelperParty:
     channel_key: ShareMacKey
     audit: AuditSink | None = None
     release_rules: tuple[ReleaseRule, ...] = ()
+    registry: HelperRegistry = field(default_factory=HelperRegistry)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
+    plans: PlanBook = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
 
     def __post_init__(self) -> None:
+        self.plans = PlanBook(
+            min_participants=self.min_participants, enrolled=frozenset(self.secrets)
+        )
         self.policy = ReleasePolicy(
             party="helper",
             min_participants=self.min_participants,
             refusal=OpeningRefused,
             audit=self.audit,
             log=self.log,
-            rules=self.release_rules,
+            rules=(self.plans, *self.release_rules),
         )
 
     def handle(self, request: bytes) -> bytes:
@@ -160,6 +191,7 @@ class HelperParty:
             "range": lambda h, p: self.range_checks.handle(
                 h, p, seeds=self._seeds, dealer_key=self.dealer_key, channel_key=self.channel_key
             ),
+            "plan": self._plan,
             "linear": self._linear,
             "open": self._open,
             "finish": self._finish,
@@ -169,6 +201,33 @@ class HelperParty:
             raise AuthorityRequestMalformed(f"helper op {op!r} is unknown; allowed: {sorted(ops)}")
         reply_header, reply = ops[op](header, payload)
         return encode_frame(HELPER_REPLY, reply_header, reply)
+
+    # -- the round's plan ------------------------------------------------------------
+
+    def _plan(self, header: dict[str, object], payload: bytes) -> Reply:
+        """Fix a round's release plan (once, before anything of the round is opened)."""
+        try:
+            plan = ReleasePlan.from_bytes(payload)
+            if plan.round_id != _int(header, "round_id") or plan.num_samples != self.shape[0]:
+                raise ModeSetupInvalid("the plan names another round or upload shape")
+            if plan.num_classes != self.shape[1]:
+                raise ModeSetupInvalid("the plan names another upload shape")
+            self.plans.install(plan)
+        except ModeSetupInvalid as exc:
+            raise AuthorityRequestMalformed(f"release plan refused: {exc}") from exc
+        return {"ok": True, "round_id": plan.round_id}, b""
+
+    def _tracker(self, ask: ReleaseRequest) -> PlanTracker:
+        tracker = self.plans.tracker(ask.round_id)
+        if tracker is None:
+            self.policy.refuse(ask, f"no release plan was fixed for round {ask.round_id}")
+        return tracker
+
+    def _bind(self, ask: ReleaseRequest, uids: list[str]) -> None:
+        """Bind the uploads to the round: an upload is opened in one round only."""
+        stale = [u for u in uids if not self.registry.bind_upload(u, ask.round_id)]
+        if stale:
+            self.policy.refuse(ask, f"uploads {stale} belong to another round")
 
     # -- uploads --------------------------------------------------------------------
 
@@ -210,7 +269,12 @@ class HelperParty:
         return uids, [self._seeds[u][1].values().reshape(self.shape) for u in uids]
 
     def _ask(
-        self, purpose: str, uids: list[str], round_id: int, weights: tuple[float, ...] | None = None
+        self,
+        purpose: str,
+        uids: list[str],
+        round_id: int,
+        weights: tuple[float, ...] | None = None,
+        **plan: object,
     ) -> ReleaseRequest:
         """Build the policy's view: contributors named from the uploads the helper holds."""
         score = purpose == "score"
@@ -221,7 +285,11 @@ class HelperParty:
             value_kind="score" if score else "aggregate",
             shape=(1,) if score else (),
             weights=weights,
+            **plan,  # type: ignore[arg-type]
         )
+
+    def _pids(self, uids: list[str]) -> tuple[str, ...]:
+        return tuple(self._seeds[u][0] for u in uids)
 
     # -- linear openings ----------------------------------------------------------------
 
@@ -235,6 +303,7 @@ class HelperParty:
         weights = _weights(header.get("weights"))
         ask = self._ask(str(purpose), uids, round_id, weights=weights)
         self.policy.check(ask)
+        self._bind(ask, uids)
         out = weighted_share(shares, list(weights))
         self.policy.released(replace(ask, shape=out.shape))
         meta, data = encode_array(out, "u8")
@@ -245,33 +314,79 @@ class HelperParty:
     def _open(self, header: dict[str, object], payload: bytes) -> Reply:
         kind, op_id = header.get("kind"), str(header.get("op_id"))
         round_id = _int(header, "round_id")
-        uids, shares = self._shares(header.get("uids"))
-        if kind == "moments":
-            asks = [self._ask("moments", uids, round_id)]
-        elif kind == "score":
-            asks = [self._ask("score", [u], round_id) for u in uids]
-        else:
+        if kind not in BEAVER_KINDS:
             raise AuthorityRequestMalformed(
-                f"Beaver kind {kind!r} is unknown; allowed: moments, score"
+                f"Beaver kind {kind!r} is unknown; allowed: {BEAVER_KINDS}"
+            )
+        uids, shares = self._shares(header.get("uids"))
+        centre_uids, centre = self._shares(header.get("centre"))
+        asks = self._beaver_asks(str(kind), uids, centre_uids, round_id)
+        carried = sorted(f for f in DERIVED_FIELDS if f in header)
+        if carried:
+            self.policy.refuse(
+                asks[0], f"the helper derives {carried} itself; the request set them"
             )
         for ask in asks:
             self.policy.check(ask)
-        center_raw, matrix_raw, triples = split_parts(header, payload)
-        center = decode_array(header.get("center"), center_raw)
+        self._bind(asks[0], sorted({*uids, *centre_uids}))
+        (triples,) = split_parts(header, payload)
+        tracker = self._tracker(asks[0])
         if kind == "moments":
-            x, y, meta = _moment_factors(header, shares, center)
+            rows, fz = tracker.rows("moments"), CODEC.frac_bits
+            check_moment_room(len(centre), rows)
+            x, y = pair_factors(
+                [centred_difference(s[:rows], [c[:rows] for c in centre]) for s in shares]
+            )
         else:
-            x, y, meta = _score_factors(header, shares, center, matrix_raw)
-        party, message = self._beaver(header, round_id, x, y, triples)
-        self._pending[op_id] = _Pending(party, asks, meta)
-        return {"op_id": op_id}, message
+            x, rows, fz = self._score_factors(tracker, str(kind), shares, centre)
+            y = x
+        party, message = self._beaver(asks[0], str(header.get("tensor")), x, y, triples)
+        self._pending[op_id] = _Pending(party, asks, str(kind), rows, fz)
+        return {"op_id": op_id, "step": kind, "round_id": round_id}, message
+
+    def _beaver_asks(
+        self, kind: str, uids: list[str], centre: list[str], round_id: int
+    ) -> list[ReleaseRequest]:
+        """Build the policy's view of a Beaver opening, every input from the helper's view."""
+        tracker = self.plans.tracker(round_id)
+        rows = tracker.rows(kind) if tracker is not None else None
+        if kind == "moments":
+            c = self.shape[1]
+            ask = self._ask("moments", uids, round_id, centre=self._pids(centre), samples=rows)
+            return [replace(ask, shape=(c, c))]
+        claim = tracker.whitening_claim(kind) if tracker is not None and kind == "final" else None
+        return [
+            self._ask(
+                "score",
+                [u],
+                round_id,
+                step=kind,
+                roster=self._pids(uids),
+                centre=self._pids(centre),
+                samples=rows,
+                whitening=claim,
+            )
+            for u in uids
+        ]
+
+    def _score_factors(
+        self, tracker: PlanTracker, kind: str, shares: list[np.ndarray], centre: list[np.ndarray]
+    ) -> tuple[np.ndarray, int, int]:
+        """``z = (W / m)(m x_k - sum_j x_j)``: W, rows and m from the plan and opened values."""
+        rows, m = tracker.rows(kind), len(centre)
+        whiten = np.eye(self.shape[1]) if kind == "ranking" else tracker.whiten
+        assert whiten is not None  # the plan check ensured the covariance was opened
+        plan = score_plan(np.asarray(whiten) / m, n_samples=rows, input_scale=m)
+        group = [c[:rows] for c in centre]
+        z = [whiten_shares(centred_difference(s[:rows], group), plan, party=1) for s in shares]
+        return np.concatenate([v.reshape(-1) for v in z]), rows, plan.fz
 
     def _beaver(
-        self, header: dict[str, object], round_id: int, x: np.ndarray, y: np.ndarray, triples: bytes
+        self, ask: ReleaseRequest, tensor: str, x: np.ndarray, y: np.ndarray, triples: bytes
     ) -> tuple[BeaverParty, bytes]:
-        label = ShareLabel(
-            round_id=round_id, participant_id="beaver", tensor=str(header.get("tensor"))
-        )
+        if not self.registry.claim_triple(ask.round_id, tensor):
+            self.policy.refuse(ask, f"Beaver triple label {tensor!r} was already used")
+        label = ShareLabel(round_id=ask.round_id, participant_id="beaver", tensor=tensor)
         try:
             triple = TripleShare.parse(
                 triples, key=self.dealer_key, label=label, party=1, count=x.size
@@ -289,44 +404,37 @@ class HelperParty:
         if pending.asks[0].round_id != round_id:
             raise AuthorityRequestMalformed(f"operation {op_id!r} belongs to another round")
         del self._pending[op_id]
+        opening, theirs_raw = split_parts(header, payload)
         try:
-            product = pending.party.finish(payload)
+            product = pending.party.finish(opening)
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"aggregator opening refused: {exc}") from exc
-        count = sum(len(a.contributors) for a in pending.asks)
-        if pending.asks[0].purpose == "moments":
-            m = pending.meta
-            out = moment_sums(product, count=count, pairs=m["pairs"], samples=m["samples"])
-            self.policy.released(replace(pending.asks[0], shape=out.shape))
-        else:
-            out = score_sums(product, count=count)
-            for ask in pending.asks:
-                self.policy.released(ask)
+        theirs = np.asarray(decode_array(header.get("array"), theirs_raw), dtype=np.uint64)
+        out = self._output(pending, product)
+        if theirs.shape != out.shape:
+            raise AuthorityRequestMalformed("the aggregator's output share has the wrong shape")
+        self._release(pending, out + theirs)
         meta, data = encode_array(out, "u8")
-        return {"array": meta}, data
+        return {"array": meta, "op_id": op_id, "step": pending.kind, "round_id": round_id}, data
 
+    def _output(self, pending: _Pending, product: np.ndarray) -> np.ndarray:
+        count = sum(len(a.contributors) for a in pending.asks)
+        if pending.kind == "moments":
+            c = self.shape[1]
+            pairs = c * (c + 1) // 2
+            return moment_sums(product, count=count, pairs=pairs, samples=pending.rows)
+        return score_sums(product, count=count)
 
-Factors = tuple[np.ndarray, np.ndarray, dict[str, int]]
-
-
-def _moment_factors(
-    header: dict[str, object], shares: list[np.ndarray], center: np.ndarray
-) -> Factors:
-    samples = _int(header, "samples")
-    deltas = [center_shares(s[:samples], center[:samples], party=1) for s in shares]
-    x, y = pair_factors(deltas)
-    classes = deltas[0].shape[1]
-    return x, y, {"samples": samples, "pairs": classes * (classes + 1) // 2}
-
-
-def _score_factors(
-    header: dict[str, object], shares: list[np.ndarray], center: np.ndarray, matrix: bytes
-) -> Factors:
-    g, fz, rows = _int(header, "g"), _int(header, "fz"), _int(header, "samples")
-    plan = ScorePlan(matrix=decode_array(header.get("matrix"), matrix), g=g, fz=fz)
-    centered = [center_shares(s[:rows], center[:rows], party=1) for s in shares]
-    z = np.concatenate([whiten_shares(c, plan, party=1).reshape(-1) for c in centered])
-    return z, z, {"fz": fz}
+    def _release(self, pending: _Pending, total: np.ndarray) -> None:
+        """Open the value both parties now hold, and advance the plan on it."""
+        values = CODEC.decode(total, frac_bits=2 * pending.fz)
+        if pending.kind == "moments":
+            h = len(pending.asks[0].contributors)
+            moment = symmetric_from_pairs(values / float(h * h), self.shape[1])
+            self.policy.released(pending.asks[0], values=moment)
+            return
+        for ask, value in zip(pending.asks, values, strict=True):
+            self.policy.released(ask, values=np.array([float(value) / pending.rows]))
 
 
 def _weights(raw: object) -> tuple[float, ...]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -43,8 +43,14 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
+    KeyEpochExhausted,
+    ReleaseRefused,
+    ServerRequestReplayed,
+    ServerRequestUnauthenticated,
 )
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.ckks_claims import array_sm3, check_claim
+from secure_fed.secure.modes.ckks_scoring import moment_matrix
 from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
@@ -52,6 +58,7 @@ from secure_fed.secure.parties.central_dp import (
     add_central_noise,
     central_sensitivity,
 )
+from secure_fed.secure.release_plan import PlanBook, ReleasePlan
 from secure_fed.secure.release_policy import (
     AGGREGATE_PURPOSES,
     PURPOSES,
@@ -60,10 +67,16 @@ from secure_fed.secure.release_policy import (
     ReleaseRequest,
     ReleaseRule,
 )
+from secure_fed.secure.server_auth import (
+    RequestVerifier,
+    ServerIdentity,
+    Signer,
+    VerifiedRequest,
+    authenticate_request,
+)
 from secure_fed.wire import (
     KEY_AUTHORITY_REPLY,
     KEY_AUTHORITY_REQUEST,
-    decode_frame,
     encode_array,
     encode_frame,
     number_from_wire,
@@ -71,13 +84,40 @@ from secure_fed.wire import (
 
 __all__ = [
     "AGGREGATE_PURPOSES",
+    "DEFAULT_MAX_RELEASES",
     "CentralDP",
     "DecryptionRecord",
     "KeyAuthority",
+    "SignedRequestRecord",
     "decryption_request",
+    "deal_request",
 ]
 
 _log = logging.getLogger(__name__)
+
+#: Decryptions one key epoch may release (the ``t`` of the flooding bound); then rotate.
+DEFAULT_MAX_RELEASES = 1024
+
+
+@dataclass(frozen=True)
+class SignedRequestRecord:
+    """One authenticated request in the key authority's decryption log, granted or not.
+
+    ``signed_header`` and ``signature`` let anyone holding the aggregator's public
+    key check who asked for what; ``claim`` is what the auditor recomputes.
+    """
+
+    round_id: int
+    purpose: str
+    request_sm3: str
+    signer: str
+    nonce: str
+    signed_header: bytes
+    signature: bytes
+    claim: dict[str, object]
+    ciphertext_sm3: str
+    granted: bool
+    reason: str | None = None
 
 
 @dataclass
@@ -100,33 +140,55 @@ class KeyAuthority:
     max_request_bytes
         Refuse larger requests before parsing (below the wire table's ceiling).
     release_rules
-        Extra release rules (a round's release plan), after the built-in ones.
+        Extra release rules, after the built-in ones and the round's release plan.
+    enrolled
+        The enrolled participants (a plan's roster must be among them).
+    aggregator
+        The enrolled aggregator's SM2 identity; every request must be signed by
+        it (without one, every request is refused).
+    max_releases
+        Decryptions this key epoch may release before it must be rotated.
     """
 
     min_participants: int
     keys: KeyAuthorityKeys | None = None
+    aggregator: ServerIdentity | None = None
+    max_releases: int = DEFAULT_MAX_RELEASES
     audit: AuditSink | None = None
     central_dp: CentralDP | None = None
     budget: ChargeGate | None = None
     max_request_bytes: int = 256 << 20
     release_rules: tuple[ReleaseRule, ...] = ()
+    enrolled: frozenset[str] | None = None
     log: list[DecryptionRecord] = field(default_factory=list)
+    requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
+    plans: PlanBook = field(init=False, repr=False)
+    _verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
+    _means: dict[str, np.ndarray] = field(init=False, repr=False, default_factory=dict)
+    _means_round: int = field(init=False, repr=False, default=-1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
             raise KeyAuthorityConfigInvalid(
                 f"min_participants must be an integer >= 2, got {self.min_participants!r}"
             )
+        if not isinstance(self.max_releases, int) or self.max_releases < 1:
+            raise KeyAuthorityConfigInvalid(
+                f"max_releases must be an integer >= 1, got {self.max_releases!r}"
+            )
+        if self.aggregator is not None:
+            self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
+        self.plans = PlanBook(min_participants=self.min_participants, enrolled=self.enrolled)
         self.policy = ReleasePolicy(
             party="key_authority",
             min_participants=self.min_participants,
             refusal=DecryptionRefused,
             audit=self.audit,
             log=self.log,
-            rules=self.release_rules,
+            rules=(self.plans, *self.release_rules),
         )
 
     @classmethod
@@ -160,42 +222,162 @@ class KeyAuthority:
     # -- decryption ---------------------------------------------------------------
 
     def handle(self, request: bytes) -> bytes:
-        """Serve one decryption request (bytes in, bytes out).
+        """Serve one signed decryption request (bytes in, bytes out).
 
         Raises
         ------
+        ServerRequestUnauthenticated, ServerRequestReplayed
+            Not signed by the enrolled aggregator, altered, or replayed.
         AuthorityRequestMalformed
-            Bad frame, header or ciphertext bytes.
+            Bad frame, header, claim or ciphertext bytes.
         DecryptionRefused
-            Not an aggregate over enough contributors nor a single scalar score.
+            Not an aggregate over enough contributors nor a single scalar score,
+            a centre this authority did not release, or an exhausted key epoch.
         """
-        header, payload = decode_frame(
-            request, KEY_AUTHORITY_REQUEST, max_bytes=self.max_request_bytes
-        )
+        verified = self._verify(request)
+        header, payload = verified.header, verified.payload
         round_id, purpose, ids, shape = _parse_request(header)
-        self._emit("decryption.requested", round_id, purpose, shape, ids)
-        claim = claimed_kind(payload)
-        if claim is None:
+        claim = check_claim(header.get("claim"), purpose=purpose, ids=ids)
+        signed = _signed_fields(verified, claim)
+        self._emit("decryption.requested", round_id, purpose, shape, ids, signed=signed)
+        try:
+            ask = self._ask(payload, round_id, purpose, ids, shape)
+            ask = replace(ask, **plan_fields(claim))  # type: ignore[arg-type]
+            self._check_epoch(ask)  # an exhausted epoch releases nothing, whatever is asked
+            self.policy.check(ask)  # before parsing: the kind and count are the header's claims
+            self._check_center(ask, claim)
+        except ReleaseRefused as exc:
+            self._journal(verified, claim, granted=False, reason=str(exc))
+            raise
+        values = self._decrypt(payload, ask.value_kind, shape)
+        if purpose == "moments":  # the plan's one covariance, as the C x C second moment
+            values = self._moment_matrix(values, len(ids))
+        dp = purpose == "aggregate" and self.central_dp is not None
+        if dp:
+            values = self._central_noise(values, ids, header, round_id)
+        self._journal(verified, claim, granted=True)
+        if purpose == "mean":
+            self._remember_mean(round_id, values)
+        self.policy.released(replace(ask, shape=tuple(values.shape)), central_dp=dp, values=values)
+        meta, raw = encode_array(values)
+        reply = {"purpose": purpose, "array": meta, "central_dp": dp}
+        return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
+
+    def install_plan(self, plan: bytes) -> None:
+        """Fix a round's release plan (once per round, before anything of it is opened).
+
+        Raises
+        ------
+        ModeSetupInvalid
+            A malformed plan, a second plan for the round, or one below this
+            authority's ``min_participants``.
+        """
+        self.plans.install(ReleasePlan.from_bytes(plan))
+
+    def _moment_matrix(self, values: np.ndarray, count: int) -> np.ndarray:
+        pairs = values.size
+        classes = int((np.sqrt(8 * pairs + 1) - 1) // 2)
+        preset = self._keys().public_context.preset
+        return moment_matrix(values, preset=preset, count=count, num_classes=classes)
+
+    def _verify(self, request: bytes) -> VerifiedRequest:
+        """Check the aggregator's signature, binding and freshness; audit a refusal."""
+        try:
+            if self._verifier is None:
+                raise ServerRequestUnauthenticated("no aggregator key is enrolled")
+            return self._verifier.verify(request, max_bytes=self.max_request_bytes)
+        except (ServerRequestUnauthenticated, ServerRequestReplayed) as exc:
+            _log.warning("key authority refused an unauthenticated request: %s", exc)
+            if self.audit is not None:
+                self.audit.record(
+                    "access.denied",
+                    {"party": "key_authority", "code": exc.code, "reason": str(exc)},
+                )
+            raise
+
+    def _ask(
+        self, payload: bytes, round_id: int, purpose: str, ids: list[str], shape: tuple[int, int]
+    ) -> ReleaseRequest:
+        found = claimed_kind(payload)
+        if found is None:
             raise AuthorityRequestMalformed("payload is not a CKKS ciphertext (header)")
-        value_kind, counted = claim
-        released = (1,) if purpose == "score" else shape
-        ask = ReleaseRequest(
+        value_kind, counted = found
+        return ReleaseRequest(
             round_id=round_id,
             purpose=purpose,
             contributors=tuple(ids),
             value_kind=value_kind,
-            shape=released,
+            shape=(1,) if purpose == "score" else shape,
             counted=counted,
         )
-        self.policy.check(ask)  # before parsing: the kind and count are the header's claims
-        values = self._decrypt(payload, value_kind, shape)
-        dp = purpose == "aggregate" and self.central_dp is not None
-        if dp:
-            values = self._central_noise(values, ids, header, round_id)
-        self.policy.released(replace(ask, shape=tuple(values.shape)), central_dp=dp)
-        meta, raw = encode_array(values)
-        reply = {"purpose": purpose, "array": meta, "central_dp": dp}
-        return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
+
+    def _deny(self, ask: ReleaseRequest, reason: str, error: type[DecryptionRefused]) -> None:
+        if self.audit is not None:
+            self.audit.record(
+                "access.denied",
+                {
+                    "party": "key_authority",
+                    "round_id": ask.round_id,
+                    "purpose": ask.purpose,
+                    "code": error.code,
+                    "reason": reason,
+                },
+            )
+        raise error(f"round {ask.round_id}, {ask.purpose}: {reason}")
+
+    def _check_center(self, ask: ReleaseRequest, claim: dict[str, object]) -> None:
+        """Refuse a plaintext centre that is no mean released by this authority this round."""
+        center = claim.get("center_sm3")
+        if center is None:
+            return
+        if self._means_round != ask.round_id or center not in self._means:
+            self._deny(
+                ask, "the claimed centre is no mean released in this round", DecryptionRefused
+            )
+
+    def _check_epoch(self, ask: ReleaseRequest) -> None:
+        keys = self._keys()
+        if keys.releases >= self.max_releases:
+            reason = (
+                f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
+                f"{self.max_releases} decryptions; rotate the keys"
+            )
+            self._deny(ask, reason, KeyEpochExhausted)
+
+    def _remember_mean(self, round_id: int, values: np.ndarray) -> None:
+        if round_id != self._means_round:
+            self._means, self._means_round = {}, round_id
+        self._means[array_sm3(values)] = values
+
+    def released_mean(self, digest: str) -> np.ndarray | None:
+        """Return a mean released this round, by the SM3 of its float64 bytes (or None)."""
+        return self._means.get(digest)
+
+    def _journal(
+        self,
+        verified: VerifiedRequest,
+        claim: dict[str, object],
+        *,
+        granted: bool,
+        reason: str | None = None,
+    ) -> None:
+        auth = verified.header["auth"]
+        assert isinstance(auth, dict)
+        self.requests.append(
+            SignedRequestRecord(
+                round_id=verified.round_id,
+                purpose=verified.purpose,
+                request_sm3=verified.request_sm3,
+                signer=verified.signer,
+                nonce=verified.nonce,
+                signed_header=verified.signed_header,
+                signature=verified.signature,
+                claim=claim,
+                ciphertext_sm3=str(auth["payload_sm3"]),
+                granted=granted,
+                reason=reason,
+            )
+        )
 
     def _decrypt(self, payload: bytes, kind: str, shape: tuple[int, int]) -> np.ndarray:
         """Parse and decrypt a ciphertext whose kind the policy accepted."""
@@ -222,6 +404,7 @@ class KeyAuthority:
         ids: Sequence[str],
         *,
         dp: bool = False,
+        signed: dict[str, object] | None = None,
     ) -> None:
         if self.audit is not None:
             self.audit.record(
@@ -234,6 +417,7 @@ class KeyAuthority:
                     "contributors": len(ids),
                     "participant_ids": list(ids),
                     "central_dp": dp,
+                    **(signed or {}),
                 },
             )
 
@@ -250,6 +434,33 @@ class KeyAuthority:
         )
 
     # -- shares mode: Beaver triples ------------------------------------------------
+
+    def handle_deal(
+        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
+    ) -> tuple[bytes, bytes]:
+        """Deal triples for a request the aggregator signed (:func:`deal_request`).
+
+        Raises
+        ------
+        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
+            As :meth:`handle`; a request for anything but triples is malformed.
+        """
+        verified = self._verify(request)
+        head = verified.header
+        tensor, count = head.get("tensor"), head.get("count")
+        if verified.purpose != "triples" or not isinstance(tensor, str):
+            raise AuthorityRequestMalformed(
+                "a dealing request names purpose 'triples' and a tensor"
+            )
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise AuthorityRequestMalformed("a dealing request needs a count >= 1")
+        return self.deal(
+            round_id=verified.round_id,
+            tensor=tensor,
+            count=count,
+            key_aggregator=key_aggregator,
+            key_helper=key_helper,
+        )
 
     def deal(
         self,
@@ -315,6 +526,55 @@ def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tupl
     return round_id, str(purpose), list(ids), (shape[0], shape[1])
 
 
+def plan_fields(claim: Mapping[str, object]) -> dict[str, object]:
+    """Return the release-plan fields a claim states (step, roster, centre, rows, W, weights).
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If a field is present but malformed.
+    """
+    out: dict[str, object] = {}
+    try:
+        if isinstance(claim.get("step"), str):
+            out["step"] = claim["step"]
+        for name in ("roster", "centre"):
+            raw = claim.get(name)
+            if isinstance(raw, list):
+                out[name] = tuple(str(u[0] if isinstance(u, list) else u) for u in raw)
+        if "centre" in claim and isinstance(claim.get("samples"), int):
+            out["samples"] = claim["samples"]
+        if "centre" in claim and claim.get("op") == "score":
+            rows = claim["whitening"]
+            out["whitening"] = tuple(tuple(_float(v) for v in row) for row in rows)  # type: ignore[attr-defined]
+        if claim.get("op") == "weighted_sum":
+            out["weights"] = tuple(_float(w) for w in claim["weights"])  # type: ignore[attr-defined]
+    except (TypeError, KeyError, IndexError) as exc:
+        raise AuthorityRequestMalformed(f"claim plan fields refused: {exc}") from exc
+    return out
+
+
+def _float(value: object) -> float:
+    number = value if isinstance(value, float) else number_from_wire(value)
+    if number is None:
+        raise AuthorityRequestMalformed(f"claim number {value!r} is not an exact decimal")
+    return float(number)
+
+
+def _signed_fields(verified: VerifiedRequest, claim: dict[str, object]) -> dict[str, object]:
+    """Audit fields of a signed request: enough to check the signature and recompute."""
+    auth = verified.header["auth"]
+    assert isinstance(auth, dict)
+    return {
+        "request_sm3": verified.request_sm3,
+        "signer": verified.signer,
+        "nonce": verified.nonce,
+        "signed_header": verified.signed_header.decode("utf-8"),
+        "signature": verified.signature.hex(),
+        "ciphertext_sm3": auth["payload_sm3"],
+    }
+
+
 def decryption_request(
     *,
     round_id: int,
@@ -322,14 +582,35 @@ def decryption_request(
     participant_ids: Sequence[str],
     shape: tuple[int, int],
     ciphertext: bytes,
+    signer: Signer,
+    claim: dict[str, object],
     **extra: object,
 ) -> bytes:
-    """Build the bytes of a decryption request (aggregator side)."""
+    """Build the bytes of a decryption request, signed by the aggregator.
+
+    ``claim`` says how the ciphertext was computed (:mod:`secure_fed.secure.ckks_claims`).
+    """
     header: dict[str, object] = {
         "round_id": round_id,
         "purpose": purpose,
         "participant_ids": list(participant_ids),
         "shape": list(shape),
+        "claim": claim,
     }
     header.update(extra)
-    return encode_frame(KEY_AUTHORITY_REQUEST, header, ciphertext)
+    return authenticate_request(
+        KEY_AUTHORITY_REQUEST,
+        header,
+        ciphertext,
+        signer=signer,
+        round_id=round_id,
+        purpose=purpose,
+    )
+
+
+def deal_request(*, round_id: int, tensor: str, count: int, signer: Signer) -> bytes:
+    """Build the bytes of a signed request for ``count`` Beaver triples (aggregator side)."""
+    header: dict[str, object] = {"round_id": round_id, "tensor": tensor, "count": count}
+    return authenticate_request(
+        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose="triples"
+    )

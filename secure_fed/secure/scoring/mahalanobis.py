@@ -2,19 +2,21 @@
 
 Implements the scoring scheme of docs/secure-aggregation.md as the linear
 algebra every mode runs, so the plaintext, CKKS and secret-share modes differ
-only in *where* each step happens:
+only in *where* each step happens. No mean is ever revealed: every centre is
+the mean of a participant set that stays encrypted or shared (in CKKS and
+shares mode ``m p_k - sum_{j in set} p_j`` with integer scalars, the ``1/m``
+folded into the public whitening). What is revealed, per round:
 
-1. reveal the equal-weight mean ``p̄_i`` of a participant set (an aggregate);
-2. reveal the centred pooled second moment
-   ``M = sum_k sum_{i<S} (p_ki - p̄_i)(p_ki - p̄_i)^T`` (``C x C``, an aggregate over
-   participants and the first ``S`` public samples; centring on the revealed
-   mean avoids the cancellation of ``E[pp^T] - p̄p̄^T``) and form ``Σ = M / (K S)``;
+1. ranking pass (``W = I``): ``mean_{i<S} ||p_ki - p̄_i||^2`` per participant,
+   ``p̄`` the hidden mean of everybody; the robust subset ``H`` is the ``h``
+   lowest;
+2. ONE second-order release: the centred pooled second moment of ``H``,
+   ``M = sum_{k in H} sum_{i<S} (p_ki - p̄H_i)(p_ki - p̄H_i)^T`` (``C x C``), and
+   ``Σ = M / (h S)``;
 3. whiten: ``W`` with ``W^T W = H^T (H Σ H^T + ρ I)^-1 H``, ``H`` the ``(C-1) x C``
    Helmert basis of the sum-zero subspace (:func:`whitening` picks a sparse ``W``);
-4. per participant, under encryption or on shares: ``z_i = W (p_ki - p̄_i)``,
-   square, add over classes, mean over the ``N`` samples:
-   ``s_k = mean_i z_i^T z_i = mean_i (p_ki - p̄_i)^T H^T (HΣH^T)^-1 H (p_ki - p̄_i)``.
-   Only ``s_k`` (one scalar) is revealed.
+4. final pass: ``s_k = mean_i ||W (p_ki - p̄H_i)||^2`` over all ``N`` samples, one
+   scalar per participant.
 
 Why the projection: logits are defined up to a per-sample additive constant and
 centred logits (or probabilities) sum to a constant, so ``Σ`` is singular or
@@ -25,9 +27,10 @@ exactly; the small ridge ``ρ`` (relative to the mean eigenvalue) guards the res
 Under the pooled model an honest participant's score has expectation ``C - 1``.
 
 Robustness: Σ pooled over everyone is inflated by attackers (masking), so
-:func:`pooled_mahalanobis` re-estimates the mean and Σ from the ``h`` lowest
-scores and rescores everybody: a C-step of FAST-MCD (Rousseeuw and Van
-Driessen, Technometrics 1999), applied to participants instead of samples.
+:func:`pooled_mahalanobis` estimates Σ from the ``h`` lowest ranking scores and
+rescores everybody: one C-step of FAST-MCD (Rousseeuw and Van Driessen,
+Technometrics 1999), applied to participants instead of samples. Only one
+C-step: a second one would open a second covariance over another set.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "class_pairs",
     "symmetric_from_pairs",
     "helmert_basis",
+    "lowest_scores",
     "pooled_covariance",
     "pooled_mahalanobis",
     "quadratic_scores",
@@ -157,24 +161,25 @@ def quadratic_scores(
 class ScoringBackend(Protocol):
     """The three revealing steps a mode must offer (plaintext, CKKS, shares).
 
-    Every method reveals only an aggregate over ``ids`` or one scalar per id.
-    A mode builds one backend per round
+    Every centre is the mean of a participant set that is never revealed. A
+    mode builds one backend per round
     (:meth:`secure_fed.secure.mode.SecureAggregator.scoring_round`) holding
-    that round's uploads and round id; it is discarded once the scores are known.
+    that round's uploads, round id and release plan; it is discarded once the
+    scores are known.
     """
 
-    def mean(self, ids: Sequence[str]) -> np.ndarray:
-        """Revealed equal-weight mean ``[N, C]`` over ``ids``."""
+    def ranking_scores(self, ids: Sequence[str], samples: int) -> dict[str, float]:
+        """Revealed ``mean_{i<samples} ||p_ki - p̄_i||^2`` per id (``p̄``: hidden mean of ids)."""
         ...
 
-    def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
-        """Revealed ``C x C`` sum of ``(p - c)(p - c)^T`` over ``ids`` and the first ``samples``."""
+    def moments(self, subset: Sequence[str], samples: int) -> np.ndarray:
+        """Revealed ``C x C`` second moment of ``subset`` centred on its hidden mean."""
         ...
 
-    def scores(
-        self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray, samples: int | None = None
+    def final_scores(
+        self, ids: Sequence[str], subset: Sequence[str], whiten: np.ndarray
     ) -> dict[str, float]:
-        """Revealed ``mean_{i<samples} ||W (p_ki - center_i)||^2``, one scalar per id."""
+        """Revealed ``mean_i ||W (p_ki - p̄H_i)||^2`` per id over all samples, ``p̄H`` hidden."""
         ...
 
 
@@ -184,27 +189,30 @@ class PlainBackend:
     def __init__(self, predictions: Mapping[str, np.ndarray]) -> None:
         self.predictions = {p: np.asarray(m, dtype=np.float64) for p, m in predictions.items()}
 
-    def mean(self, ids: Sequence[str]) -> np.ndarray:
-        """Equal-weight mean over ``ids``."""
+    def _mean(self, ids: Sequence[str]) -> np.ndarray:
         return np.asarray(np.mean([self.predictions[p] for p in ids], axis=0), dtype=np.float64)
 
-    def second_moment(self, ids: Sequence[str], samples: int, center: np.ndarray) -> np.ndarray:
-        """Centred second moment over ``ids`` and the first ``samples`` samples."""
-        c = np.asarray(center, dtype=np.float64)[:samples]
+    def ranking_scores(self, ids: Sequence[str], samples: int) -> dict[str, float]:
+        """Mean squared Euclidean distance from the mean of ``ids`` (first ``samples``)."""
+        rows = slice(0, samples)
+        center = self._mean(ids)[rows]
+        eye = np.eye(center.shape[1])
+        return quadratic_scores({p: self.predictions[p][rows] for p in ids}, center, eye)
+
+    def moments(self, subset: Sequence[str], samples: int) -> np.ndarray:
+        """Second moment of ``subset`` centred on its mean, first ``samples`` samples."""
+        c = self._mean(subset)[:samples]
         out = np.zeros((c.shape[1], c.shape[1]))
-        for pid in ids:
+        for pid in subset:
             d = self.predictions[pid][:samples] - c
             out += d.T @ d
         return out
 
-    def scores(
-        self, ids: Sequence[str], center: np.ndarray, whiten: np.ndarray, samples: int | None = None
+    def final_scores(
+        self, ids: Sequence[str], subset: Sequence[str], whiten: np.ndarray
     ) -> dict[str, float]:
-        """Mean whitened squared distance per id over the first ``samples`` samples."""
-        rows = slice(0, samples)
-        return quadratic_scores(
-            {p: self.predictions[p][rows] for p in ids}, np.asarray(center)[rows], whiten
-        )
+        """Mean whitened squared distance from the mean of ``subset``, all samples."""
+        return quadratic_scores({p: self.predictions[p] for p in ids}, self._mean(subset), whiten)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,7 +227,8 @@ class ScoringConfig:
     ridge
         Relative ridge ``ρ`` added to the projected covariance, in ``[0, 1)``.
     c_steps
-        Re-estimations from the lowest-scoring subset, in ``[0, 5]``.
+        ``1``: rank first and estimate Σ on the lowest-ranked subset; ``0``: pool
+        Σ over everybody. One C-step at most: a round opens one covariance.
     subset_fraction
         ``h = ceil(subset_fraction * (K + 1))`` participants define the robust
         centre (0.5 is MCD's maximal breakdown), in ``(0, 1]``.
@@ -237,7 +246,7 @@ class ScoringConfig:
         checks = [
             ("moment_samples", isinstance(self.moment_samples, int) and self.moment_samples > 0),
             ("ridge", math.isfinite(self.ridge) and 0 <= self.ridge < 1),
-            ("c_steps", isinstance(self.c_steps, int) and 0 <= self.c_steps <= 5),
+            ("c_steps", isinstance(self.c_steps, int) and 0 <= self.c_steps <= 1),
             ("subset_fraction", 0 < self.subset_fraction <= 1),
             ("min_subset", isinstance(self.min_subset, int) and self.min_subset >= 1),
         ]
@@ -280,15 +289,14 @@ def pooled_mahalanobis(
     num_samples: int,
     config: ScoringConfig | None = None,
 ) -> ScoreReport:
-    """Score every participant in ``ids``, robustly.
+    """Score every participant in ``ids``, robustly, opening no mean.
 
-    With ``c_steps = 0`` the mean and covariance are pooled over everybody. With
-    ``c_steps >= 1`` a cheap first pass ranks participants by their mean squared
-    Euclidean distance from the mean over the first ``S`` samples (``W = I``, no
-    covariance needed; in CKKS one ciphertext run, no plaintext multiplies
-    beyond 1.0), then each C-step re-estimates mean and covariance from the
-    ``h`` lowest of the previous ranking and rescores everyone on all ``N``
-    samples with the Mahalanobis metric.
+    With ``c_steps = 1`` a ranking pass scores everybody by the mean squared
+    Euclidean distance from the (hidden) mean of all, over the first ``S``
+    samples (``W = I``); the ``h`` lowest form the subset ``H``. With
+    ``c_steps = 0``, ``H`` is everybody. Then the one covariance of ``H`` is
+    opened and everybody is rescored on all ``N`` samples with the Mahalanobis
+    metric, centred on ``H``'s hidden mean.
 
     Raises
     ------
@@ -302,23 +310,16 @@ def pooled_mahalanobis(
     samples = min(cfg.moment_samples, num_samples)
     subset = order
     if cfg.c_steps:
-        mean = backend.mean(order)
-        first = backend.scores(order, mean, np.eye(mean.shape[1]), samples)
-        subset = _lowest(first, cfg.subset_size(len(order)))
-    for step in range(max(cfg.c_steps, 1)):
-        mean = backend.mean(subset)
-        moment = backend.second_moment(subset, samples, mean)
-        cov = pooled_covariance(second_moment=moment, count=len(subset), samples=samples)
-        scores = backend.scores(order, mean, whitening(cov, ridge=cfg.ridge))
-        if step + 1 < cfg.c_steps:
-            new = _lowest(scores, cfg.subset_size(len(order)))
-            if new == subset:
-                break
-            subset = new
+        first = backend.ranking_scores(order, samples)
+        subset = lowest_scores(first, cfg.subset_size(len(order)))
+    moment = backend.moments(subset, samples)
+    cov = pooled_covariance(second_moment=moment, count=len(subset), samples=samples)
+    scores = backend.final_scores(order, subset, whitening(cov, ridge=cfg.ridge))
     return ScoreReport(scores=scores, subset=tuple(subset), dof=cov.shape[0] - 1, covariance=cov)
 
 
-def _lowest(scores: Mapping[str, float], h: int) -> list[str]:
+def lowest_scores(scores: Mapping[str, float], h: int) -> list[str]:
+    """Return the ``h`` ids with the lowest scores (ties by id), sorted by id."""
     return sorted(sorted(scores, key=lambda p: (scores[p], p))[:h])
 
 

@@ -146,3 +146,27 @@ class Harness:
         scores = self.engine.filter(round_id)
         publication = self.engine.publish(round_id)
         return scores, self.engine.state(round_id), publication
+
+
+# --- release plans ---------------------------------------------------------------------
+
+from secure_fed.secure.release_plan import ReleasePlan  # noqa: E402
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig  # noqa: E402
+from secure_fed.wire import HELPER_REQUEST, encode_frame  # noqa: E402
+
+
+def plan(round_id: int, shape: tuple[int, int], *, min_participants: int = 3, **kw) -> ReleasePlan:  # type: ignore[no-untyped-def]
+    """The default release plan of a round (``scored=False``: publication only)."""
+    return ReleasePlan.for_round(
+        round_id=round_id,
+        min_participants=min_participants,
+        shape=shape,
+        scoring=ScoringConfig(),
+        **kw,
+    )
+
+
+def install_helper_plan(helper, the_plan: ReleasePlan) -> None:  # type: ignore[no-untyped-def]
+    """Fix ``the_plan`` with a shares-mode helper through its byte channel."""
+    head = {"op": "plan", "round_id": the_plan.round_id, "parts": [len(the_plan.to_bytes())]}
+    helper.handle(encode_frame(HELPER_REQUEST, head, the_plan.to_bytes()))

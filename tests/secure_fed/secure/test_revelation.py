@@ -39,8 +39,9 @@ def test_only_aggregates_and_scalar_scores_are_revealed(mode: str, tmp_path) -> 
         assert state.excluded == ["p04"]
     log = dep.helper.log if mode == "shares" else dep.authority.log
     released = _check_log(log, MIN)
-    assert released >= 2 * (1 + 2 * K)  # means, moments, scores and the published aggregate
-    assert {r.purpose for r in log if r.released} >= {"mean", "moments", "score", "aggregate"}
+    # per round: two scores per participant, ONE covariance, ONE publication; no mean
+    assert released == 2 * (2 * K + 2)
+    assert {r.purpose for r in log if r.released} == {"moments", "score", "aggregate"}
     assert len(sink.named("decryption.released")) == released
     assert len(sink.named("outlier.decision")) == 2 * K
     assert not sink.named("upload.rejected")

@@ -36,9 +36,12 @@ def test_helper_refuses_small_moments_and_unknown_operations(shares) -> None:  #
     agg = dep.aggregator(bound=BOUND)
     preds = population(2, N, C)
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
-    backend = agg.scoring_round(handles, round_id=4)
+    with pytest.raises(OpeningRefused, match="3 distinct participants"):
+        agg.score(handles, round_id=4)  # the aggregator holds itself to the plan
+    uids = [h.uid for h in handles.values()]  # type: ignore[attr-defined]
+    head = {"op": "open", "kind": "moments", "op_id": "m", "round_id": 4, "parts": [0]}
     with pytest.raises(OpeningRefused, match="at least 3"):
-        backend.second_moment(sorted(preds), 64, np.zeros((N, C)))
+        dep.helper.handle(encode_frame(HELPER_REQUEST, {**head, "uids": uids, "centre": uids}))
     assert sink.named("access.denied")[-1]["party"] == "helper"
     with pytest.raises(AuthorityRequestMalformed, match="no open Beaver"):
         dep.helper.handle(
@@ -53,7 +56,11 @@ def test_ckks_wiring_errors(ckks) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ModeSetupInvalid, match="public_context"):
         CkksEncoder(shape=(N, C), bound=BOUND, public_context=b"context bytes")  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="authority"):
-        CkksKeys(public_context=dep.public_context, authority=b"not a channel")  # type: ignore[arg-type]
+        CkksKeys(
+            public_context=dep.public_context,
+            authority=b"not a channel",  # type: ignore[arg-type]
+            signer=dep.server_keys().signer,
+        )
     with pytest.raises(ModeSetupInvalid, match="keys"):
         CkksAggregator(shape=(N, C), bound=BOUND, keys=dep.public_context)  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="moment_samples"):
@@ -67,7 +74,7 @@ def test_ckks_wiring_errors(ckks) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UploadMalformed, match="ckks upload refused"):
         agg.load(b"SFCKCT" + bytes(100))
     with pytest.raises(ScoringInvalid, match="first"):
-        agg.scoring_round({}, round_id=1).scores([], np.zeros((N, C)), np.eye(C), samples=5)
+        agg.scoring_round({}, round_id=1).ranking_scores([], samples=5)
 
 
 def test_score_plan_refuses_a_whitening_that_could_wrap() -> None:

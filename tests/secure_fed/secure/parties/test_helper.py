@@ -12,7 +12,7 @@ from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.parties.helper import reply_array
 from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
 from tests.secure_fed.secure.conftest import C, N
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, install_helper_plan, plan, population
 
 
 def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-untyped-def]
@@ -23,7 +23,7 @@ def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-unt
     return str(head["upload_id"])
 
 
-def _linear(dep, uids: list[str], weights: list[object], purpose: str = "mean") -> object:  # type: ignore[no-untyped-def]
+def _linear(dep, uids: list[str], weights: list[object], purpose: str = "aggregate") -> object:  # type: ignore[no-untyped-def]
     request = {"op": "linear", "purpose": purpose, "uids": uids, "weights": weights, "round_id": 1}
     return reply_array(dep.helper.handle(encode_frame(HELPER_REQUEST, request)))
 
@@ -35,6 +35,7 @@ def loaded(shares):  # type: ignore[no-untyped-def]
     preds = population(3, N, C, seed=3)
     uids = {p: _load(dep, agg, p, m) for p, m in preds.items()}
     uids["p00-again"] = _load(dep, agg, "p00", preds["p00"] * 0.5)
+    install_helper_plan(dep.helper, plan(1, (N, C), scored=False))
     return dep, sink, uids
 
 
@@ -91,7 +92,8 @@ def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # 
                     "op_id": "m1",
                     "round_id": 1,
                     "uids": [uids["p00"], uids["p01"]],
-                    "parts": [0, 0, 0],
+                    "centre": [uids["p00"], uids["p01"]],
+                    "parts": [0],
                 },
             )
         )
@@ -105,7 +107,8 @@ def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # 
                     "op_id": "v1",
                     "round_id": 1,
                     "uids": [uids["p00"]],
-                    "parts": [0, 0, 0],
+                    "centre": [uids["p00"]],
+                    "parts": [0],
                 },
             )
         )
@@ -121,11 +124,13 @@ def test_a_beaver_operation_finishes_in_its_own_round(shares) -> None:  # type: 
         return dep.helper.handle(encode_frame(HELPER_REQUEST, head, payload))
 
     agg = SharesAggregator(
-        shape=(N, C), bound=BOUND, keys=replace(dep.server_keys(), helper=relabel)
+        shape=(N, C),
+        bound=BOUND,
+        keys=replace(dep.server_keys(), helper=relabel),
+        min_participants=3,
     )
     preds = population(3, N, C, seed=4)
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
-    backend = agg.scoring_round(handles, round_id=1)
     with pytest.raises(AuthorityRequestMalformed, match="another round"):
-        backend.second_moment(sorted(preds), 16, np.zeros((N, C)))
-    assert not any(r.released and r.purpose == "moments" for r in dep.helper.log)
+        agg.score(handles, round_id=1)
+    assert not any(r.released for r in dep.helper.log)

@@ -14,7 +14,7 @@ from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.parties.key_authority import CentralDP, KeyAuthority, decryption_request
 from tests.secure_fed.secure.conftest import IDS, C, N
-from tests.secure_fed.secure.helpers import population
+from tests.secure_fed.secure.helpers import plan, population
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +24,34 @@ def uploads(ckks):  # type: ignore[no-untyped-def]
     return preds, {p: pack_class_major(dep.public_context, m) for p, m in preds.items()}
 
 
+_SIGNER: list[object] = []
+_ROUND = [0]
+
+
+@pytest.fixture(autouse=True)
+def _aggregator_signer(ckks) -> None:  # type: ignore[no-untyped-def]
+    _SIGNER[:] = [ckks[0].server_keys().signer]
+    _ROUND[0] += 1  # each test is a fresh round with a publication-only release plan
+    ckks[0].authority.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
+
+
 def _request(purpose: str, ids: list[str], ct: bytes, shape=(N, C), **extra) -> bytes:  # type: ignore[no-untyped-def]
+    """A request signed by the deployment's aggregator, with a well-formed claim."""
+    op = "weighted_sum" if purpose == "aggregate" else purpose
+    claim: dict[str, object] = {"op": op, "uploads": [[p, "0" * 64] for p in ids]}
+    if op == "weighted_sum":
+        claim["weights"] = [1.0 / len(ids)] * len(ids)
+    if op in ("moments", "score"):
+        claim.update(center_sm3="0" * 64, samples=1, whitening=[[1.0]])
+    extra.setdefault("signer", _SIGNER[0])
     return decryption_request(
-        round_id=1, purpose=purpose, participant_ids=ids, shape=shape, ciphertext=ct, **extra
+        round_id=_ROUND[0],
+        purpose=purpose,
+        participant_ids=ids,
+        shape=shape,
+        ciphertext=ct,
+        claim=claim,
+        **extra,
     )
 
 
@@ -115,12 +140,21 @@ def test_malformed_frames_are_refused(ckks, mutate, fragment) -> None:  # type: 
 )
 def test_bad_request_headers_are_refused(ckks, field, value, fragment) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
-    from secure_fed.wire import encode_frame
 
-    header = {"round_id": 1, "purpose": "mean", "participant_ids": IDS[:3], "shape": [N, C]}
+    from secure_fed.secure.server_auth import authenticate_request
+
+    header = {"round_id": _ROUND[0], "purpose": "mean", "participant_ids": IDS[:3], "shape": [N, C]}
     header[field] = value
+    signed = authenticate_request(
+        b"SFKR",
+        header,
+        b"x",
+        signer=_SIGNER[0],  # type: ignore[arg-type]
+        round_id=header["round_id"],  # type: ignore[arg-type]
+        purpose=str(header["purpose"]),
+    )
     with pytest.raises(AuthorityRequestMalformed, match=fragment):
-        dep.authority.handle(encode_frame(b"SFKR", header, b"x"))
+        dep.authority.handle(signed)
 
 
 def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
@@ -136,12 +170,16 @@ def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: i
         central_dp=CentralDP(noise_multiplier=5.0),
         budget=gate,
         audit=MemoryAuditSink(),
+        aggregator=_SIGNER[0].identity,  # type: ignore[attr-defined]
     )
     ka.keys = dep.authority.keys  # the same key epoch, a second authority object
+    ka.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
     ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))
     assert ka.log[-1].central_dp
     assert all(gate.epsilon_spent(p, "private-train") > 0 for p in ids)
+    _ROUND[0] += 1  # the plan allows one publication per round
+    ka.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
     with pytest.raises(AuthorityRequestMalformed, match="max_weight"):
         ka.handle(_request("aggregate", ids, agg.to_bytes()))
 

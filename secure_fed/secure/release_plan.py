@@ -1,0 +1,462 @@
+"""A round's release plan: which values are opened, over whom, with which weights.
+
+The plan is fixed when the round opens, before any upload is accepted, and
+both gatekeepers (the key authority in ckks mode, the helper in shares mode)
+hold it next to the aggregator. It allows, per round and in this order:
+
+1. ``ranking`` (when the plan ranks): one scalar score per participant of the
+   round's roster, ``mean_{i<S} ||p_ki - p̄_i||^2`` with ``p̄`` the mean over the
+   roster, never opened (``W = I``);
+2. ``moments``: ONE second-order release, the centred pooled second moment of
+   the robust subset ``H`` (the ``h`` lowest ranking scores; ``h`` from the
+   plan's rule), centred on ``H``'s never-opened mean;
+3. ``final``: one scalar per participant, whitened with the ``W`` derived from
+   that covariance and centred on ``H``'s mean;
+4. ``publication``: exactly ONE first-order release, the weighted sum over
+   the accepted set ``A``: ``A`` inside the roster, ``|A| >= min_participants``,
+   at most a minority excluded, and every excluded participant's final score
+   above the plan's exclusion floor; every weight at least the codec's
+   resolution (a weight that rounds to zero is refused, not treated as an
+   exclusion) and at most ``max_weight``.
+
+No mean is ever opened: the only linear function of the uploads a round reveals
+is its publication. :class:`PlanTracker` is a deterministic state machine the
+aggregator and each gatekeeper run on the values opened so far, so a
+gatekeeper derives the next allowed opening (the subset, the whitening, the
+row counts) itself instead of trusting the request. :class:`PlanBook` plugs
+the trackers into :class:`~secure_fed.secure.release_policy.ReleasePolicy` as
+an observing release rule; its refusals become ``access.denied`` events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from crypto.shares import RING_WEIGHTS
+from secure_fed.errors import ModeSetupInvalid, ReleaseRefused, ScoringInvalid
+from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.mahalanobis import (
+    ScoringConfig,
+    lowest_scores,
+    pooled_covariance,
+    whitening,
+)
+from secure_fed.secure.scoring.outlier import OutlierConfig
+
+__all__ = [
+    "STEPS",
+    "WEIGHT_FLOOR",
+    "PlanBook",
+    "PlanTracker",
+    "ReleasePlan",
+    "exclusion_floor",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Steps of a round, in order (``done`` after the publication).
+STEPS = ("ranking", "moments", "final", "publication", "done")
+#: Smallest publication weight: the shares codec's weight resolution (2^-16).
+WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
+#: Relative tolerance when a claimed whitening is compared with the derived one.
+WHITENING_RTOL = 1e-9
+
+
+def exclusion_floor(outlier_filter: object, num_classes: int) -> float:
+    """Smallest final score of a participant the filter may exclude.
+
+    An :class:`~secure_fed.secure.scoring.outlier.OutlierPolicy` excludes only
+    above its exclusion threshold (attribute ``high``); other filters get the
+    default configuration's threshold.
+    """
+    high = getattr(outlier_filter, "high", None)
+    if isinstance(high, float) and math.isfinite(high):
+        return high
+    return OutlierConfig().thresholds(num_classes - 1)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasePlan:
+    """What one round may open (validated; the parameter is named in errors).
+
+    Parameters
+    ----------
+    round_id
+        The round.
+    min_participants
+        Smallest accepted set of the publication (the gatekeeper applies its own
+        minimum too).
+    num_samples, num_classes
+        ``(N, C)`` of every upload.
+    moment_samples
+        ``S``: rows of the ranking scores and of the second moment.
+    subset_fraction, min_subset
+        ``h = min(K, max(min_subset, ceil(subset_fraction (K + 1))))``.
+    ridge
+        Relative ridge of the whitening.
+    scored
+        False: the round opens only its publication (no scoring passes).
+    ranking
+        False: no ranking pass; the subset is the whole roster.
+    weight_floor, max_weight
+        Bounds of every publication weight.
+    exclude_above
+        An excluded participant's final score must exceed this.
+    """
+
+    round_id: int
+    min_participants: int
+    num_samples: int
+    num_classes: int
+    moment_samples: int
+    subset_fraction: float = 0.5
+    min_subset: int = 2
+    ridge: float = 1e-6
+    scored: bool = True
+    ranking: bool = True
+    weight_floor: float = WEIGHT_FLOOR
+    max_weight: float = 1.0
+    exclude_above: float = 27.877
+
+    def __post_init__(self) -> None:
+        ints = ("round_id", "min_participants", "num_samples", "num_classes", "moment_samples")
+        for name in ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ModeSetupInvalid(f"{name} must be a non-negative integer, got {value!r}")
+        checks = [
+            ("min_participants", self.min_participants >= 2),
+            ("num_classes", self.num_classes >= 2),
+            ("moment_samples", 1 <= self.moment_samples <= self.num_samples),
+            ("subset_fraction", 0 < self.subset_fraction <= 1),
+            ("min_subset", isinstance(self.min_subset, int) and self.min_subset >= 2),
+            ("ridge", 0 <= self.ridge < 1),
+            ("weight_floor", 0 < self.weight_floor <= 1),
+            ("max_weight", self.weight_floor <= self.max_weight <= 1),
+            ("exclude_above", math.isfinite(self.exclude_above)),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise ModeSetupInvalid(f"{name} is out of range: {getattr(self, name)!r}")
+
+    @classmethod
+    def for_round(
+        cls,
+        *,
+        round_id: int,
+        min_participants: int,
+        shape: tuple[int, int],
+        scoring: ScoringConfig,
+        scored: bool = True,
+        max_weight: float = 1.0,
+        exclude_above: float | None = None,
+    ) -> ReleasePlan:
+        """Build a round's plan from its config and the aggregator's scoring parameters."""
+        floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
+        return cls(
+            round_id=round_id,
+            min_participants=max(2, min_participants),
+            num_samples=shape[0],
+            num_classes=shape[1],
+            moment_samples=min(scoring.moment_samples, shape[0]),
+            subset_fraction=scoring.subset_fraction,
+            min_subset=max(2, scoring.min_subset),
+            ridge=scoring.ridge,
+            scored=scored,
+            ranking=scoring.c_steps >= 1,
+            max_weight=max_weight,
+            exclude_above=floor,
+        )
+
+    def subset_size(self, count: int) -> int:
+        """``h`` for a roster of ``count`` (at least ``min_participants``: H's covariance opens)."""
+        low = max(self.min_subset, self.min_participants)
+        return min(count, max(low, math.ceil(self.subset_fraction * (count + 1))))
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON (floats as exact ``repr`` strings) for the gatekeepers."""
+        data = {k: repr(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ReleasePlan:
+        """Parse :meth:`to_bytes` output.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            On anything but a valid plan.
+        """
+        try:
+            raw = json.loads(data)
+            floats = {"subset_fraction", "ridge", "weight_floor", "max_weight", "exclude_above"}
+            fields: dict[str, Any] = {k: float(v) if k in floats else v for k, v in raw.items()}
+            return cls(**fields)
+        except (ValueError, TypeError) as exc:
+            raise ModeSetupInvalid(f"release plan refused: {exc}") from exc
+
+
+def _as_tuple(matrix: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(x) for x in row) for row in np.asarray(matrix))
+
+
+@dataclass
+class PlanTracker:
+    """The plan's state machine on the values opened so far (aggregator and gatekeepers).
+
+    Parameters
+    ----------
+    plan
+        The round's plan.
+    enrolled
+        Participants the party knows to be enrolled (``None``: not known).
+    """
+
+    plan: ReleasePlan
+    enrolled: frozenset[str] | None = None
+    phase: str = field(init=False)
+    roster: tuple[str, ...] | None = None
+    subset: tuple[str, ...] | None = None
+    whiten: np.ndarray | None = None
+    pass_scores: dict[str, float] = field(default_factory=dict)
+    ranking_scores: dict[str, float] = field(default_factory=dict)
+    final_scores: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.plan.scored:
+            self.phase = "publication"
+        else:
+            self.phase = "ranking" if self.plan.ranking else "moments"
+
+    def step_of(self, request: ReleaseRequest) -> str | None:
+        """Return the plan step ``request`` asks for (``None``: none, e.g. a mean)."""
+        if request.purpose == "score":
+            return request.step if request.step in ("ranking", "final") else None
+        return {"moments": "moments", "aggregate": "publication"}.get(request.purpose)
+
+    def rows(self, step: str) -> int:
+        """Rows a score or moment of ``step`` averages over."""
+        return self.plan.num_samples if step == "final" else self.plan.moment_samples
+
+    def reason(self, request: ReleaseRequest) -> str | None:
+        """Why the plan refuses ``request`` now, or ``None``."""
+        if request.round_id != self.plan.round_id:
+            return f"the plan is for round {self.plan.round_id}"
+        if request.purpose == "mean":
+            return "the release plan opens no means (they stay encrypted / shared)"
+        step = self.step_of(request)
+        if step is None:
+            return f"purpose {request.purpose!r} (step {request.step!r}) is not in the plan"
+        if step != self.phase:
+            return f"the plan allows {self.phase!r} now, not {step!r}"
+        if step == "publication":
+            return self._publication_reason(request)
+        return self._roster_reason(request, step) or self._score_reason(request, step)
+
+    def _roster_reason(self, request: ReleaseRequest, step: str) -> str | None:
+        roster = request.contributors if step == "moments" else request.roster
+        if step == "moments" and self.subset is not None:
+            if tuple(sorted(roster or ())) != self.subset:
+                return f"moments must cover the plan's subset {list(self.subset)}"
+            roster = self.roster
+        if roster is None:
+            return "a scoring pass must name its roster"
+        if self.roster is not None:
+            return (
+                None if tuple(sorted(roster)) == self.roster else "roster differs from the plan's"
+            )
+        if len(set(roster)) != len(roster) or len(roster) < self.plan.min_participants:
+            return f"a roster needs {self.plan.min_participants} distinct participants"
+        unknown = sorted(set(roster) - self.enrolled) if self.enrolled is not None else []
+        return f"participants {unknown} are not enrolled" if unknown else None
+
+    def _score_reason(self, request: ReleaseRequest, step: str) -> str | None:
+        wanted_centre = self.subset or ()
+        if step == "ranking":
+            wanted_centre = tuple(sorted(request.roster or ()))
+        elif step == "moments" and self.subset is None:
+            wanted_centre = tuple(sorted(request.contributors))
+        if request.centre is None or tuple(sorted(request.centre)) != wanted_centre:
+            return f"{step}: the centre must be the mean of {list(wanted_centre)}"
+        if request.samples != self.rows(step):
+            return f"{step}: the plan fixes {self.rows(step)} rows, not {request.samples}"
+        if step == "moments":
+            return None
+        pid = request.contributors[0]
+        if pid in self.pass_scores or pid not in (request.roster or ()):
+            return f"{step}: {pid!r} is not an unscored member of the roster"
+        return self._whitening_reason(request, step)
+
+    def _whitening_reason(self, request: ReleaseRequest, step: str) -> str | None:
+        claimed = None if request.whitening is None else np.asarray(request.whitening)
+        c = self.plan.num_classes
+        if step == "ranking":
+            ok = claimed is None or (claimed.shape == (c, c) and np.allclose(claimed, np.eye(c)))
+            return None if ok else "ranking scores use W = I"
+        if claimed is None or self.whiten is None:
+            return "a final score must name the whitening it uses"
+        ok = claimed.shape == self.whiten.shape and np.allclose(
+            claimed, self.whiten, rtol=WHITENING_RTOL, atol=0.0
+        )
+        return None if ok else "the whitening differs from the one the opened covariance gives"
+
+    def _publication_reason(self, request: ReleaseRequest) -> str | None:
+        accepted = set(request.contributors)
+        if len(accepted) < self.plan.min_participants:
+            return f"the publication needs {self.plan.min_participants} participants"
+        if self.roster is not None:
+            outside = sorted(accepted - set(self.roster))
+            if outside:
+                return f"participants {outside} are not in the round's roster"
+            reason = self._exclusion_reason(set(self.roster) - accepted)
+            if reason:
+                return reason
+        elif self.enrolled is not None and not accepted <= self.enrolled:
+            return f"participants {sorted(accepted - self.enrolled)} are not enrolled"
+        return self._weights_reason(request.weights, len(request.contributors))
+
+    def _exclusion_reason(self, excluded: set[str]) -> str | None:
+        assert self.roster is not None
+        if len(excluded) > (len(self.roster) - 1) // 2:
+            return f"{len(excluded)} excluded of {len(self.roster)}: at most a minority"
+        low = sorted(p for p in excluded if self.final_scores[p] <= self.plan.exclude_above)
+        if low:
+            return f"{low} scored below the exclusion floor and must be published"
+        return None
+
+    def _weights_reason(self, weights: Sequence[float] | None, count: int) -> str | None:
+        if weights is None or len(weights) != count:
+            return "the publication must state one public weight per participant"
+        low = [w for w in weights if not w >= self.plan.weight_floor]
+        if low:
+            return (
+                f"weights {low} are below the codec's resolution {self.plan.weight_floor!r} "
+                "(a weight that rounds to zero is refused, not an exclusion)"
+            )
+        high = [w for w in weights if w > self.plan.max_weight]
+        if high:
+            return f"weights {high} exceed the public cap {self.plan.max_weight!r}"
+        if abs(sum(weights) - 1.0) > count * self.plan.weight_floor:
+            return f"weights sum to {sum(weights)!r}, not 1"
+        return None
+
+    def require(self, request: ReleaseRequest, refusal: type[ReleaseRefused]) -> None:
+        """Raise ``refusal`` unless the plan allows ``request`` now (a party's self-check)."""
+        reason = self.reason(request)
+        if reason is not None:
+            raise refusal(f"round {request.round_id}, {request.purpose}: {reason}")
+
+    # -- advancing -------------------------------------------------------------------
+
+    def record(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
+        """Advance on a release the plan allowed (``values``: what was opened)."""
+        step = self.step_of(request)
+        if step == "publication":
+            self.phase = "done"
+        elif step == "moments":
+            self._record_moments(request, values)
+        elif step in ("ranking", "final"):
+            self._record_score(request, step, values)
+
+    def _record_moments(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
+        if self.roster is None:
+            self.roster = self.subset = tuple(sorted(request.contributors))
+        subset = self.subset or ()
+        moment = np.asarray(values, dtype=np.float64).reshape(self.plan.num_classes, -1)
+        cov = pooled_covariance(
+            second_moment=moment, count=len(subset), samples=self.plan.moment_samples
+        )
+        self.whiten = whitening(cov, ridge=self.plan.ridge)
+        self.phase = "final"
+
+    def _record_score(self, request: ReleaseRequest, step: str, values: np.ndarray | None) -> None:
+        if self.roster is None:
+            self.roster = tuple(sorted(request.roster or ()))
+        value = float(np.asarray(values, dtype=np.float64).reshape(-1)[0])
+        self.pass_scores[request.contributors[0]] = value
+        if set(self.pass_scores) != set(self.roster):
+            return
+        scores, self.pass_scores = self.pass_scores, {}
+        if step == "ranking":
+            self.ranking_scores = scores
+            h = self.plan.subset_size(len(self.roster))
+            self.subset = tuple(lowest_scores(scores, h))
+            self.phase = "moments"
+        else:
+            self.final_scores = scores
+            self.phase = "publication"
+
+    def whitening_claim(self, step: str) -> tuple[tuple[float, ...], ...] | None:
+        """Return the whitening of ``step`` as a request names it (``None`` for ranking)."""
+        if step != "final":
+            return None
+        if self.whiten is None:
+            raise ScoringInvalid("no covariance was opened yet: no whitening to use")
+        return _as_tuple(self.whiten)
+
+
+@dataclass
+class PlanBook:
+    """A gatekeeper's plans, one per round: an observing ``ReleaseRule``.
+
+    Parameters
+    ----------
+    min_participants
+        The gatekeeper's own minimum: a plan asking for fewer is refused.
+    enrolled
+        Participants the gatekeeper knows (``None``: the key authority, which
+        learns them from the plan's first roster).
+    """
+
+    min_participants: int
+    enrolled: frozenset[str] | None = None
+    trackers: dict[int, PlanTracker] = field(default_factory=dict)
+
+    def install(self, plan: ReleasePlan) -> PlanTracker:
+        """Fix ``plan`` for its round: once, before anything of that round is opened.
+
+        Sending the identical plan again is accepted and changes nothing.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            A second plan for the round, or one below the gatekeeper's minimum.
+        """
+        existing = self.trackers.get(plan.round_id)
+        if existing is not None and existing.plan == plan:
+            return existing  # the same plan sent again (an aggregator restart): no change
+        if existing is not None:
+            raise ModeSetupInvalid(f"round {plan.round_id} already has a release plan")
+        if plan.min_participants < self.min_participants:
+            raise ModeSetupInvalid(
+                f"plan min_participants {plan.min_participants} is below the "
+                f"gatekeeper's {self.min_participants}"
+            )
+        tracker = PlanTracker(plan=plan, enrolled=self.enrolled)
+        self.trackers[plan.round_id] = tracker
+        _log.info("release plan installed for round %d", plan.round_id)
+        return tracker
+
+    def tracker(self, round_id: int) -> PlanTracker | None:
+        """Return the tracker of ``round_id``, if a plan was installed."""
+        return self.trackers.get(round_id)
+
+    def __call__(self, request: ReleaseRequest) -> str | None:
+        """Refusal reason of the round's plan (no plan: refused)."""
+        tracker = self.trackers.get(request.round_id)
+        if tracker is None:
+            return f"no release plan was fixed for round {request.round_id}"
+        return tracker.reason(request)
+
+    def observe(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
+        """Advance the round's tracker on a release."""
+        tracker = self.trackers.get(request.round_id)
+        if tracker is not None:
+            tracker.record(request, values)
