@@ -34,7 +34,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,9 @@ _log = logging.getLogger(__name__)
 STEPS = ("ranking", "moments", "final", "publication", "done")
 #: Smallest publication weight: the shares codec's weight resolution (2^-16).
 WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
+#: A plan's moment and ranking rows are at least ``min(N, MIN_MOMENT_ROWS)``: one scalar
+#: per participant must average over many samples, never expose one sample's square.
+MIN_MOMENT_ROWS = 256
 #: Relative tolerance when a claimed whitening is compared with the derived one.
 WHITENING_RTOL = 1e-9
 
@@ -410,6 +413,9 @@ class PlanBook:
     ----------
     min_participants
         The gatekeeper's own minimum: a plan asking for fewer is refused.
+    shape
+        ``(N, C)`` of the uploads, when the gatekeeper knows it: a plan naming
+        another shape is refused.
     enrolled
         Participants the gatekeeper knows (``None``: the key authority, which
         learns them from the plan's first roster).
@@ -417,32 +423,45 @@ class PlanBook:
 
     min_participants: int
     enrolled: frozenset[str] | None = None
+    shape: tuple[int, int] | None = None
     trackers: dict[int, PlanTracker] = field(default_factory=dict)
 
     def install(self, plan: ReleasePlan) -> PlanTracker:
         """Fix ``plan`` for its round: once, before anything of that round is opened.
 
-        Sending the identical plan again is accepted and changes nothing.
+        A plan below the gatekeeper's ``min_participants`` is raised to it (the
+        caller adopts the returned tracker's plan). Sending the same plan again is
+        accepted and changes nothing.
 
         Raises
         ------
         ModeSetupInvalid
             A second plan for the round, or one below the gatekeeper's minimum.
         """
+        if plan.min_participants < self.min_participants:
+            plan = replace(plan, min_participants=self.min_participants)
         existing = self.trackers.get(plan.round_id)
         if existing is not None and existing.plan == plan:
             return existing  # the same plan sent again (an aggregator restart): no change
         if existing is not None:
             raise ModeSetupInvalid(f"round {plan.round_id} already has a release plan")
-        if plan.min_participants < self.min_participants:
-            raise ModeSetupInvalid(
-                f"plan min_participants {plan.min_participants} is below the "
-                f"gatekeeper's {self.min_participants}"
-            )
+        reason = self._bounds_reason(plan)
+        if reason is not None:
+            raise ModeSetupInvalid(f"release plan of round {plan.round_id} refused: {reason}")
         tracker = PlanTracker(plan=plan, enrolled=self.enrolled)
         self.trackers[plan.round_id] = tracker
         _log.info("release plan installed for round %d", plan.round_id)
         return tracker
+
+    def _bounds_reason(self, plan: ReleasePlan) -> str | None:
+        """Check the gatekeeper's own bounds: a plan may narrow what is opened, never widen it."""
+        if plan.weight_floor < WEIGHT_FLOOR:
+            return f"weight floor {plan.weight_floor!r} is below the codec's {WEIGHT_FLOOR!r}"
+        if plan.moment_samples < min(plan.num_samples, MIN_MOMENT_ROWS):
+            return f"{plan.moment_samples} rows: scores must average over more samples"
+        if self.shape is not None and (plan.num_samples, plan.num_classes) != self.shape:
+            return f"upload shape {(plan.num_samples, plan.num_classes)} is not {self.shape}"
+        return None
 
     def tracker(self, round_id: int) -> PlanTracker | None:
         """Return the tracker of ``round_id``, if a plan was installed."""

@@ -199,7 +199,8 @@ class CkksAggregator(SecureAggregator):
         if plan.min_participants < self.min_participants:  # never below the gatekeeper's
             plan = replace(plan, min_participants=self.min_participants)
         if self.keys.plans is not None:
-            self.keys.plans(plan.to_bytes())
+            fixed = self.keys.plans(plan.to_bytes())
+            plan = ReleasePlan.from_bytes(fixed) if isinstance(fixed, bytes) else plan
         self._plans[plan.round_id] = PlanTracker(plan=plan)
 
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
@@ -476,6 +477,7 @@ class CkksDeployment(SecureDeployment):
             budget=plan.budget,
             aggregator=signer.identity,
             enrolled=frozenset(plan.participant_ids),
+            upload_shape=plan.shape,
         )
         public = PublicContext.from_bytes(
             authority.public_context, preset=PRESET, expected_fingerprint=authority.fingerprint

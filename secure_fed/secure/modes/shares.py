@@ -316,7 +316,10 @@ class SharesAggregator(SecureAggregator):
         """Fix ``plan`` with the helper and run the same plan state machine here."""
         if plan.min_participants < self.min_participants:  # never below the gatekeeper's
             plan = replace(plan, min_participants=self.min_participants)
-        _call(self.keys, {"op": "plan", "round_id": plan.round_id}, plan.to_bytes())
+        _, fixed = _call(self.keys, {"op": "plan", "round_id": plan.round_id}, plan.to_bytes())
+        if not isinstance(fixed, bytes):
+            raise OpeningRefused("the helper did not return the plan it fixed")
+        plan = ReleasePlan.from_bytes(fixed)  # the helper's plan is the one that holds
         self._plans[plan.round_id] = PlanTracker(plan=plan, enrolled=frozenset(self.keys.secrets))
 
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:

@@ -166,7 +166,9 @@ class HelperParty:
 
     def __post_init__(self) -> None:
         self.plans = PlanBook(
-            min_participants=self.min_participants, enrolled=frozenset(self.secrets)
+            min_participants=self.min_participants,
+            enrolled=frozenset(self.secrets),
+            shape=(self.shape[0], self.shape[1]),
         )
         self.policy = ReleasePolicy(
             party="helper",
@@ -212,10 +214,10 @@ class HelperParty:
                 raise ModeSetupInvalid("the plan names another round or upload shape")
             if plan.num_classes != self.shape[1]:
                 raise ModeSetupInvalid("the plan names another upload shape")
-            self.plans.install(plan)
+            fixed = self.plans.install(plan).plan
         except ModeSetupInvalid as exc:
             raise AuthorityRequestMalformed(f"release plan refused: {exc}") from exc
-        return {"ok": True, "round_id": plan.round_id}, b""
+        return {"ok": True, "round_id": plan.round_id}, fixed.to_bytes()
 
     def _tracker(self, ask: ReleaseRequest) -> PlanTracker:
         tracker = self.plans.tracker(ask.round_id)

@@ -141,8 +141,8 @@ class KeyAuthority:
         Refuse larger requests before parsing (below the wire table's ceiling).
     release_rules
         Extra release rules, after the built-in ones and the round's release plan.
-    enrolled
-        The enrolled participants (a plan's roster must be among them).
+    enrolled, upload_shape
+        The enrolled participants (a plan's roster must be among them) and ``(N, C)``.
     aggregator
         The enrolled aggregator's SM2 identity; every request must be signed by
         it (without one, every request is refused).
@@ -160,6 +160,7 @@ class KeyAuthority:
     max_request_bytes: int = 256 << 20
     release_rules: tuple[ReleaseRule, ...] = ()
     enrolled: frozenset[str] | None = None
+    upload_shape: tuple[int, int] | None = None
     log: list[DecryptionRecord] = field(default_factory=list)
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
@@ -181,7 +182,9 @@ class KeyAuthority:
             self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
-        self.plans = PlanBook(min_participants=self.min_participants, enrolled=self.enrolled)
+        self.plans = PlanBook(
+            min_participants=self.min_participants, enrolled=self.enrolled, shape=self.upload_shape
+        )
         self.policy = ReleasePolicy(
             party="key_authority",
             min_participants=self.min_participants,
@@ -243,6 +246,8 @@ class KeyAuthority:
         try:
             ask = self._ask(payload, round_id, purpose, ids, shape)
             ask = replace(ask, **plan_fields(claim))  # type: ignore[arg-type]
+            if ask.purpose == "score" and ask.samples not in (None, shape[0]):
+                self.policy.refuse(ask, f"the claim's {ask.samples} rows are not the shape's")
             self._check_epoch(ask)  # an exhausted epoch releases nothing, whatever is asked
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
             self._check_center(ask, claim)
@@ -263,16 +268,16 @@ class KeyAuthority:
         reply = {"purpose": purpose, "array": meta, "central_dp": dp}
         return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
 
-    def install_plan(self, plan: bytes) -> None:
-        """Fix a round's release plan (once per round, before anything of it is opened).
+    def install_plan(self, plan: bytes) -> bytes:
+        """Fix a round's release plan; return the plan as fixed (the aggregator adopts it).
 
         Raises
         ------
         ModeSetupInvalid
-            A malformed plan, a second plan for the round, or one below this
-            authority's ``min_participants``.
+            A malformed plan, a second plan for the round, or one outside this
+            authority's bounds (a lower ``min_participants`` is raised to its own).
         """
-        self.plans.install(ReleasePlan.from_bytes(plan))
+        return self.plans.install(ReleasePlan.from_bytes(plan)).plan.to_bytes()
 
     def _moment_matrix(self, values: np.ndarray, count: int) -> np.ndarray:
         pairs = values.size

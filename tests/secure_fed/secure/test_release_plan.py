@@ -19,17 +19,17 @@ from secure_fed.secure.scoring.mahalanobis import (
 )
 from tests.secure_fed.secure.helpers import population
 
-N, C = 60, 4
+N, C = 600, 4
 IDS = ("a", "b", "c", "d", "e")
 PLAN = ReleasePlan.for_round(
-    round_id=3, min_participants=3, shape=(N, C), scoring=ScoringConfig(moment_samples=40)
+    round_id=3, min_participants=3, shape=(N, C), scoring=ScoringConfig(moment_samples=400)
 )
 
 
 def _score(
     pid: str, step: str, centre=IDS, roster=IDS, samples=None, whiten=None
 ) -> ReleaseRequest:  # type: ignore[no-untyped-def]
-    rows = samples if samples is not None else (40 if step == "ranking" else N)
+    rows = samples if samples is not None else (400 if step == "ranking" else N)
     claim = None if whiten is None else tuple(tuple(float(x) for x in r) for r in whiten)
     return ReleaseRequest(
         round_id=3,
@@ -53,7 +53,7 @@ def _moments(ids: tuple[str, ...]) -> ReleaseRequest:
         value_kind="aggregate",
         shape=(C, C),
         centre=ids,
-        samples=40,
+        samples=400,
     )
 
 
@@ -70,16 +70,16 @@ def _publication(ids: tuple[str, ...], weights) -> ReleaseRequest:  # type: igno
 
 def _through_scores(tracker: PlanTracker, preds) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-untyped-def]
     backend = PlainBackend(preds)
-    for pid, s in backend.ranking_scores(list(IDS), 40).items():
+    for pid, s in backend.ranking_scores(list(IDS), 400).items():
         assert tracker.reason(_score(pid, "ranking")) is None
         tracker.record(_score(pid, "ranking"), np.array([s]))
     subset = tracker.subset
     assert subset is not None and tracker.phase == "moments"
-    moment = backend.moments(list(subset), 40)
+    moment = backend.moments(list(subset), 400)
     assert tracker.reason(_moments(subset)) is None
     tracker.record(_moments(subset), moment)
     w = whitening(
-        pooled_covariance(second_moment=moment, count=len(subset), samples=40), ridge=1e-6
+        pooled_covariance(second_moment=moment, count=len(subset), samples=400), ridge=1e-6
     )
     for pid, s in backend.final_scores(list(IDS), list(subset), w).items():
         request = _score(pid, "final", centre=subset, whiten=w)
@@ -97,7 +97,7 @@ def test_the_plan_derives_what_pooled_mahalanobis_computes() -> None:
         PlainBackend(preds),
         list(IDS),
         num_samples=N,
-        config=ScoringConfig(moment_samples=40, min_subset=3),
+        config=ScoringConfig(moment_samples=400, min_subset=3),
     )
     assert subset == report.subset and tracker.final_scores == report.scores
     np.testing.assert_array_equal(tracker.whiten, w)
@@ -157,7 +157,7 @@ def test_score_refusals() -> None:
         (_score("a", "ranking", roster=("a", "b")), "3 distinct"),
         (_score("x", "ranking", roster=(*IDS[:4], "x")), "not enrolled"),
         (_score("a", "ranking", centre=("a",)), "centre must be the mean"),
-        (_score("a", "ranking", samples=1), "fixes 40 rows"),
+        (_score("a", "ranking", samples=1), "fixes 400 rows"),
         (_score("a", "ranking", whiten=np.zeros((C, C))), "W = I"),
         (replace(_score("a", "ranking"), round_id=4), "for round 3"),
         (replace(_score("a", "ranking"), step="other"), "not in the plan"),
@@ -183,10 +183,10 @@ def test_final_scores_need_the_derived_whitening() -> None:
     preds = dict(zip(IDS, population(5, N, C, seed=3).values(), strict=True))
     tracker = PlanTracker(plan=PLAN)
     backend = PlainBackend(preds)
-    for pid, s in backend.ranking_scores(list(IDS), 40).items():
+    for pid, s in backend.ranking_scores(list(IDS), 400).items():
         tracker.record(_score(pid, "ranking"), np.array([s]))
     subset = tracker.subset or ()
-    tracker.record(_moments(subset), backend.moments(list(subset), 40))
+    tracker.record(_moments(subset), backend.moments(list(subset), 400))
     assert tracker.whiten is not None
     assert "name the whitening" in str(tracker.reason(_score("a", "final", centre=subset)))
     wrong = tracker.whiten * 2
@@ -201,8 +201,13 @@ def test_the_book_installs_once_and_refuses_rounds_without_a_plan() -> None:
     book.install(PLAN)  # the identical plan again: accepted
     with pytest.raises(ModeSetupInvalid, match="already has"):
         book.install(replace(PLAN, max_weight=0.5))
-    with pytest.raises(ModeSetupInvalid, match="below"):
-        PlanBook(min_participants=4).install(PLAN)
+    assert PlanBook(min_participants=4).install(PLAN).plan.min_participants == 4  # raised
+    with pytest.raises(ModeSetupInvalid, match="codec's"):
+        PlanBook(min_participants=3).install(replace(PLAN, weight_floor=1e-12))
+    with pytest.raises(ModeSetupInvalid, match="average over more"):
+        PlanBook(min_participants=3).install(replace(PLAN, moment_samples=1))
+    with pytest.raises(ModeSetupInvalid, match="shape"):
+        PlanBook(min_participants=3, shape=(N, C + 1)).install(PLAN)
     assert ReleasePlan.from_bytes(PLAN.to_bytes()) == PLAN
     with pytest.raises(ModeSetupInvalid, match="release plan refused"):
         ReleasePlan.from_bytes(b'{"round_id": "x"}')

@@ -183,14 +183,18 @@ def test_ckks_weights_one_zero_zero_are_refused(tmp_path: Path) -> None:
     agg = harness.engine.aggregator
     ups = agg._uploads(handles)  # noqa: SLF001
     ids = ["p00", "p01", "p02"]
-    matrix = weighted_sum([ups[p] for p in ids], [1.0, 0.0, 0.0])  # p00's upload, decrypted
-    claim = {
-        "op": "weighted_sum",
-        "uploads": [[p, handles[p].digest] for p in ids],
-        "weights": [1.0, 0.0, 0.0],
-    }
-    with pytest.raises(DecryptionRefused, match="codec's resolution"):
-        ka_decrypt(agg, purpose="aggregate", ids=ids, matrix=matrix, claim=claim, shape=agg.shape)
+    uploads = [[p, handles[p].digest] for p in ids]
+    for weights, fragment in [
+        ([1.0, 0.0, 0.0], r"\(0, 1\]"),
+        ([1 - 2e-9, 1e-9, 1e-9], "resolution"),
+    ]:
+        matrix = weighted_sum([ups[p] for p in ids], weights)  # p00's upload, decrypted
+        claim = {"op": "weighted_sum", "uploads": uploads, "weights": weights}
+        with pytest.raises(DecryptionRefused, match=fragment):
+            ka_decrypt(
+                agg, purpose="aggregate", ids=ids, matrix=matrix, claim=claim, shape=agg.shape
+            )
+        assert not dep.authority.log[-1].released
     assert "resolution" in str(sink.named("access.denied")[-1]["reason"])
 
 
