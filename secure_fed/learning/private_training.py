@@ -53,6 +53,7 @@ from secure_fed.learning.models import check_private_compatible
 
 __all__ = [
     "DPGoal",
+    "InsecureSeededNoise",
     "PrivateTrainer",
     "TrainReport",
     "evaluate",
@@ -198,6 +199,32 @@ def fresh_generator() -> torch.Generator:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InsecureSeededNoise:
+    """INSECURE: DP noise and Poisson sampling drawn from a generator seeded by ``seed``.
+
+    Only for demos and tests that need identical numbers run after run
+    (``secure-fed demo --reproducible``). Anyone who knows the seed can
+    regenerate the noise and subtract it, which voids the DP guarantee, so a
+    trainer given this records ``noise_rng: insecure-seeded`` in every ledger
+    event it reserves. Never the default.
+
+    Parameters
+    ----------
+    seed
+        Seed of the participant's noise; combined with the round and purpose.
+    """
+
+    seed: int
+
+    #: What the ledger events record for this source.
+    label = "insecure-seeded"
+
+    def generator(self, rounds_trained: int, purpose: int) -> torch.Generator:
+        """Return the generator for one round (``purpose`` 0: sampling, 1: noise)."""
+        return torch.Generator().manual_seed((self.seed * 1_000 + rounds_trained) * 2 + purpose)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainReport:
     """Outcome of one private training round of one participant.
 
@@ -277,6 +304,11 @@ class PrivateTrainer:
     max_noise_multiplier
         Refuse the round (train nothing, spend nothing) when the budget left
         would need more noise than this: such a round only damages the model.
+    insecure_noise
+        ``None`` (the default): noise and sampling from :func:`fresh_generator`.
+        An :class:`InsecureSeededNoise` makes them reproducible from its seed,
+        which voids the DP guarantee; every reserved event then records
+        ``noise_rng: insecure-seeded``. Demos and tests only.
 
     Attributes
     ----------
@@ -327,6 +359,7 @@ class PrivateTrainer:
         c_ref: float = 1.0,
         p_ref: int = P_REF,
         max_noise_multiplier: float = 20.0,
+        insecure_noise: InsecureSeededNoise | None = None,
     ) -> None:
         check_private_compatible(model)
         check_xy(x, y)
@@ -357,6 +390,10 @@ class PrivateTrainer:
         self.max_noise_multiplier = float(max_noise_multiplier)
         self.rounds_trained = 0
         self.on_private: PrivateRunObserver | None = None
+        self.insecure_noise = insecure_noise
+        self._versions = dict(_VERSIONS)
+        if insecure_noise is not None:
+            self._versions["noise_rng"] = insecure_noise.label
 
     def train_round(self, round_id: str) -> TrainReport:
         """Calibrate, reserve, run DP-SGD, commit; or report a refusal.
@@ -425,7 +462,7 @@ class PrivateTrainer:
                 steps=self.steps,
                 delta=self.goal.delta,
                 max_grad_norm=self.max_grad_norm,
-                versions=_VERSIONS,
+                versions=self._versions,
             )
             reservation = self.budget.reserve(
                 self.participant_id, self.asset_id, event, round_id=round_id
@@ -477,11 +514,17 @@ class PrivateTrainer:
             loss=loss,
         )
 
+    def _generator(self, purpose: int) -> torch.Generator:
+        """Secure-seeded generator, or the INSECURE seeded one when configured."""
+        if self.insecure_noise is None:
+            return fresh_generator()
+        return self.insecure_noise.generator(self.rounds_trained, purpose)
+
     def _run(self, sigma: float) -> float:
         """One round of Opacus DP-SGD on the private data; returns the mean loss."""
         xt, yt = _tensors(self.x, self.y)
         loader = DataLoader(
-            TensorDataset(xt, yt), batch_size=self.batch_size, generator=fresh_generator()
+            TensorDataset(xt, yt), batch_size=self.batch_size, generator=self._generator(0)
         )
         optimizer = torch.optim.SGD(
             self.model.parameters(), lr=self.lr / self.max_grad_norm, momentum=0.9
@@ -500,7 +543,7 @@ class PrivateTrainer:
             max_grad_norm=norm,
             poisson_sampling=True,
             clipping=self.clipping,
-            noise_generator=fresh_generator(),
+            noise_generator=self._generator(1),
         )
         try:
             if self.on_private is not None:
