@@ -44,6 +44,12 @@ from secure_fed.federation.config import (
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
+from secure_fed.federation.observer import (
+    ObservedAggregator,
+    ObservedEncoder,
+    StageEvent,
+    StageObserver,
+)
 from secure_fed.federation.participant import (
     LocalTrainer,
     Participant,
@@ -64,6 +70,7 @@ from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.learning.models import build_model, check_private_compatible
 from secure_fed.learning.private_training import (
     DPGoal,
+    InsecureSeededNoise,
     PrivateTrainer,
     TrainReport,
     evaluate,
@@ -71,6 +78,7 @@ from secure_fed.learning.private_training import (
 )
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import UploadEncoder
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
@@ -93,6 +101,9 @@ class ParticipantRound:
     weight: float | None
     score: float | None
     private_training: str
+    decision: str | None = None
+    factor: float | None = None
+    upload: str = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +133,7 @@ class _Member:
     twin_model: nn.Module | None
     epsilon: float | None = None
     status: str = "pending"
+    upload: str = "none"
 
     @property
     def participant(self) -> Participant:
@@ -186,6 +198,14 @@ class Federation:
         Round-state persistence of the aggregator.
     clock
         Unix-time source for round deadlines.
+    on_stage
+        Optional observer called with a :class:`~secure_fed.federation.observer.StageEvent`
+        when each stage of a round starts (progress displays); names only, no data.
+    insecure_noise
+        ``True`` seeds every DP-SGD noise generator from the run seed
+        (:class:`~secure_fed.learning.private_training.InsecureSeededNoise`): identical
+        numbers run after run, no DP guarantee, recorded in every ledger event.
+        Demos and tests only; ``False`` by default.
     """
 
     def __init__(
@@ -197,8 +217,11 @@ class Federation:
         store: RoundStore,
         clock: Callable[[], float] = time.time,
         audit: AuditSink | None = None,
+        on_stage: StageObserver | None = None,
+        insecure_noise: bool = False,
     ) -> None:
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
+        self.on_stage, self.insecure_noise = on_stage, insecure_noise
         shape = (len(task.public_x), task.num_classes)
         self.output = OutputSpec(num_classes=task.num_classes, bound=PUBLIC_LOGIT_BOUND)
         self.contract = RoundSchema(major=1, output=self.output)
@@ -225,6 +248,8 @@ class Federation:
             budget=budget if central_dp is not None else None,
         )
         aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
+        if on_stage is not None:
+            aggregator = ObservedAggregator(aggregator, notify=self._stage)
         self.policy = OutlierPolicy(
             dof=task.num_classes - 1,
             min_keep=config.quorum(),
@@ -300,6 +325,11 @@ class Federation:
             lr=lr,
             epochs_per_round=c.epochs_per_round,
             seed=seed,
+            insecure_noise=(
+                InsecureSeededNoise(seed=seed * 2 + (gate is self._baseline_gate))
+                if self.insecure_noise
+                else None
+            ),
         )
 
     def _build(
@@ -335,7 +365,7 @@ class Federation:
             trainer=self._trainer(model, x, y, planned.participant_id, self.budget, seed),
             public_x=t.public_x,
             num_samples=len(idx),
-            encoder=self.deployment.encoder(planned.participant_id, bound=PUBLIC_LOGIT_BOUND),
+            encoder=self._encoder(planned.participant_id),
             mode=c.mode,
             distill_settings=c.distill,
             attack=attack,
@@ -350,6 +380,16 @@ class Federation:
             delta=c.delta,
         )
         return _Member(handler, planned.architecture, planned.attacker, twin, twin_model)
+
+    def _stage(self, stage: str, participant_id: str | None = None) -> None:
+        if self.on_stage is not None:
+            self.on_stage(StageEvent(self.round_id, stage, participant_id))
+
+    def _encoder(self, pid: str) -> UploadEncoder:
+        encoder = self.deployment.encoder(pid, bound=PUBLIC_LOGIT_BOUND)
+        if self.on_stage is None:
+            return encoder
+        return ObservedEncoder(encoder, participant_id=pid, notify=self._stage)
 
     def _receipt_source(self, pid: str) -> Callable[[str], bytes] | None:
         issuer = self.receipts
@@ -375,10 +415,12 @@ class Federation:
 
     def _participant_round(self, member: _Member, config: RoundConfig) -> bytes | None:
         """Run the participant's round (train, upload envelope); None if it sent no upload."""
+        self._stage("training", member.participant.participant_id)
         try:
             return member.handler.handle_round(config)
         except SecureFedError as exc:
             _log.warning("participant %s sent no upload: %s", member.handler, exc)
+            member.upload = f"none: {exc}"
             return None
         finally:
             self._record_training(member, config.round_id)
@@ -392,6 +434,7 @@ class Federation:
         elif p.stop_reason is not None:
             member.status = f"stopped: {p.stop_reason}"
         if member.twin is not None:
+            self._stage("baseline", p.participant_id)
             twin_report = member.twin.train_round(f"r{round_id}")
             if not twin_report.trained:
                 member.twin = None  # the local-only twin's budget is spent as well
@@ -408,13 +451,18 @@ class Federation:
         rid = self.round_id
         config = self.aggregator.open_round(self.round_config(rid))
         for member in self.members:
+            member.upload = "none"
             envelope = self._participant_round(member, config)
             if envelope is None:
                 continue
+            self._stage("verifying", member.participant.participant_id)
             try:
                 self.aggregator.handle_upload(envelope, round_id=rid)
             except SecureFedError as exc:
                 _log.warning("upload of %s refused: %s", member.handler, exc)
+                member.upload = f"refused: {exc}"
+            else:
+                member.upload = "accepted"
         reason = None
         try:
             publication = self.aggregator.finish_round(rid)
@@ -422,7 +470,9 @@ class Federation:
             reason = exc.message
         else:
             for member in self.members:
+                self._stage("distilling", member.participant.participant_id)
                 member.handler.handle_publication(publication)
+        self._stage("evaluating")
         return self._result(rid, reason, self.clock() - start)
 
     def _result(self, rid: int, reason: str | None, seconds: float) -> RoundResult:
@@ -431,6 +481,7 @@ class Federation:
         rows = []
         for m in self.members:
             pid = m.participant.participant_id
+            decision = state.decisions.get(pid, {})
             rows.append(
                 ParticipantRound(
                     participant_id=pid,
@@ -446,6 +497,9 @@ class Federation:
                     weight=state.weights.get(pid),
                     score=state.scores.get(pid),
                     private_training=m.status,
+                    decision=_optional_str(decision.get("action")),
+                    factor=_optional_float(decision.get("factor")),
+                    upload=m.upload,
                 )
             )
         return RoundResult(
@@ -461,3 +515,11 @@ class Federation:
             if on_round is not None:
                 on_round(result)
         return results
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _optional_float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
