@@ -20,32 +20,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog
+from privacy_ledger.audit.models import TreeHeadRow
 from privacy_ledger.budget.service import PrivacyLedger
-from secure_fed.errors import FederationConfigInvalid, UnknownDataset
-from secure_fed.evaluation.attacks import parse_attack_spec
+from secure_fed.demo_options import DEMO_FILES, DemoConfig
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
 from secure_fed.federation.federation import Federation, RoundResult
+from secure_fed.federation.observer import StageObserver
 from secure_fed.federation.store import LedgerRoundStore
-from secure_fed.learning.data import DATASET_REGISTRY, load_task
+from secure_fed.learning.data import load_task
+from secure_fed.report.demo_report import write_demo_report
 from secure_fed.secure.audit import LedgerAuditSink
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 
 _log = logging.getLogger(__name__)
-
-#: Files and folders the demo owns inside its working folder.
-DEMO_FILES = (
-    "ledger.db",
-    "ledger.db-wal",
-    "ledger.db-shm",
-    "results.json",
-    "log-signing-key.pem",
-    "log-public-key.pem",
-)
 
 
 def _demo_audit_log(out: Path, passphrase: bytes | None) -> AuditLog:
@@ -69,61 +62,26 @@ def _demo_audit_log(out: Path, passphrase: bytes | None) -> AuditLog:
     return AuditLog(signer=key, origin=f"secure-fed-demo/{out.name}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class DemoConfig:
-    """Options of ``secure-fed demo`` (the defaults are the embedded demo)."""
-
-    rounds: int = 5
-    participants: int = 4
-    dataset: str = "digits"
-    alpha: float = 0.5
-    epsilon: float = 8.0
-    attack: str | None = None
-    mode: str = "ckks"
-    out: Path = Path("secure-fed-work/demo")
-    seed: int = 0
-    overwrite: bool = False
-    central_dp: float | None = None
-
-    def federation_config(self) -> FederationConfig:
-        """Validate and translate to a :class:`FederationConfig`.
-
-        Raises
-        ------
-        UnknownDataset
-            Listing the registered datasets.
-        FederationConfigInvalid, UnknownMode, UnknownAttack, AttackSpecInvalid
-            On any invalid option, naming it.
-        """
-        if self.dataset not in DATASET_REGISTRY:
-            raise UnknownDataset(
-                f"unknown dataset {self.dataset!r}; registered: {sorted(DATASET_REGISTRY)}"
-            )
-        attack = None
-        if self.attack:
-            attack = parse_attack_spec(self.attack, participants=self.participants)
-        return FederationConfig(
-            participants=self.participants,
-            rounds=self.rounds,
-            alpha=self.alpha,
-            epsilon=self.epsilon,
-            attack=attack,
-            mode=self.mode,
-            seed=self.seed,
-            central_dp=self.central_dp,
-        )
+#: What results.json says about the DP noise, by ``DemoConfig.reproducible``.
+NOISE = {
+    False: "secure: DP-SGD noise and sampling seeded from the secrets module (not reproducible)",
+    True: "INSECURE: DP-SGD noise seeded from --seed (--reproducible); no DP guarantee",
+}
 
 
 @dataclass(kw_only=True)
 class DemoResults:
-    """What the demo did: per-round tables, budgets, timings, files."""
+    """What the demo did: per-round tables, budgets, privacy terms, ledger head, files."""
 
     config: dict[str, object]
     rounds: list[RoundResult] = field(default_factory=list)
     budgets: dict[str, dict[str, float]] = field(default_factory=dict)
+    privacy: dict[str, object] = field(default_factory=dict)
+    ledger: dict[str, object] = field(default_factory=dict)
     wall_seconds: float = 0.0
     ledger_url: str = ""
     results_path: str = ""
+    report_path: str = ""
 
     def final(self) -> dict[str, float | None]:
         """Mean honest accuracy (federated, local-only) after the last round."""
@@ -139,56 +97,26 @@ class DemoResults:
             "rounds": [asdict(r) for r in self.rounds],
             "final_mean_accuracy": self.final(),
             "budgets": self.budgets,
+            "privacy": self.privacy,
+            "ledger": self.ledger,
             "wall_seconds": round(self.wall_seconds, 2),
             "ledger_url": self.ledger_url,
             "results_path": self.results_path,
+            "report_path": self.report_path,
         }
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    existing = [name for name in DEMO_FILES if (out / name).exists()]
-    if existing and not overwrite:
-        raise FederationConfigInvalid(
-            f"out folder {str(out)!r} already holds a demo run ({', '.join(existing)}); "
-            "pass --overwrite to replace it or choose another --out"
-        )
-    for name in existing:
+def _prepare_out(out: Path) -> None:
+    """Remove an earlier run's files (``validate`` refused them without --overwrite)."""
+    for name in DEMO_FILES:
         target = out / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        if target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
     out.mkdir(parents=True, exist_ok=True)
 
 
-def run_demo(
-    config: DemoConfig,
-    *,
-    on_round: Callable[[RoundResult], None] | None = None,
-    key_passphrase: bytes | None = None,
-) -> DemoResults:
-    """Run the demo federation and write ``results.json`` into ``config.out``.
-
-    Parameters
-    ----------
-    config
-        Demo options.
-    on_round
-        Called after each round with its result (progress bars, tables).
-    key_passphrase
-        Encrypts the audit log's signing key in ``config.out`` (``None``: unencrypted).
-
-    Returns
-    -------
-    DemoResults
-        Per-round rows, final budgets, wall time and file locations.
-    """
-    started = time.perf_counter()
-    fed_config = config.federation_config()
-    out = Path(config.out)
-    _prepare_out(out, config.overwrite)
-    url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
-    audit = _demo_audit_log(out, key_passphrase)
-    ledger = PrivacyLedger.from_url(url, audit=audit)
-    plan = plan_participants(fed_config)
-    for p in plan:
+def _register(ledger: PrivacyLedger, fed_config: FederationConfig) -> None:
+    for p in plan_participants(fed_config):
         ledger.register_participant(p.participant_id, institution=p.institution, kind=p.kind)
         ledger.register_asset(p.participant_id, ASSET_ID)
         ledger.set_budget(
@@ -198,31 +126,106 @@ def run_demo(
             delta=fed_config.delta,
             accountant="rdp",
         )
-    task = load_task(config.dataset, seed=config.seed)
+
+
+def _budgets(ledger: PrivacyLedger, fed_config: FederationConfig) -> dict[str, dict[str, float]]:
+    budgets = {}
+    for p in plan_participants(fed_config):
+        status = ledger.budget_status(p.participant_id, ASSET_ID)
+        budgets[p.participant_id] = {
+            "limit": float(status.limit),
+            "spent": float(status.spent),
+            "remaining": float(status.remaining),
+        }
+    return budgets
+
+
+def _signed_head(ledger: PrivacyLedger, audit: AuditLog, out: Path) -> dict[str, object]:
+    """Sign a final tree head and describe it (size, root, signature, how to verify)."""
+    with Session(ledger.engine) as session:
+        audit.checkpoint(session, force=True)
+        session.commit()
+        row = session.scalars(select(TreeHeadRow).order_by(TreeHeadRow.seq.desc())).first()
+    url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
+    verify = f"secure-fed ledger verify --db {url} --public-key {out / 'log-public-key.pem'}"
+    head = None
+    if row is not None:
+        head = {
+            "tree_size": row.tree_size,
+            "root_hash": row.root_hash.hex(),
+            "signature_hex": row.signature.hex(),
+            "key_fingerprint": row.key_fingerprint,
+            "algorithm": "SM2 with SM3 over the C2SP checkpoint body (tree_heads table)",
+        }
+    return {
+        "signed_tree_head": head,
+        "public_key": str(out / "log-public-key.pem"),
+        "verify_command": verify,
+    }
+
+
+def run_demo(
+    config: DemoConfig,
+    *,
+    on_round: Callable[[RoundResult], None] | None = None,
+    on_stage: StageObserver | None = None,
+    key_passphrase: bytes | None = None,
+) -> DemoResults:
+    """Run the demo federation; write ``results.json`` and ``report.html`` into ``config.out``.
+
+    Parameters
+    ----------
+    config
+        Demo options (validated first, before any file is written).
+    on_round
+        Called after each round with its result (progress bars, tables).
+    on_stage
+        Called when each stage of a round starts (see :mod:`secure_fed.federation.observer`).
+    key_passphrase
+        Encrypts the audit log's signing key in ``config.out`` (``None``: unencrypted).
+
+    Returns
+    -------
+    DemoResults
+        Per-round rows, final budgets, privacy terms, the signed head, file locations.
+    """
+    started = time.perf_counter()
+    fed_config = config.federation_config()
+    out = Path(config.out)
+    _prepare_out(out)
+    url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
+    audit = _demo_audit_log(out, key_passphrase)
+    ledger = PrivacyLedger.from_url(url, audit=audit)
+    _register(ledger, fed_config)
     federation = Federation(
         config=fed_config,
-        task=task,
+        task=load_task(config.dataset, seed=config.seed),
         budget=ledger,
         store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
         audit=LedgerAuditSink(engine=ledger.engine, log=audit),
+        on_stage=on_stage,
+        insecure_noise=config.reproducible,
     )
     results = DemoResults(
         config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
         ledger_url=url,
         results_path=str(out / "results.json"),
+        report_path=str(out / "report.html"),
+        privacy={
+            "accountant": "rdp (Opacus RDP accountant; the ledger recomputes every charge)",
+            "delta": fed_config.delta,
+            "epsilon_budget": fed_config.epsilon,
+            "secure_noise": not config.reproducible,
+            "noise": NOISE[config.reproducible],
+        },
     )
     results.rounds = federation.run(on_round=on_round)
-    for p in plan:
-        status = ledger.budget_status(p.participant_id, ASSET_ID)
-        results.budgets[p.participant_id] = {
-            "limit": float(status.limit),
-            "spent": float(status.spent),
-            "remaining": float(status.remaining),
-        }
-    with Session(ledger.engine) as session:
-        audit.checkpoint(session, force=True)
-        session.commit()
+    results.budgets = _budgets(ledger, fed_config)
+    results.ledger = _signed_head(ledger, audit, out)
+    ledger.engine.dispose()
     results.wall_seconds = time.perf_counter() - started
-    (out / "results.json").write_text(json.dumps(results.to_dict(), indent=2), encoding="utf-8")
+    data = results.to_dict()
+    (out / "results.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    write_demo_report(data, out / "report.html")
     _log.info("demo finished in %.1f s; results in %s", results.wall_seconds, out)
     return results

@@ -1,0 +1,138 @@
+"""Options of ``secure-fed demo``, validated with light code before anything heavy loads.
+
+:meth:`DemoConfig.validate` checks every option the command line exposes
+(and the output folder) importing neither torch, Opacus nor the models, so a
+bad option fails at once with its typed error, before a progress display is
+drawn or a file written. :class:`~secure_fed.federation.config.FederationConfig`
+checks the same values again when the run starts (it stays the authority);
+the checks here repeat its messages for the options a user types.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from secure_fed.errors import FederationConfigInvalid, UnknownDataset
+from secure_fed.evaluation.attacks import AttackSpec, parse_attack_spec
+from secure_fed.learning.data import DATASET_REGISTRY
+from secure_fed.secure.mode import get_mode, mode_names
+
+if TYPE_CHECKING:
+    from secure_fed.federation.config import FederationConfig
+
+__all__ = ["DEMO_FILES", "DemoConfig"]
+
+#: Files the demo owns inside its working folder.
+DEMO_FILES = (
+    "ledger.db",
+    "ledger.db-wal",
+    "ledger.db-shm",
+    "results.json",
+    "report.html",
+    "log-signing-key.pem",
+    "log-public-key.pem",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """Options of ``secure-fed demo`` (the defaults are the embedded demo).
+
+    ``reproducible`` seeds the DP noise from ``seed`` (INSECURE: identical
+    numbers run after run, no DP guarantee; recorded in the ledger and in
+    ``results.json``). Without it, ``seed`` fixes the data split, the initial
+    models and the attacks, but not the DP noise, which comes from ``secrets``.
+    """
+
+    rounds: int = 5
+    participants: int = 4
+    dataset: str = "digits"
+    alpha: float = 0.5
+    epsilon: float = 8.0
+    attack: str | None = None
+    mode: str = "ckks"
+    out: Path = Path("secure-fed-work/demo")
+    seed: int = 0
+    overwrite: bool = False
+    central_dp: float | None = None
+    reproducible: bool = False
+
+    def validate(self) -> AttackSpec | None:
+        """Check every option and the output folder; return the parsed attack.
+
+        Raises
+        ------
+        FederationConfigInvalid
+            Naming the option (or the folder that already holds a run).
+        UnknownDataset, UnknownMode, UnknownAttack, AttackSpecInvalid
+            Listing what is registered.
+        """
+        checks = [
+            ("participants", 2 <= self.participants <= 100, "an integer in [2, 100]"),
+            ("rounds", 1 <= self.rounds <= 1000, "an integer in [1, 1000]"),
+            ("alpha", math.isfinite(self.alpha) and self.alpha > 0, "a number > 0"),
+            ("epsilon", math.isfinite(self.epsilon) and self.epsilon > 0, "a number > 0"),
+        ]
+        for name, ok, what in checks:
+            if not ok:
+                raise FederationConfigInvalid(f"{name} must be {what}, got {getattr(self, name)!r}")
+        if self.dataset not in DATASET_REGISTRY:
+            raise UnknownDataset(
+                f"unknown dataset {self.dataset!r}; registered: {sorted(DATASET_REGISTRY)}"
+            )
+        self._check_central_dp()
+        attack = None
+        if self.attack:
+            attack = parse_attack_spec(self.attack, participants=self.participants)
+            if attack.count >= self.participants:
+                raise FederationConfigInvalid(
+                    f"attack count {attack.count} leaves no honest participant"
+                )
+        self._check_out()
+        return attack
+
+    def federation_config(self) -> FederationConfig:
+        """Validate, then translate to a :class:`FederationConfig` (imports the learning stack).
+
+        Raises
+        ------
+        FederationConfigInvalid, UnknownDataset, UnknownMode, UnknownAttack, AttackSpecInvalid
+            As :meth:`validate`.
+        """
+        attack = self.validate()
+        from secure_fed.federation.config import FederationConfig
+
+        return FederationConfig(
+            participants=self.participants,
+            rounds=self.rounds,
+            alpha=self.alpha,
+            epsilon=self.epsilon,
+            attack=attack,
+            mode=self.mode,
+            seed=self.seed,
+            central_dp=self.central_dp,
+        )
+
+    def _check_central_dp(self) -> None:
+        mode = get_mode(self.mode)  # UnknownMode lists the registered names
+        dp = self.central_dp
+        if dp is not None and not (math.isfinite(dp) and dp > 0 and mode.central_dp):
+            able = [m for m in mode_names() if get_mode(m).central_dp]
+            raise FederationConfigInvalid(
+                f"central_dp must be a noise multiplier > 0 in a mode that adds it before the "
+                f"aggregator sees the aggregate ({able}), got {dp!r} in mode {self.mode!r}"
+            )
+
+    def _check_out(self) -> None:
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise FederationConfigInvalid(f"out {str(out)!r} exists and is not a folder")
+        existing = [name for name in DEMO_FILES if (out / name).exists()]
+        if existing and not self.overwrite:
+            raise FederationConfigInvalid(
+                f"out folder {str(out)!r} already holds a demo run ({', '.join(existing)}); "
+                "pass --overwrite to replace it or choose another --out"
+            )

@@ -1,0 +1,74 @@
+"""Per-round charts of a demo run as PNG bytes (matplotlib, Agg backend).
+
+Each chart has one line per participant over the rounds: accuracy
+(federated solid, local-only dashed, same colour), cumulative epsilon spent,
+the applied aggregation weight and the outlier score. Rounds in which a value
+is missing (an aborted round has no weights) leave a gap.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["CHARTS", "line_chart"]
+
+_WIDTH_IN, _HEIGHT_IN, _DPI = 6.4, 2.8, 110
+
+#: (key, title, y label, row fields) of each chart, in report order.
+CHARTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("accuracy", "Test accuracy", "accuracy", ("accuracy_federated", "accuracy_local")),
+    ("epsilon", "Epsilon spent (cumulative)", "epsilon", ("epsilon_spent",)),
+    ("weight", "Applied aggregation weight", "weight", ("weight",)),
+    ("score", "Outlier score (pooled Mahalanobis)", "score", ("score",)),
+)
+
+
+def _series(rounds: Sequence[dict[str, Any]], pid: str, field: str) -> list[float | None]:
+    values: list[float | None] = []
+    for rnd in rounds:
+        row = next((r for r in rnd["rows"] if r["participant_id"] == pid), None)
+        value = None if row is None else row.get(field)
+        values.append(float(value) if isinstance(value, int | float) else None)
+    return values
+
+
+def line_chart(rounds: Sequence[dict[str, Any]], key: str) -> bytes:
+    """Return the PNG of chart ``key`` (one of :data:`CHARTS`) over ``rounds``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    _, title, ylabel, fields = next(c for c in CHARTS if c[0] == key)
+    xs = [int(r["round_id"]) for r in rounds]
+    rows = rounds[0]["rows"] if rounds else []
+    pids = [row["participant_id"] for row in rows]
+    names = {
+        r["participant_id"]: r["participant_id"] + (" (attacker)" if r["attacker"] else "")
+        for r in rows
+    }
+    fig, ax = plt.subplots(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
+    for pid in pids:
+        color = None
+        for k, field in enumerate(fields):
+            ys = [float("nan") if y is None else y for y in _series(rounds, pid, field)]
+            label = names[pid] if k == 0 else f"{pid} (local-only)"
+            (line,) = ax.plot(
+                xs, ys, marker="o", linestyle="-" if k == 0 else "--", label=label, color=color
+            )
+            color = line.get_color()
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, linewidth=0.3)
+    if pids:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

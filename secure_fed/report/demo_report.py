@@ -1,0 +1,54 @@
+"""``report.html`` of a demo run: charts and per-round tables from ``results.json``.
+
+The page is rendered from the results dictionary the demo writes
+(:meth:`secure_fed.demo.DemoResults.to_dict`) with a Jinja2 template shipped
+in ``secure_fed/report/templates``, autoescaped. Charts are PNG images
+embedded as ``data:`` URIs, so the file is self-contained and carries no
+script; it reads the same offline, in a browser or attached to a ticket.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from secure_fed.report.charts import CHARTS, line_chart
+
+__all__ = ["render_demo_report", "write_demo_report"]
+
+
+def _pct(value: object) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
+
+
+def _num(value: object, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def render_demo_report(results: dict[str, Any]) -> str:
+    """Return the HTML page for ``results`` (the ``results.json`` dictionary)."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("secure_fed.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+    )
+    env.filters["pct"] = _pct
+    env.filters["num"] = _num
+    rounds = results.get("rounds", [])
+    charts = [
+        {
+            "title": title,
+            "src": "data:image/png;base64,"
+            + base64.b64encode(line_chart(rounds, key)).decode("ascii"),
+        }
+        for key, title, _, _ in CHARTS
+    ]
+    return env.get_template("demo_report.html.j2").render(r=results, charts=charts)
+
+
+def write_demo_report(results: dict[str, Any], path: Path) -> Path:
+    """Render ``results`` into ``path`` (UTF-8) and return ``path``."""
+    path.write_text(render_demo_report(results), encoding="utf-8")
+    return path
