@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["demo", "round_table"]
 
 #: Console width when stdout is not a terminal (tables take only the width they need).
-_PIPED_WIDTH = 160
+_PIPED_WIDTH = 200
 _VALIDATION_HINT = "see 'secure-fed demo --help' for the options and their ranges"
 
 
@@ -67,8 +67,7 @@ def round_table(result: RoundResult) -> Table:
     if result.reason:
         title += f" ({result.reason.removeprefix(f'round {result.round_id} aborted: ')})"
     table = Table(title=title, title_justify="left")
-    width = max((len(r.participant_id) for r in result.rows), default=11)
-    table.add_column("participant", no_wrap=True, min_width=width)
+    table.add_column("participant", overflow="fold")
     for col in (
         "model",
         "truth",
@@ -233,7 +232,9 @@ def demo(
     passphrase = _key_passphrase()
     if reproducible:
         typer.echo(
-            "warning: --reproducible: DP noise seeded from --seed; no DP guarantee", err=True
+            "warning: --reproducible: DP noise seeded from --seed (INSECURE: no DP guarantee; "
+            "recorded in the ledger and results.json)",
+            err=True,
         )
     debug = bool(ctx.find_root().params.get("debug"))
     _run(config, as_json=as_json, passphrase=passphrase, debug=debug)

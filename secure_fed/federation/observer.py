@@ -4,8 +4,8 @@
 ``on_stage`` observer and calls it with a :class:`StageEvent` when a stage of
 a round starts: ``training`` (a participant's DP-SGD round), ``encrypting``
 (its upload being encoded by the mode: CKKS encryption, secret sharing, or
-plain bytes), ``verifying`` (the aggregator checking its envelope),
-``baseline`` (its local-only twin, evaluation only), ``scoring`` (pooled
+plain bytes), ``baseline`` (its local-only twin, evaluation only),
+``verifying`` (the aggregator checking its envelope), ``scoring`` (pooled
 Mahalanobis scores), ``aggregating`` (the weighted sum and its release),
 ``distilling`` (a participant learning from the publication) and
 ``evaluating`` (the per-round table's accuracies).
@@ -37,8 +37,8 @@ __all__ = ["STAGES", "ObservedAggregator", "ObservedEncoder", "StageEvent", "Sta
 STAGES = (
     "training",
     "encrypting",
-    "verifying",
     "baseline",
+    "verifying",
     "scoring",
     "aggregating",
     "distilling",
