@@ -1,6 +1,13 @@
-"""Value types of the budget service and the audit interface it writes through.
+"""Value types of the budget service, the gate interfaces it offers, and the audit sink.
 
-:class:`AuditAppender` is the small interface (STYLE.md rule 1) the ledger needs
+:class:`ChargeGate` (reserve, commit, abort) and :class:`BudgetGate` (plus
+epsilon spent and noise calibration) are the small interfaces (STYLE.md rule 1)
+callers of a budget depend on: ``privacy_ledger.PrivacyLedger`` implements both
+with a database and audit log, ``secure_fed.learning.budget_gate.InMemoryBudgetGate``
+in process. They live here so that every layer above the ledger names the same
+interface without importing another layer.
+
+:class:`AuditAppender` is the small interface the ledger needs
 from the audit log: ``privacy_ledger.audit.log.AuditLog`` implements it, and any
 object with the same ``append`` works. ``append`` must add rows to the
 caller's session *without committing*, so that a budget change and its audit
@@ -20,7 +27,14 @@ from sqlalchemy.orm import Session
 
 from privacy_ledger.budget.mechanism import MechanismEvent
 
-__all__ = ["AuditAppender", "BudgetStatus", "Reservation", "RoundEpsilon"]
+__all__ = [
+    "AuditAppender",
+    "BudgetGate",
+    "BudgetStatus",
+    "ChargeGate",
+    "Reservation",
+    "RoundEpsilon",
+]
 
 
 class AuditAppender(Protocol):
@@ -113,3 +127,57 @@ class BudgetStatus:
     remaining: Decimal
     active_reservations: int
     per_round: list[RoundEpsilon] = field(default_factory=list)
+
+
+class ChargeGate(Protocol):
+    """Reserve, commit or abort one participant's privacy charge.
+
+    ``reserve`` returns a :class:`Reservation`; pass its ``id`` to ``commit``
+    or ``abort``. A refusal raises and spends nothing.
+    """
+
+    def reserve(
+        self,
+        participant_id: str,
+        asset_id: str,
+        event: MechanismEvent,
+        *,
+        round_id: str | None = None,
+    ) -> Reservation:
+        """Hold budget for ``event``, or raise the gate's refusal error (nothing spent)."""
+        ...
+
+    def commit(self, reservation_id: str) -> None:
+        """Charge a held reservation: the mechanism ran. Idempotent."""
+        ...
+
+    def abort(self, reservation_id: str, *, released_anything: bool = False) -> None:
+        """Release a held reservation; charge it anyway if ``released_anything``."""
+        ...
+
+
+class BudgetGate(ChargeGate, Protocol):
+    """A :class:`ChargeGate` that also reports spent epsilon and calibrates noise."""
+
+    def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
+        """Epsilon of the committed history, recomputed from its mechanism events."""
+        ...
+
+    def calibrate_noise(
+        self,
+        participant_id: str,
+        asset_id: str,
+        *,
+        rounds: int,
+        steps_per_round: int,
+        sample_rate: float,
+        max_grad_norm: float,
+        epsilon: str | Decimal | None = None,
+    ) -> float:
+        """Smallest noise multiplier keeping history + planned rounds within budget.
+
+        ``epsilon`` is the extra epsilon the plan may add on top of the current
+        history (committed and held), capped by the remaining budget; ``None``
+        allows the whole remaining budget.
+        """
+        ...

@@ -10,13 +10,15 @@ history, never summed per round (composition is sub-additive; see
 ``docs/audit/ledger.md``).
 
 :class:`BudgetGate` is the small interface the learning code depends on (the
-``Protocol`` of STYLE.md rule 1); ``privacy_ledger.PrivacyLedger`` implements it
-with a database and audit log. :class:`InMemoryBudgetGate` is a real, complete
-in-process implementation for baselines, tests and benchmarks: the ledger's
-accountant (:func:`privacy_ledger.budget.accountant.epsilon`), the ledger's
-calibration (:func:`privacy_ledger.budget.calibration.calibrate_for_budget`),
-the ledger's :class:`~privacy_ledger.budget.types.Reservation` and resolution
-rules, no persistence and no expiry.
+``Protocol`` of STYLE.md rule 1, defined once in
+:mod:`privacy_ledger.budget.types` and re-exported here);
+``privacy_ledger.PrivacyLedger`` implements it with a database and audit log.
+:class:`InMemoryBudgetGate` is a real, complete in-process implementation for
+baselines, tests and benchmarks: the ledger's accountant
+(:func:`privacy_ledger.budget.accountant.epsilon`), the ledger's calibration
+(:func:`privacy_ledger.budget.calibration.calibrate_for_budget`), the ledger's
+:class:`~privacy_ledger.budget.types.Reservation` and resolution rules, no
+persistence and no expiry.
 """
 
 from __future__ import annotations
@@ -29,12 +31,11 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
-from typing import Protocol
 
 from privacy_ledger.budget import accountant as acc
 from privacy_ledger.budget.calibration import calibrate_for_budget
 from privacy_ledger.budget.mechanism import MechanismEvent
-from privacy_ledger.budget.types import Reservation
+from privacy_ledger.budget.types import BudgetGate, Reservation
 from privacy_ledger.errors import (
     AccountantNotAllowed,
     BudgetExceeded,
@@ -51,58 +52,6 @@ __all__ = ["BudgetGate", "InMemoryBudgetGate", "refusal_errors"]
 logger = logging.getLogger(__name__)
 
 _STATES = ("reserved", "committed", "aborted")
-
-
-class BudgetGate(Protocol):
-    """Reserve / commit / abort budget, and calibrate noise against history.
-
-    ``privacy_ledger.PrivacyLedger`` and :class:`InMemoryBudgetGate` implement
-    it. ``reserve`` returns a :class:`~privacy_ledger.budget.types.Reservation`;
-    pass its ``id`` to ``commit`` or ``abort``. Refusals raise one of
-    :func:`refusal_errors`.
-    """
-
-    def reserve(
-        self,
-        participant_id: str,
-        asset_id: str,
-        event: MechanismEvent,
-        *,
-        round_id: str | None = None,
-    ) -> Reservation:
-        """Hold budget for ``event``, or raise the gate's refusal error (nothing spent)."""
-        ...
-
-    def commit(self, reservation_id: str) -> None:
-        """Charge a held reservation: the mechanism ran. Idempotent."""
-        ...
-
-    def abort(self, reservation_id: str, *, released_anything: bool = False) -> None:
-        """Release a held reservation; charge it anyway if ``released_anything``."""
-        ...
-
-    def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
-        """Epsilon of the committed history, recomputed from its mechanism events."""
-        ...
-
-    def calibrate_noise(
-        self,
-        participant_id: str,
-        asset_id: str,
-        *,
-        rounds: int,
-        steps_per_round: int,
-        sample_rate: float,
-        max_grad_norm: float,
-        epsilon: str | Decimal | None = None,
-    ) -> float:
-        """Smallest noise multiplier keeping history + planned rounds within budget.
-
-        ``epsilon`` is the extra epsilon the plan may add on top of the current
-        history (committed and held), capped by the remaining budget; ``None``
-        allows the whole remaining budget.
-        """
-        ...
 
 
 def refusal_errors() -> tuple[type[Exception], ...]:

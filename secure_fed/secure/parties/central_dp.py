@@ -18,8 +18,9 @@ Without configured caps the claims are all there is, and an aggregator that
 under-states them gets less noise than the ledger charges for; configure both.
 
 :class:`ChargeGate` is the part of a budget gate this needs (reserve, commit,
-abort); ``privacy_ledger.PrivacyLedger`` implements it, and so does any
-budget gate of the learning code, without the secure layer importing either.
+abort), defined in :mod:`privacy_ledger.budget.types` and re-exported here;
+``privacy_ledger.PrivacyLedger`` implements it, and so does any budget gate of
+the learning code, without the secure layer importing the learning layer.
 """
 
 from __future__ import annotations
@@ -28,40 +29,17 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from crypto.ckks.flooding import csprng_normal
 from privacy_ledger.budget.mechanism import MechanismEvent
+from privacy_ledger.budget.types import ChargeGate
 from secure_fed.errors import AuthorityRequestMalformed, KeyAuthorityConfigInvalid
 
 __all__ = ["CentralDP", "ChargeGate", "add_central_noise", "central_sensitivity"]
 
 _log = logging.getLogger(__name__)
-
-
-class ChargeGate(Protocol):
-    """Reserve, commit or abort one participant's privacy charge."""
-
-    def reserve(
-        self,
-        participant_id: str,
-        asset_id: str,
-        event: MechanismEvent,
-        *,
-        round_id: str | None = None,
-    ) -> object:
-        """Hold budget for ``event`` (a reservation with an ``id``), or raise a refusal."""
-        ...
-
-    def commit(self, reservation_id: str) -> None:
-        """Charge a held reservation: the mechanism ran."""
-        ...
-
-    def abort(self, reservation_id: str, *, released_anything: bool = False) -> None:
-        """Release a held reservation."""
-        ...
 
 
 @dataclass(frozen=True, kw_only=True)
