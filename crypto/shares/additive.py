@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from crypto.errors import ParameterInvalid, ShareTampered
 from crypto.shares import wire
 from crypto.shares._ring import RingArray, as_ring, check_party, random_ring, same_shape
@@ -121,19 +119,16 @@ class ShareBundle:
 
     def to_bytes(self, key: wire.ShareMacKey) -> bytes:
         """Serialize with header and HMAC-SM3 tag under the recipient's ``key``."""
-        if self._seed is not None:
-            kind, payload = wire.KIND_SEED, self._seed
-        else:
-            kind, payload = wire.KIND_VALUES, self.values().astype("<u8").tobytes()
-        frame = wire.Frame(
-            kind=kind,
+        seeded = self._seed is not None
+        return wire.seal(
+            key,
+            kind=wire.KIND_SEED if seeded else wire.KIND_VALUES,
             party=self.party,
-            frac_bits=self.frac_bits,
             count=self.count,
             label=self.label,
-            payload=payload,
+            payload=self._seed if self._seed is not None else self.values(),
+            frac_bits=self.frac_bits,
         )
-        return wire.pack(frame, key)
 
     @classmethod
     def parse(
@@ -184,8 +179,7 @@ class ShareBundle:
             return cls.from_seed(
                 frame.payload, label=label, count=frame.count, frac_bits=frame.frac_bits
             )
-        values = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
-        return cls.from_values(values, label=label, party=party, frac_bits=frame.frac_bits)
+        return cls.from_values(frame.words(), label=label, party=party, frac_bits=frame.frac_bits)
 
 
 def _check_frac(frac_bits: int) -> int:

@@ -62,20 +62,15 @@ class TripleShare:
 
     def to_bytes(self, key: wire.ShareMacKey) -> bytes:
         """Serialize for the dealer-to-party channel, tagged under ``key``."""
-        if self._seed is not None:
-            kind, payload = wire.KIND_TRIPLE_SEED, self._seed
-        else:
-            kind = wire.KIND_TRIPLE
-            payload = b"".join(p.astype("<u8").tobytes() for p in self.parts())
-        frame = wire.Frame(
-            kind=kind,
+        seeded = self._seed is not None
+        return wire.seal(
+            key,
+            kind=wire.KIND_TRIPLE_SEED if seeded else wire.KIND_TRIPLE,
             party=self.party,
-            frac_bits=0,
             count=self.count,
             label=self.label,
-            payload=payload,
+            payload=self._seed if self._seed is not None else np.concatenate(self.parts()),
         )
-        return wire.pack(frame, key)
 
     @classmethod
     def parse(
@@ -108,7 +103,7 @@ class TripleShare:
         )
         if seeded:
             return cls(label=label, party=party, count=frame.count, _seed=frame.payload)
-        raw = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
+        raw = frame.words()
         return cls(label=label, party=party, count=frame.count, _abc=_split3(raw, frame.count))
 
 
@@ -201,16 +196,14 @@ class BeaverParty:
         a, b, _ = self._triples.parts()
         d_i, e_i = x.reshape(-1) - a, y.reshape(-1) - b
         self._masked, self._shape, self._stage = (d_i, e_i), x.shape, STAGE_OPENED
-        payload = d_i.astype("<u8").tobytes() + e_i.astype("<u8").tobytes()
-        frame = wire.Frame(
+        return wire.seal(
+            self._key,
             kind=wire.KIND_OPENING,
             party=self.party,
-            frac_bits=0,
             count=x.size,
             label=self._triples.label,
-            payload=payload,
+            payload=np.concatenate([d_i, e_i]),
         )
-        return wire.pack(frame, self._key)
 
     def finish(self, peer_message: bytes) -> RingArray:
         """Combine the peer's opening and return this party's share of ``x * y``.
@@ -233,7 +226,7 @@ class BeaverParty:
             label=self._triples.label,
             count=count,
         )
-        peer = np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
+        peer = frame.words()
         d = self._masked[0] + peer[:count]
         e = self._masked[1] + peer[count:]
         a, b, c = self._triples.parts()

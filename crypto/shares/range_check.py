@@ -226,15 +226,14 @@ class RangeCheckParty:
         )
 
     def _send(self, words: Words) -> bytes:
-        frame = wire.Frame(
+        return wire.seal(
+            self._key,
             kind=wire.KIND_VALUES,
             party=self.party,
-            frac_bits=0,
             count=words.size,
             label=self._label(self._step),
-            payload=words.astype("<u8").tobytes(),
+            payload=words,
         )
-        return wire.pack(frame, self._key)
 
     def _expected(self) -> int:
         if self._stage == "masked":
@@ -254,7 +253,7 @@ class RangeCheckParty:
             count=self._expected(),
         )
         self._step += 1
-        return np.frombuffer(frame.payload, dtype="<u8").astype(np.uint64)
+        return frame.words()
 
 
 def range_check(

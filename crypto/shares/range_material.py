@@ -199,10 +199,9 @@ class RangeMaterial:
             kind, count = wire.KIND_VALUES, _HEAD_WORDS + self._explicit.size
             values = np.concatenate([np.array([self.count], dtype=np.uint64), self._explicit])
             payload = self._seed + values.astype("<u8").tobytes()
-        frame = wire.Frame(
-            kind=kind, party=self.party, frac_bits=0, count=count, label=self.label, payload=payload
+        return wire.seal(
+            key, kind=kind, party=self.party, count=count, label=self.label, payload=payload
         )
-        return wire.pack(frame, key)
 
     @classmethod
     def parse(

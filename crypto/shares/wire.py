@@ -19,8 +19,10 @@ import struct
 from dataclasses import dataclass
 from typing import NoReturn
 
+import numpy as np
+
 from crypto.errors import ParameterInvalid, ShareTampered
-from crypto.shares._ring import RING_ID
+from crypto.shares._ring import RING_ID, RingArray
 from crypto.shares.prg import ShareLabel
 
 MAGIC = b"SFS1"
@@ -110,6 +112,38 @@ class Frame:
     count: int
     label: ShareLabel
     payload: bytes
+
+    def words(self) -> RingArray:
+        """Return the payload as little-endian ring elements (``uint64``)."""
+        return np.frombuffer(self.payload, dtype="<u8").astype(np.uint64)
+
+
+def seal(
+    key: ShareMacKey,
+    *,
+    kind: int,
+    party: int,
+    count: int,
+    label: ShareLabel,
+    payload: bytes | RingArray,
+    frac_bits: int = 0,
+) -> bytes:
+    """Frame ``payload`` and tag it under ``key`` (:func:`pack` of a :class:`Frame`).
+
+    Parameters
+    ----------
+    key
+        MAC key shared with the recipient.
+    kind, party, count, label, frac_bits
+        Header fields; the recipient's :func:`unpack` checks each one.
+    payload
+        Raw bytes (a seed), or ring elements written little-endian.
+    """
+    data = payload if isinstance(payload, bytes) else payload.astype("<u8").tobytes()
+    frame = Frame(
+        kind=kind, party=party, frac_bits=frac_bits, count=count, label=label, payload=data
+    )
+    return pack(frame, key)
 
 
 def pack(frame: Frame, key: ShareMacKey) -> bytes:
