@@ -42,9 +42,10 @@ class DemoConfig:
     """Options of ``secure-fed demo`` (the defaults are the embedded demo).
 
     ``reproducible`` seeds the DP noise from ``seed`` (INSECURE: identical
-    numbers run after run, no DP guarantee; recorded in the ledger and in
-    ``results.json``). Without it, ``seed`` fixes the data split, the initial
-    models and the attacks, but not the DP noise, which comes from ``secrets``.
+    numbers run after run in plaintext mode, no DP guarantee; recorded in the
+    ledger and in ``results.json``; CKKS and shares keep their own randomness).
+    Without it, ``seed`` fixes the data split, the initial models and the
+    attacks, but not the DP noise, which comes from ``secrets``.
     """
 
     rounds: int = 5

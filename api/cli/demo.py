@@ -172,8 +172,9 @@ _SEED_HELP = (
 )
 _REPRODUCIBLE_HELP = (
     "INSECURE: seed the DP-SGD noise from --seed too, so two runs give identical figures "
-    "(demos, tests). Voids the DP guarantee; recorded in every ledger event (noise_rng) and "
-    "in results.json."
+    "in plaintext mode (ckks and shares keep their encryption and masking randomness: "
+    "scores and aggregates then differ at the level of their approximation error). Voids "
+    "the DP guarantee; recorded in every ledger event (noise_rng) and in results.json."
 )
 
 
