@@ -37,6 +37,8 @@ __all__ = [
     "AuditOriginMissing",
     "ProductionRefused",
     "TrustedHeadInvalid",
+    "PublicContextMismatch",
+    "RecomputeMismatch",
     "InternalError",
     "describe",
 ]
@@ -201,6 +203,27 @@ class TrustedHeadInvalid(CliError):
 
     code = "CLI_TRUSTED_HEAD_INVALID"
     default_hint = "pass the folder written by 'secure-fed ledger export-head' and its key"
+
+
+class PublicContextMismatch(CliError):
+    """The file passed with ``--public-context`` is no CKKS key epoch of this audit log."""
+
+    code = "CLI_PUBLIC_CONTEXT_MISMATCH"
+    default_hint = (
+        "pass the public context the key authority distributed; its SM3 must be the "
+        "fingerprint of a key.generated (kind ckks) event"
+    )
+
+
+class RecomputeMismatch(CliError):
+    """``ledger verify --recompute`` found decrypted ciphertexts that are not what was claimed."""
+
+    code = "CLI_RECOMPUTE_MISMATCH"
+    exit_code = EXIT_REFUSED
+    default_hint = (
+        "each finding names the round, purpose and request digest; the signed request "
+        "in the decryption.requested event is the evidence against the aggregator"
+    )
 
 
 class InternalError(CliError):

@@ -13,6 +13,9 @@ the newest signed head; ``export-head --out DIR`` writes ``head.txt``,
 service normally does it as it appends). ``verify --trusted-head DIR`` also
 checks that the log still contains a head exported earlier (a truncation of
 entries together with their heads is invisible in the database alone).
+``verify --recompute --public-context FILE`` then recomputes every CKKS
+decryption the key authority served from the stored uploads
+(:mod:`api.cli.recompute`) and exits 1 naming each mismatch.
 
 The log's public key is read from the database unless ``--public-key`` pins
 it; a warning says so, because whoever can write the database could also
@@ -33,7 +36,13 @@ import typer
 
 from api.cli.common import DB_HELP, load_private_key, open_engine, read_limited
 from api.cli.core import CliCommand, CliGroup
-from api.cli.errors import AuditLogEmpty, TrustedHeadInvalid, WriteFailed
+from api.cli.errors import (
+    AuditLogEmpty,
+    OptionInvalid,
+    RecomputeMismatch,
+    TrustedHeadInvalid,
+    WriteFailed,
+)
 
 if TYPE_CHECKING:  # the ledger and crypto modules are imported where used (fast --help)
     from sqlalchemy import Engine
@@ -147,11 +156,35 @@ def verify(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    recompute: Annotated[
+        bool,
+        typer.Option(
+            "--recompute",
+            help="Also recompute every CKKS decryption from the stored uploads "
+            "(needs --public-context); exit 1 naming each mismatch.",
+        ),
+    ] = False,
+    public_context: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-context",
+            metavar="FILE",
+            help="The CKKS public context (its SM3 must be a key.generated fingerprint).",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", metavar="NAME", help="The federation's round namespace."),
+    ] = None,
 ) -> None:
     """Recompute the tree, check every signed head; exit 1 naming the first bad entry."""
+    if recompute and public_context is None:
+        raise OptionInvalid("--recompute needs --public-context FILE")
     with _opened(db) as engine:
         key = _public_key(engine, public_key)
         report = _verify(engine, key, _trusted(trusted_head, key))
+        if recompute and public_context is not None:
+            _recompute(engine, public_context, namespace)
     summary = {
         "origin": report.origin,
         "size": report.tree_size,
@@ -169,6 +202,24 @@ def verify(
         f"{report.heads_checked} signed heads checked (latest size "
         f"{report.latest_head_size}, {report.unsigned_entries} entries not yet signed)"
     )
+
+
+def _recompute(engine: Engine, context: Path, namespace: str | None) -> None:
+    """Recompute the CKKS decryptions; print each finding, raise on any (after the log check)."""
+    from api.cli.recompute import recompute_ledger
+
+    result = recompute_ledger(engine, context, namespace)
+    for f in result.findings:
+        typer.echo(
+            f"MISMATCH: round {f.round_id}, purpose {f.purpose}, request {f.request_sm3}: "
+            f"{f.problem}",
+            err=True,
+        )
+    if result.findings:
+        raise RecomputeMismatch(
+            f"{len(result.findings)} of {result.requests} decryption requests do not recompute"
+        )
+    typer.echo(f"recomputed {result.requests} CKKS decryption requests: all match", err=True)
 
 
 def _latest(engine: Engine, key: SM2PublicKey) -> TreeHeadRow:

@@ -1,0 +1,180 @@
+"""``secure-fed ledger verify --recompute`` on real CKKS rounds in a real SQLite ledger.
+
+A round runs through the engine with the ckks aggregator, the ledger's round
+store and its signed audit log. In the forged round the aggregator (which holds
+its own signing key) swaps one final score's ciphertext for a one-hot cell of
+that participant's upload, under the honest claim, and signs it: the key
+authority cannot see the difference and decrypts it. The command recomputes
+every request from the stored uploads and names the forged one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from api.cli import app
+from crypto.ckks import EncryptedMatrix, load_encrypted
+from crypto.sm import SM2PrivateKey, sm3_digest
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.budget.participants import ParticipantRegistry
+from privacy_ledger.db import create_ledger_engine, upgrade
+from secure_fed.federation.engine import RoundEngine
+from secure_fed.federation.messages import UploadHeader, encode_upload
+from secure_fed.federation.schema import SchemaRegistry
+from secure_fed.federation.store import LedgerRoundStore
+from secure_fed.secure.audit import LedgerAuditSink
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
+from secure_fed.secure.parties.key_authority import decryption_request
+from secure_fed.wire import KEY_AUTHORITY_REQUEST, decode_frame
+from tests.secure_fed.federation.helpers import (
+    BOUND,
+    CONTRACT,
+    N_PUB,
+    C,
+    Clock,
+    honest,
+    make_config,
+)
+from tests.secure_fed.federation.helpers import schema as model_schema
+
+IDS = ["a", "b", "c", "d"]
+runner = CliRunner()
+
+
+def _one_hot(payload: bytes, dep: CkksDeployment, cell: tuple[int, int]) -> bytes:
+    """The attack ciphertext: one cell of an upload, slot-summed, at an honest score's level."""
+    up = load_encrypted(dep.public_context, payload, kind="upload", n_samples=N_PUB, n_classes=C)
+    row, cls = cell
+    mask = [0.0] * up.layout.run(0)[1]
+    mask[row] = 1.0
+    vector = ((up.vectors[up.layout.index(cls, 0)] * mask) * 1.0).sum()
+    forged = EncryptedMatrix(
+        kind="score",
+        preset=up.preset,
+        fingerprint=up.fingerprint,
+        layout=up.layout,
+        vectors=[vector],
+    )
+    return forged.to_bytes()
+
+
+def _forging(dep: CkksDeployment, payloads: dict[str, bytes]) -> Callable[[bytes], bytes]:
+    """An aggregator channel that swaps b's final score for a one-hot cell, re-signed."""
+    keys = dep.server_keys()
+
+    def channel(request: bytes) -> bytes:
+        header, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
+        claim = header["claim"]
+        assert isinstance(claim, dict)
+        if claim.get("step") != "final" or claim["uploads"][0][0] != "b":
+            return dep.authority.handle(request)
+        forged = decryption_request(
+            round_id=int(str(header["round_id"])),
+            purpose="score",
+            participant_ids=["b"],
+            shape=(N_PUB, C),
+            ciphertext=_one_hot(payloads["b"], dep, (5, 0)),
+            signer=keys.signer,
+            claim=claim,
+        )
+        return dep.authority.handle(forged)
+
+    return channel
+
+
+def _upload(dep: SecureDeployment, pid: str, seed: int) -> tuple[bytes, bytes]:
+    payload = dep.encoder(pid, bound=BOUND).encode(honest(seed))
+    header = UploadHeader(
+        round_id=1,
+        participant_id=pid,
+        mode="ckks",
+        schema=model_schema(),
+        schema_hash=CONTRACT.schema_hash(),
+        num_samples=100,
+        nonce=secrets.token_hex(16),
+        payload_sm3=sm3_digest(payload).hex(),
+    )
+    return payload, encode_upload(header, payload)
+
+
+def _round(tmp_path: Path, *, forge: bool) -> tuple[str, Path, Path]:
+    """Run one CKKS round on a fresh ledger; return its URL, log key and public context files."""
+    url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
+    db = create_ledger_engine(url)
+    upgrade(db)
+    registry = ParticipantRegistry(db)
+    for pid in IDS:
+        registry.register_participant(pid, institution=f"Bank {pid}", kind="bank")
+    key = SM2PrivateKey.generate()
+    audit = LedgerAuditSink(engine=db, log=AuditLog(signer=key, origin="test.example/recompute"))
+    dep = SecureDeployment.create(
+        mode="ckks", shape=(N_PUB, C), participant_ids=IDS, min_participants=3, audit=audit
+    )
+    assert isinstance(dep, CkksDeployment)
+    uploads = {p: _upload(dep, p, i) for i, p in enumerate(IDS)}
+    keys = dep.server_keys()
+    if forge:
+        keys = replace(keys, authority=_forging(dep, {p: u[0] for p, u in uploads.items()}))
+    aggregator = CkksAggregator(
+        shape=(N_PUB, C), bound=BOUND, keys=keys, scoring=dep.plan.scoring, min_participants=3
+    )
+    schemas = SchemaRegistry()
+    schemas.register(model_schema())
+    engine = RoundEngine(
+        store=LedgerRoundStore(engine=db, namespace="fed"),
+        aggregator=aggregator,
+        mode="ckks",
+        registry=schemas,
+        audit=audit,
+        clock=Clock(),
+    )
+    engine.open(replace(make_config(min_participants=3, max_weight=1 / 3), mode="ckks"))
+    engine.start_collecting(1)
+    for _, message in uploads.values():
+        engine.submit(message, round_id=1)
+    engine.close(1)
+    engine.filter(1)
+    engine.publish(1)
+    db.dispose()
+    (tmp_path / "pub.pem").write_bytes(key.public_key.to_pem())
+    (tmp_path / "context.bin").write_bytes(dep.authority.public_context)
+    return url, tmp_path / "pub.pem", tmp_path / "context.bin"
+
+
+def _verify(url: str, pem: Path, context: Path, *extra: str) -> tuple[int, str]:
+    args = ["ledger", "verify", "--db", url, "--public-key", str(pem), "--recompute"]
+    result = runner.invoke(app, [*args, "--public-context", str(context), *extra])
+    return result.exit_code, result.output
+
+
+@pytest.mark.slow
+def test_a_forged_score_in_a_real_round_is_named(tmp_path: Path) -> None:
+    url, pem, context = _round(tmp_path, forge=True)
+    code, output = _verify(url, pem, context)
+    assert code == 1, output
+    lines = [line for line in output.splitlines() if line.startswith("MISMATCH")]
+    assert len(lines) == 1 and "round 1, purpose score, request " in lines[0]
+    assert "not the one its claim recomputes to" in lines[0]
+    assert "[CLI_RECOMPUTE_MISMATCH] 1 of " in output
+
+
+@pytest.mark.slow
+def test_an_honest_round_recomputes_and_a_foreign_context_is_refused(tmp_path: Path) -> None:
+    url, pem, context = _round(tmp_path, forge=False)
+    code, output = _verify(url, pem, context)
+    assert code == 0, output
+    assert "all match" in output and "MISMATCH" not in output
+    other = tmp_path / "other.bin"
+    other.write_bytes(context.read_bytes() + b"\0")
+    code, output = _verify(url, pem, other)
+    assert code == 2 and "CLI_PUBLIC_CONTEXT_MISMATCH" in output
+    bare = ["ledger", "verify", "--db", url, "--public-key", str(pem), "--recompute"]
+    result = runner.invoke(app, bare)
+    assert result.exit_code == 2 and "--recompute needs --public-context" in result.output
