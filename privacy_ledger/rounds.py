@@ -179,19 +179,16 @@ class RoundStore:
         _check_label("kind", kind)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise LedgerParameterInvalid(f"shape: must be non-negative ints, got {shape!r}")
-        with self._sessions() as session, session.begin():
-            self._require_round(session, round_id)
-            session.add(
-                UploadRow(
-                    round_id=round_id,
-                    participant_id=participant_id,
-                    digest=digest,
-                    size=size,
-                    kind=kind,
-                    shape=list(shape),
-                    created_at=self._clock(),
-                )
-            )
+        row = UploadRow(
+            round_id=round_id,
+            participant_id=participant_id,
+            digest=digest,
+            size=size,
+            kind=kind,
+            shape=list(shape),
+            created_at=self._clock(),
+        )
+        self._add_to_round(round_id, row)
 
     def record_decryption(
         self, round_id: str, *, requester: str, kind: str, what: str, aggregate_size: int
@@ -201,18 +198,15 @@ class RoundStore:
         _check_label("kind", kind)
         _check_label("what", what, 2000)
         _check_size("aggregate_size", aggregate_size)
-        with self._sessions() as session, session.begin():
-            self._require_round(session, round_id)
-            session.add(
-                DecryptionRequestRow(
-                    round_id=round_id,
-                    requester=requester,
-                    kind=kind,
-                    what=what,
-                    aggregate_size=aggregate_size,
-                    created_at=self._clock(),
-                )
-            )
+        row = DecryptionRequestRow(
+            round_id=round_id,
+            requester=requester,
+            kind=kind,
+            what=what,
+            aggregate_size=aggregate_size,
+            created_at=self._clock(),
+        )
+        self._add_to_round(round_id, row)
 
     def uploads(self, round_id: str) -> list[UploadRecord]:
         """Return the uploads of a round, in arrival order."""
@@ -252,6 +246,12 @@ class RoundStore:
                 )
                 for r in rows.scalars()
             ]
+
+    def _add_to_round(self, round_id: str, row: UploadRow | DecryptionRequestRow) -> None:
+        """Store ``row`` in one transaction, refusing a round that is not stored."""
+        with self._sessions() as session, session.begin():
+            self._require_round(session, round_id)
+            session.add(row)
 
     @staticmethod
     def _require_round(session: Any, round_id: str) -> None:
