@@ -178,12 +178,7 @@ class BudgetTrack:
 
     def series(self) -> dict[str, Any]:
         """Epsilon after each committed round (consecutive commits of one round merged)."""
-        groups: list[tuple[str | None, int]] = []
-        for i, (round_id, _, _, _) in enumerate(self.commits):
-            if groups and round_id is not None and groups[-1][0] == round_id:
-                groups[-1] = (round_id, i)
-            else:
-                groups.append((round_id, i))
+        groups = acc.round_ends(round_id for round_id, _, _, _ in self.commits)
         step = max(1, math.ceil(len(groups) / MAX_SERIES_POINTS))
         keep = [g for k, g in enumerate(groups) if k % step == step - 1 or k == len(groups) - 1]
         points: list[list[object]] = []

@@ -47,6 +47,7 @@ __all__ = [
     "compose",
     "epsilon",
     "parse_epsilon",
+    "round_ends",
     "round_up",
 ]
 
@@ -235,6 +236,22 @@ def epsilon(events: Iterable[MechanismEvent], *, delta: float, accountant: str) 
     if not history:
         return Decimal(0)
     return round_up(compute(history, delta))
+
+
+def round_ends(round_ids: Iterable[str | None]) -> list[tuple[str | None, int]]:
+    """Group a committed history by round: ``(round_id, index of its last event)`` each.
+
+    Consecutive events of one round form one group (a round commits several
+    mechanisms); an event without a round id is a group of its own. The
+    epsilon "after a round" is the epsilon of the history up to that index.
+    """
+    groups: list[tuple[str | None, int]] = []
+    for i, round_id in enumerate(round_ids):
+        if groups and round_id is not None and groups[-1][0] == round_id:
+            groups[-1] = (round_id, i)
+        else:
+            groups.append((round_id, i))
+    return groups
 
 
 def parse_epsilon(value: object, name: str = "epsilon") -> Decimal:

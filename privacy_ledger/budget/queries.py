@@ -86,13 +86,10 @@ class BudgetQueries(ParticipantRegistry):
             reserved = self._rows(session, budget, "reserved")
         spent, held = self._totals(budget, committed, reserved)
         limit = Decimal(budget.epsilon_limit)
-        per_round: list[RoundEpsilon] = []
-        for i, row in enumerate(committed):
-            after = self._eps(budget, committed[: i + 1])
-            if per_round and row.round_id is not None and per_round[-1][0] == row.round_id:
-                per_round[-1] = RoundEpsilon(row.round_id, after)
-            else:
-                per_round.append(RoundEpsilon(row.round_id, after))
+        per_round = [
+            RoundEpsilon(round_id, self._eps(budget, committed[: last + 1]))
+            for round_id, last in acc.round_ends(r.round_id for r in committed)
+        ]
         return BudgetStatus(
             participant_id=participant_id,
             asset_id=asset_id,
