@@ -22,27 +22,25 @@ def _event() -> MechanismEvent:
     )
 
 
+def _budget_set(**options: str) -> list[str]:
+    """Argv of ``budget set``: ``--name value`` per keyword (``audit_key`` is ``--audit-key``)."""
+    flags = (x for name, value in options.items() for x in (f"--{name.replace('_', '-')}", value))
+    return ["budget", "set", *flags]
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     result = runner.invoke(
         app,
-        [
-            "budget",
-            "set",
-            "--participant",
-            "h1",
-            "--asset",
-            "ct",
-            "--epsilon",
-            "4",
-            "--institution",
-            "Hospital One",
-            "--kind",
-            "hospital",
-            "--db",
-            url,
-        ],
+        _budget_set(
+            participant="h1",
+            asset="ct",
+            epsilon="4",
+            institution="Hospital One",
+            kind="hospital",
+            db=url,
+        ),
     )
     assert result.exit_code == 0, result.output
     assert "limit 4 at delta 1e-05 (rdp)" in result.output
@@ -93,21 +91,7 @@ def test_errors_are_typed_and_non_zero(db: str) -> None:
     )
     assert no_budget.exit_code == 1 and "LEDGER_BUDGET_NOT_SET" in no_budget.output
     gdp = runner.invoke(
-        app,
-        [
-            "budget",
-            "set",
-            "--participant",
-            "h1",
-            "--asset",
-            "ct",
-            "--epsilon",
-            "4",
-            "--accountant",
-            "gdp",
-            "--db",
-            db,
-        ],
+        app, _budget_set(participant="h1", asset="ct", epsilon="4", accountant="gdp", db=db)
     )
     assert gdp.exit_code == 1 and "allowed: prv, rdp" in gdp.output
     bad_url = runner.invoke(app, ["budget", "show", "--participant", "h1", "--db", "mysql://x"])
@@ -116,21 +100,7 @@ def test_errors_are_typed_and_non_zero(db: str) -> None:
 
 def test_set_changes_the_limit(db: str) -> None:
     result = runner.invoke(
-        app,
-        [
-            "budget",
-            "set",
-            "--participant",
-            "h1",
-            "--asset",
-            "ct",
-            "--epsilon",
-            "8.5",
-            "--accountant",
-            "prv",
-            "--db",
-            db,
-        ],
+        app, _budget_set(participant="h1", asset="ct", epsilon="8.5", accountant="prv", db=db)
     )
     assert result.exit_code == 0, result.output
     assert "limit 8.5" in result.output and "(prv)" in result.output
@@ -147,34 +117,19 @@ def test_set_with_audit_key_writes_a_verifiable_entry(
     key_path = tmp_path / "audit.pem"
     key_path.write_bytes(key.to_pem(passphrase=b"correct horse battery"))
     url = f"sqlite:///{tmp_path / 'audited.db'}"
-    base = [
-        "budget",
-        "set",
-        "--participant",
-        "b1",
-        "--asset",
-        "loans",
-        "--db",
-        url,
-        "--audit-key",
-        str(key_path),
-    ]
+    base = {"participant": "b1", "asset": "loans", "db": url, "audit_key": str(key_path)}
     first = runner.invoke(
         app,
-        [
-            *base,
-            "--epsilon",
-            "3",
-            "--institution",
-            "Bank B",
-            "--kind",
-            "bank",
-            "--audit-origin",
-            "bank-b.example/audit",
-        ],
+        _budget_set(
+            **base,
+            epsilon="3",
+            institution="Bank B",
+            kind="bank",
+            audit_origin="bank-b.example/audit",
+        ),
     )
     assert first.exit_code == 0, first.output
-    second = runner.invoke(app, [*base, "--epsilon", "2.5"])  # origin read from the log
+    second = runner.invoke(app, _budget_set(**base, epsilon="2.5"))  # origin read from the log
     assert second.exit_code == 0, second.output
     ledger = PrivacyLedger.from_url(url)
     try:
@@ -188,22 +143,9 @@ def test_set_without_audit_key_warns_and_production_refuses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{tmp_path / 'plain.db'}"
-    args = [
-        "budget",
-        "set",
-        "--participant",
-        "b1",
-        "--asset",
-        "loans",
-        "--epsilon",
-        "3",
-        "--institution",
-        "Bank B",
-        "--kind",
-        "bank",
-        "--db",
-        url,
-    ]
+    args = _budget_set(
+        participant="b1", asset="loans", epsilon="3", institution="Bank B", kind="bank", db=url
+    )
     plain = runner.invoke(app, args)
     assert plain.exit_code == 0 and "not audited" in plain.output
     monkeypatch.setenv("SECURE_FED_ENVIRONMENT", "production")
@@ -214,18 +156,17 @@ def test_set_without_audit_key_warns_and_production_refuses(
 
 
 GOOD = {
-    "--participant": "h2",
-    "--asset": "ct",
-    "--epsilon": "4",
-    "--delta": "1e-5",
-    "--institution": "Hospital Two",
-    "--kind": "hospital",
+    "participant": "h2",
+    "asset": "ct",
+    "epsilon": "4",
+    "delta": "1e-5",
+    "institution": "Hospital Two",
+    "kind": "hospital",
 }
 
 
 def _args(url: str, **override: str) -> list[str]:
-    options = {**GOOD, **{f"--{k}": v for k, v in override.items()}}
-    return ["budget", "set", "--db", url, *(x for kv in options.items() for x in kv)]
+    return _budget_set(db=url, **{**GOOD, **override})
 
 
 def _snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
