@@ -56,6 +56,18 @@ def _edited(conn: Connection, at: int, /, **changes: object) -> bytes:
     return canonical.encode(entry)
 
 
+def _insert(conn: Connection, index: int, subject: str, entry: bytes) -> None:
+    """Insert a forged ``budget.reserved`` row with its true leaf hash; the log grows to 21."""
+    conn.execute(
+        text(
+            "INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
+            "VALUES (:i, 'budget.reserved', :s, :e, :h)"
+        ),
+        {"i": index, "s": subject, "e": entry, "h": SM3_HASHER.hash_leaf(entry)},
+    )
+    conn.execute(text("UPDATE log_state SET tree_size = 21"))
+
+
 def _shift(conn: Connection, after: int, delta: int) -> None:
     """Move entries > ``after`` by ``delta`` one row at a time (unique key safe)."""
     indexes = [
@@ -154,29 +166,18 @@ def swap_rows_renumbered(conn: Connection) -> None:
 
 
 def insert_at_end(conn: Connection) -> None:
-    entry = _edited(conn, 19, index=20)
-    conn.execute(
-        text(
-            "INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
-            "VALUES (20, 'budget.reserved', 'participant:p1', :e, :h)"
-        ),
-        {"e": entry, "h": SM3_HASHER.hash_leaf(entry)},
-    )
-    conn.execute(text("UPDATE log_state SET tree_size = 21"))
+    _insert(conn, 20, "participant:p1", _edited(conn, 19, index=20))
 
 
 def insert_in_middle(conn: Connection) -> None:
     prev = _row(conn, 12)[1]
     _shift(conn, 12, +1)
-    data = _edited(conn, 12, index=13, prev=prev.hex(), fields={"forged": True})
-    conn.execute(
-        text(
-            "INSERT INTO audit_entries (entry_index, event, subject, entry, leaf_hash) "
-            "VALUES (13, 'budget.reserved', 'participant:p0', :e, :h)"
-        ),
-        {"e": data, "h": SM3_HASHER.hash_leaf(data)},
+    _insert(
+        conn,
+        13,
+        "participant:p0",
+        _edited(conn, 12, index=13, prev=prev.hex(), fields={"forged": True}),
     )
-    conn.execute(text("UPDATE log_state SET tree_size = 21"))
 
 
 def rewrite_history_from(conn: Connection) -> None:
