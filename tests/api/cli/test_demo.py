@@ -106,6 +106,10 @@ def test_table_output_and_refusal_to_overwrite(
     header = next(line for line in first.stdout.splitlines() if "participant" in line)
     assert all(col in header for col in ("truth", "upload", "score", "decision", "weight"))
     assert "report.html" in first.stdout
+    # Seeded (insecure) DP noise is never the default: no event records it.
+    with sqlite3.connect(out / "ledger.db") as db:
+        versions = [json.loads(v) for (v,) in db.execute("select versions from privacy_events")]
+    assert versions and all("noise_rng" not in v for v in versions)
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "[FEDERATION_CONFIG_INVALID]" in again.output
     assert "--overwrite" in again.output
