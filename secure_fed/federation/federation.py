@@ -235,7 +235,11 @@ class Federation:
         central_dp = None
         if config.central_dp is not None:  # the key authority adds it, charged per contributor
             central_dp = CentralDP(
-                noise_multiplier=config.central_dp, delta=config.delta, asset_id=ASSET_ID
+                noise_multiplier=config.central_dp,
+                delta=config.delta,
+                asset_id=ASSET_ID,
+                bound=PUBLIC_LOGIT_BOUND,
+                max_weight=config.weight_cap(),
             )
         self.deployment = SecureDeployment.create(
             mode=config.mode,

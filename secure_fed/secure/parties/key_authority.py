@@ -49,7 +49,7 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
 )
 from secure_fed.secure.audit import AuditSink
-from secure_fed.secure.ckks_claims import array_sm3, check_claim
+from secure_fed.secure.ckks_claims import check_claim
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
 from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
 from secure_fed.secure.parties.central_dp import (
@@ -166,8 +166,6 @@ class KeyAuthority:
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
     _verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
-    _means: dict[str, np.ndarray] = field(init=False, repr=False, default_factory=dict)
-    _means_round: int = field(init=False, repr=False, default=-1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
@@ -250,19 +248,19 @@ class KeyAuthority:
                 self.policy.refuse(ask, f"the claim's {ask.samples} rows are not the shape's")
             self._check_epoch(ask)  # an exhausted epoch releases nothing, whatever is asked
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
-            self._check_center(ask, claim)
+            step = self._release_step(ask)
         except ReleaseRefused as exc:
             self._journal(verified, claim, granted=False, reason=str(exc))
             raise
         values = self._decrypt(payload, ask.value_kind, shape)
-        if purpose == "moments":  # the plan's one covariance, as the C x C second moment
+        if step == "moments":  # the plan's one covariance, as the C x C second moment
             values = self._moment_matrix(values, len(ids))
-        dp = purpose == "aggregate" and self.central_dp is not None
+        # the plan's publication is the round's only first-order release: it, and only
+        # it, is noised and charged, whatever purpose label the request carries
+        dp = step == "publication" and self.central_dp is not None
         if dp:
             values = self._central_noise(values, ids, header, round_id)
         self._journal(verified, claim, granted=True)
-        if purpose == "mean":
-            self._remember_mean(round_id, values)
         self.policy.released(replace(ask, shape=tuple(values.shape)), central_dp=dp, values=values)
         meta, raw = encode_array(values)
         reply = {"purpose": purpose, "array": meta, "central_dp": dp}
@@ -330,15 +328,26 @@ class KeyAuthority:
             )
         raise error(f"round {ask.round_id}, {ask.purpose}: {reason}")
 
-    def _check_center(self, ask: ReleaseRequest, claim: dict[str, object]) -> None:
-        """Refuse a plaintext centre that is no mean released by this authority this round."""
-        center = claim.get("center_sm3")
-        if center is None:
-            return
-        if self._means_round != ask.round_id or center not in self._means:
+    def _release_step(self, ask: ReleaseRequest) -> str:
+        """Return the plan step ``ask`` is (the plan accepted it); refuse a mis-shaped moment.
+
+        Only the publication may open a first-order ``(N, C)`` matrix: a moments
+        request must carry the ``C(C+1)/2`` slot-summed products, so the published
+        aggregate's ciphertext cannot be opened as "moments" (unnoised).
+        """
+        tracker = self.plans.tracker(ask.round_id)
+        step = tracker.step_of(ask) if tracker is not None else None
+        if tracker is None or step is None:
+            self._deny(ask, "the request is no step of the round's plan", DecryptionRefused)
+            raise AssertionError  # unreachable: _deny raises
+        classes = tracker.plan.num_classes
+        if step == "moments" and ask.shape != (1, classes * (classes + 1) // 2):
             self._deny(
-                ask, "the claimed centre is no mean released in this round", DecryptionRefused
+                ask,
+                f"moments are {classes * (classes + 1) // 2} sums, not {ask.shape}",
+                DecryptionRefused,
             )
+        return step
 
     def _check_epoch(self, ask: ReleaseRequest) -> None:
         keys = self._keys()
@@ -348,15 +357,6 @@ class KeyAuthority:
                 f"{self.max_releases} decryptions; rotate the keys"
             )
             self._deny(ask, reason, KeyEpochExhausted)
-
-    def _remember_mean(self, round_id: int, values: np.ndarray) -> None:
-        if round_id != self._means_round:
-            self._means, self._means_round = {}, round_id
-        self._means[array_sm3(values)] = values
-
-    def released_mean(self, digest: str) -> np.ndarray | None:
-        """Return a mean released this round, by the SM3 of its float64 bytes (or None)."""
-        return self._means.get(digest)
 
     def _journal(
         self,
@@ -430,9 +430,12 @@ class KeyAuthority:
         self, values: np.ndarray, ids: Sequence[str], header: dict[str, object], round_id: int
     ) -> np.ndarray:
         dp, gate = self.central_dp, self.budget
-        assert dp is not None and gate is not None
-        bound = number_from_wire(header.get("bound"))  # decimal strings on the wire
-        max_weight = number_from_wire(header.get("max_weight"))
+        tracker = self.plans.tracker(round_id)
+        assert dp is not None and gate is not None and tracker is not None
+        # the cap is the plan's (its weights were checked against it); the bound the
+        # configured one when set, else the request's (never below the configured caps)
+        bound = dp.bound if dp.bound is not None else number_from_wire(header.get("bound"))
+        max_weight = tracker.plan.max_weight
         sens = central_sensitivity(size=values.size, bound=bound, max_weight=max_weight)
         return add_central_noise(
             values, dp=dp, gate=gate, participant_ids=ids, sensitivity=sens, round_id=round_id

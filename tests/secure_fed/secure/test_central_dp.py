@@ -29,6 +29,7 @@ from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.central_dp import CentralDP
+from secure_fed.secure.release_plan import ReleasePlan
 from tests.secure_fed.secure.helpers import BOUND, population
 
 N, C, Z = 300, 10, 2.0
@@ -45,9 +46,23 @@ def _ledger(tmp_path: Path, budgets: dict[str, str]) -> PrivacyLedger:
     return ledger
 
 
-def _round(dep: SecureDeployment):  # type: ignore[no-untyped-def]
+def _round(  # type: ignore[no-untyped-def]
+    dep: SecureDeployment, round_id: int = 7, cap: float | None = 0.25, scored: bool = False
+):
+    """Uploads of the contributors, under a round plan whose weight cap is ``cap``."""
     preds = population(len(CONTRIBUTORS), N, C, seed=3)
     agg = dep.aggregator(bound=BOUND)
+    scoring = agg.scoring  # type: ignore[attr-defined]
+    cap is None or agg.begin_round(  # the round's public weight cap: the sensitivity's max_weight
+        ReleasePlan.for_round(
+            round_id=round_id,
+            min_participants=3,
+            shape=(N, C),
+            scoring=scoring,
+            max_weight=cap,
+            scored=scored,
+        )
+    )
     handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(preds[p])) for p in preds}
     noiseless = np.mean([preds[p] for p in CONTRIBUTORS], axis=0)
     return agg, handles, noiseless
@@ -67,7 +82,7 @@ def test_noise_is_in_the_released_aggregate_and_charged_to_each_contributor(
         central_dp=dp,
         budget=ledger,
     )
-    agg, handles, noiseless = _round(dep)
+    agg, handles, noiseless = _round(dep, scored=True)
     agg.score(handles, round_id=7)  # scoring releases are not noised and not charged
     assert not any(ledger.events(p, ASSET_ID) for p in IDS)
     weights = {p: 1.0 / len(CONTRIBUTORS) for p in CONTRIBUTORS}
@@ -89,7 +104,7 @@ def test_noise_is_in_the_released_aggregate_and_charged_to_each_contributor(
 
 def test_without_central_dp_the_aggregate_is_only_flooded(ckks) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
-    agg, handles, noiseless = _round(dep)
+    agg, handles, noiseless = _round(dep, cap=None)
     out = agg.reveal(agg.weighted_sum(handles, {p: 0.25 for p in CONTRIBUTORS}), round_id=1)
     assert np.abs(out - noiseless).max() < 5e-3
 
@@ -105,7 +120,7 @@ def test_one_refusing_budget_releases_nothing_and_charges_nobody(tmp_path: Path)
         central_dp=dp,
         budget=ledger,
     )
-    agg, handles, _ = _round(dep)
+    agg, handles, _ = _round(dep, round_id=2)
     with pytest.raises(BudgetExceeded):
         agg.reveal(agg.weighted_sum(handles, {p: 0.25 for p in CONTRIBUTORS}), round_id=2)
     assert not dep.authority.log or dep.authority.log[-1].purpose != "aggregate"
@@ -134,6 +149,18 @@ def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> Non
     ids = [m.participant.participant_id for m in fed.members]
     preds = population(3, *fed.deployment.shape, seed=4)
     agg = fed.engine.aggregator
+    cap = config.weight_cap()
+    dp = fed.deployment.authority.central_dp  # type: ignore[attr-defined]
+    assert (dp.bound, dp.max_weight) == (PUBLIC_LOGIT_BOUND, cap)  # the enforced caps
+    plan = ReleasePlan.for_round(
+        round_id=1,
+        min_participants=3,
+        shape=fed.deployment.shape,
+        scoring=agg.scoring,  # type: ignore[attr-defined]
+        scored=False,
+        max_weight=cap,  # the round's cap, as the engine fixes it
+    )
+    agg.begin_round(plan)
     handles = {
         p: agg.load(fed.deployment.encoder(p, bound=PUBLIC_LOGIT_BOUND).encode(m))
         for p, m in zip(ids, preds.values(), strict=True)
@@ -141,7 +168,7 @@ def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> Non
     out = agg.reveal(agg.weighted_sum(handles, {p: 1 / 3 for p in ids}), round_id=1)
     clipped = [np.clip(m, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND) for m in preds.values()]
     noise = out - np.mean(clipped, axis=0)
-    sensitivity = 2 * PUBLIC_LOGIT_BOUND / 3 * math.sqrt(out.size)
+    sensitivity = cap * 2 * PUBLIC_LOGIT_BOUND * math.sqrt(out.size)
     assert np.std(noise) == pytest.approx(Z * sensitivity, rel=0.1)
     assert all(gate.epsilon_spent(p, ASSET_ID) > 0 for p in ids)
 
@@ -171,7 +198,7 @@ def test_noise_follows_the_configured_caps_not_the_requests_claims(
         central_dp=dp,
         budget=ledger,
     )
-    agg, handles, noiseless = _round(dep)
+    agg, handles, noiseless = _round(dep, round_id=5)
     aggregate = agg.weighted_sum(handles, {p: 0.25 for p in CONTRIBUTORS})
     aggregate.max_weight = claimed  # the claim the request will carry
     noise = agg.reveal(aggregate, round_id=5).astype(np.float64) - noiseless
