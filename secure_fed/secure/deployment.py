@@ -24,7 +24,7 @@ from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import MODE_REGISTRY, SecureAggregator, UploadEncoder, get_mode
 from secure_fed.secure.parties.central_dp import CentralDP, ChargeGate
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.secure.server_auth import ServerSigningKey
+from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 
 __all__ = ["DeploymentPlan", "SecureDeployment"]
 
@@ -90,6 +90,18 @@ class DeploymentPlan:
                     "public_key": public.to_der().hex(),
                 },
             )
+        return key
+
+    def enrol_channel(self, name: str) -> ChannelKey:
+        """Generate the HMAC-SM3 key of ``name``'s requests on a two-server link.
+
+        Both ends of the link receive the same opaque, unpicklable key object;
+        the audit records only that it was generated (``key.generated``), never
+        the key or a digest of it.
+        """
+        key = ChannelKey.generate(name)
+        if self.audit is not None:
+            self.audit.record("key.generated", {"kind": "hmac-sm3-channel", "server": name})
         return key
 
     def require_enrolled(self, participant_id: str) -> None:

@@ -57,7 +57,11 @@ from secure_fed.secure.mode import (
     normalized_weights,
     register_mode,
 )
-from secure_fed.secure.parties.key_authority import KeyAuthority, decryption_request
+from secure_fed.secure.parties.key_authority import (
+    KeyAuthority,
+    decryption_request,
+    plan_request,
+)
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import ScoreReport, ScoringConfig, pooled_mahalanobis
@@ -101,7 +105,8 @@ class CkksKeys:
         The aggregator's SM2 key; it signs every decryption request.
     plans
         Channel fixing a round's release plan with the key authority
-        (:meth:`KeyAuthority.install_plan`); ``None``: the authority has none.
+        (:meth:`KeyAuthority.install_plan`; every plan is signed by ``signer``);
+        ``None``: the authority has none.
     """
 
     public_context: PublicContext
@@ -199,7 +204,7 @@ class CkksAggregator(SecureAggregator):
         if plan.min_participants < self.min_participants:  # never below the gatekeeper's
             plan = replace(plan, min_participants=self.min_participants)
         if self.keys.plans is not None:
-            fixed = self.keys.plans(plan.to_bytes())
+            fixed = self.keys.plans(plan_request(plan, signer=self.keys.signer))
             plan = ReleasePlan.from_bytes(fixed) if isinstance(fixed, bytes) else plan
         self._plans[plan.round_id] = PlanTracker(plan=plan)
 

@@ -66,7 +66,7 @@ from secure_fed.secure.modes.share_ops import (
     whiten_shares,
 )
 from secure_fed.secure.modes.share_range import RangeDealer, check_upload
-from secure_fed.secure.parties.helper import HelperParty, reply_array, seal_key
+from secure_fed.secure.parties.helper import HelperParty, plan_request, reply_array, seal_key
 from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
@@ -76,6 +76,7 @@ from secure_fed.secure.scoring.mahalanobis import (
     pooled_mahalanobis,
     symmetric_from_pairs,
 )
+from secure_fed.secure.server_auth import ChannelKey
 from secure_fed.wire import (
     HELPER_REQUEST,
     SHARES_UPLOAD,
@@ -163,6 +164,9 @@ class SharesKeys:
         MAC keys of the dealer's blobs to the aggregator and of the helper channel.
     range_dealer
         Deals the range check every upload passes at load (the key authority).
+    request_key
+        HMAC-SM3 key of the aggregator's signed requests to the helper (it tags
+        every release plan; the helper fixes no plan without it).
     """
 
     secrets: Mapping[str, bytes] = field(repr=False)
@@ -171,6 +175,7 @@ class SharesKeys:
     dealer_key: ShareMacKey
     channel_key: ShareMacKey
     range_dealer: RangeDealer | None = None
+    request_key: ChannelKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.secrets:
@@ -182,6 +187,8 @@ class SharesKeys:
         for name in ("dealer_key", "channel_key"):
             if not isinstance(getattr(self, name), ShareMacKey):
                 raise ModeSetupInvalid(f"{name} must be a ShareMacKey")
+        if self.request_key is not None and not isinstance(self.request_key, ChannelKey):
+            raise ModeSetupInvalid("request_key must be a ChannelKey")
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SharesKeys cannot be pickled")
@@ -316,7 +323,9 @@ class SharesAggregator(SecureAggregator):
         """Fix ``plan`` with the helper and run the same plan state machine here."""
         if plan.min_participants < self.min_participants:  # never below the gatekeeper's
             plan = replace(plan, min_participants=self.min_participants)
-        _, fixed = _call(self.keys, {"op": "plan", "round_id": plan.round_id}, plan.to_bytes())
+        if self.keys.request_key is None:
+            raise ModeSetupInvalid("request_key is needed to fix a release plan with the helper")
+        _, fixed = reply_array(self.keys.helper(plan_request(plan, key=self.keys.request_key)))
         if not isinstance(fixed, bytes):
             raise OpeningRefused("the helper did not return the plan it fixed")
         plan = ReleasePlan.from_bytes(fixed)  # the helper's plan is the one that holds
@@ -571,6 +580,9 @@ class SharesDeployment(SecureDeployment):
     dealer_keys
         MAC keys of the dealer's blobs (``"aggregator"``, ``"helper"``) and of the
         aggregator-helper channel (``"channel"``).
+    request_key
+        HMAC-SM3 key of the aggregator's signed requests to the helper (enrolled
+        by :meth:`DeploymentPlan.enrol_channel`; only these two servers hold it).
     """
 
     def __init__(
@@ -581,9 +593,11 @@ class SharesDeployment(SecureDeployment):
         helper: HelperParty,
         enrolments: Mapping[str, SharesEnrolment],
         dealer_keys: Mapping[str, ShareMacKey],
+        request_key: ChannelKey,
     ) -> None:
         super().__init__(mode=SharesMode.name, plan=plan)
         self.authority, self.helper = authority, helper
+        self._request_key = request_key
         self._enrolments, self._macs = dict(enrolments), dict(dealer_keys)
 
     @classmethod
@@ -595,6 +609,7 @@ class SharesDeployment(SecureDeployment):
             "helper": ShareMacKey.generate(recipient="dealer-helper"),
             "channel": ShareMacKey.generate(recipient="channel"),
         }
+        link = plan.enrol_channel("aggregator")
         helper = HelperParty(
             shape=plan.shape,
             min_participants=plan.min_participants,
@@ -602,10 +617,16 @@ class SharesDeployment(SecureDeployment):
             secrets={p: e.helper_secret for p, e in enrolments.items()},
             dealer_key=macs["helper"],
             channel_key=macs["channel"],
+            request_key=link,
         )
         authority = KeyAuthority(min_participants=plan.min_participants, audit=plan.audit)
         return cls(
-            plan=plan, authority=authority, helper=helper, enrolments=enrolments, dealer_keys=macs
+            plan=plan,
+            authority=authority,
+            helper=helper,
+            enrolments=enrolments,
+            dealer_keys=macs,
+            request_key=link,
         )
 
     @property
@@ -646,6 +667,7 @@ class SharesDeployment(SecureDeployment):
             ),
             dealer_key=self._macs["aggregator"],
             channel_key=self._macs["channel"],
+            request_key=self._request_key,
         )
 
     def aggregator(self, *, bound: float) -> SharesAggregator:

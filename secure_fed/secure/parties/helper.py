@@ -44,6 +44,8 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     ModeSetupInvalid,
     OpeningRefused,
+    ServerRequestReplayed,
+    ServerRequestUnauthenticated,
     UploadMalformed,
 )
 from secure_fed.secure.audit import AuditSink
@@ -68,6 +70,7 @@ from secure_fed.secure.release_policy import (
     ReleaseRule,
 )
 from secure_fed.secure.scoring.mahalanobis import symmetric_from_pairs
+from secure_fed.secure.server_auth import ChannelKey, RequestVerifier, authenticate_request
 from secure_fed.wire import (
     HELPER_REPLY,
     HELPER_REQUEST,
@@ -78,7 +81,7 @@ from secure_fed.wire import (
     number_from_wire,
 )
 
-__all__ = ["HelperParty", "reply_array", "seal_key", "split_parts"]
+__all__ = ["HelperParty", "plan_request", "reply_array", "seal_key", "split_parts"]
 
 _log = logging.getLogger(__name__)
 
@@ -147,6 +150,10 @@ class HelperParty:
         Extra release rules, after the built-in ones and the round's plan.
     registry
         Used triple labels and upload rounds (persist it in a file the helper owns).
+    request_key
+        HMAC-SM3 key of the aggregator's signed requests (:mod:`..server_auth`);
+        a release plan is fixed only from a request tagged with it (without one,
+        every plan is refused).
     """
 
     shape: tuple[int, int]
@@ -157,14 +164,18 @@ class HelperParty:
     audit: AuditSink | None = None
     release_rules: tuple[ReleaseRule, ...] = ()
     registry: HelperRegistry = field(default_factory=HelperRegistry)
+    request_key: ChannelKey | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
+    _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.request_key is not None:
+            self._plan_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
         self.plans = PlanBook(
             min_participants=self.min_participants,
             enrolled=frozenset(self.secrets),
@@ -186,8 +197,13 @@ class HelperParty:
         ------
         AuthorityRequestMalformed, UploadMalformed, OpeningRefused
             On a malformed frame, a refused seed, or an opening the policy refuses.
+        ServerRequestUnauthenticated, ServerRequestReplayed
+            A ``plan`` request not tagged with the aggregator's channel key, altered,
+            or replayed (an ``access.denied`` event).
         """
         header, payload = decode_frame(request, HELPER_REQUEST)
+        if header.get("op") == "plan":
+            header, payload = self._verify_plan(request)
         ops: dict[str, Callable[[dict[str, object], bytes], Reply]] = {
             "load": self._load,
             "range": lambda h, p: self.range_checks.handle(
@@ -205,6 +221,24 @@ class HelperParty:
         return encode_frame(HELPER_REPLY, reply_header, reply)
 
     # -- the round's plan ------------------------------------------------------------
+
+    def _verify_plan(self, request: bytes) -> tuple[dict[str, object], bytes]:
+        """Check the plan request's tag, purpose and freshness; audit a refusal."""
+        try:
+            if self._plan_verifier is None:
+                raise ServerRequestUnauthenticated("no aggregator channel key is enrolled")
+            verified = self._plan_verifier.verify(request)
+            if verified.purpose != "plan":
+                raise ServerRequestUnauthenticated(f"purpose {verified.purpose!r} is not 'plan'")
+        except (ServerRequestUnauthenticated, ServerRequestReplayed) as exc:
+            _log.warning("helper refused an unauthenticated plan request: %s", exc)
+            if self.audit is not None:
+                self.audit.record(
+                    "access.denied",
+                    {"party": "helper", "op": "plan", "code": exc.code, "reason": str(exc)},
+                )
+            raise
+        return verified.header, verified.payload
 
     def _plan(self, header: dict[str, object], payload: bytes) -> Reply:
         """Fix a round's release plan (once, before anything of the round is opened)."""
@@ -444,6 +478,19 @@ def _weights(raw: object) -> tuple[float, ...]:
     if not all(w is not None for w in numbers):
         raise AuthorityRequestMalformed("linear openings need a list of numeric weights")
     return tuple(float(w) for w in numbers if w is not None)
+
+
+def plan_request(plan: ReleasePlan, *, key: ChannelKey) -> bytes:
+    """Build the helper request fixing ``plan``, tagged with the channel ``key``."""
+    header: dict[str, object] = {
+        "op": "plan",
+        "round_id": plan.round_id,
+        "purpose": "plan",
+        "parts": [len(plan.to_bytes())],
+    }
+    return authenticate_request(
+        HELPER_REQUEST, header, plan.to_bytes(), signer=key, round_id=plan.round_id, purpose="plan"
+    )
 
 
 def _int(header: Mapping[str, object], name: str) -> int:

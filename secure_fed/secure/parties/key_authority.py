@@ -91,6 +91,7 @@ __all__ = [
     "SignedRequestRecord",
     "decryption_request",
     "deal_request",
+    "plan_request",
 ]
 
 _log = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ class KeyAuthority:
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
     _verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
+    _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
@@ -178,6 +180,8 @@ class KeyAuthority:
             )
         if self.aggregator is not None:
             self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
+            # plans are fixed ahead of a round's decryptions: their own freshness window
+            self._plan_verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
         self.plans = PlanBook(
@@ -266,16 +270,34 @@ class KeyAuthority:
         reply = {"purpose": purpose, "array": meta, "central_dp": dp}
         return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
 
-    def install_plan(self, plan: bytes) -> bytes:
-        """Fix a round's release plan; return the plan as fixed (the aggregator adopts it).
+    def install_plan(self, request: bytes) -> bytes:
+        """Fix a round's release plan from a signed request; return the plan as fixed.
+
+        ``request`` is built by :func:`plan_request` with the enrolled aggregator's
+        key (purpose ``"plan"``, the plan's round); the aggregator adopts the reply.
 
         Raises
         ------
+        ServerRequestUnauthenticated, ServerRequestReplayed
+            Not signed by the enrolled aggregator, altered, for another purpose or
+            round than its plan, or replayed (an ``access.denied`` event).
         ModeSetupInvalid
             A malformed plan, a second plan for the round, or one outside this
             authority's bounds (a lower ``min_participants`` is raised to its own).
         """
-        return self.plans.install(ReleasePlan.from_bytes(plan)).plan.to_bytes()
+        verified = self._verify(request, self._plan_verifier, op="plan")
+        try:
+            if verified.purpose != "plan":
+                raise ServerRequestUnauthenticated(f"purpose {verified.purpose!r} is not 'plan'")
+            plan = ReleasePlan.from_bytes(verified.payload)
+            if plan.round_id != verified.round_id:
+                raise ServerRequestUnauthenticated(
+                    f"the plan names round {plan.round_id}, the request round {verified.round_id}"
+                )
+        except ServerRequestUnauthenticated as exc:
+            self._denied(exc, op="plan")
+            raise
+        return self.plans.install(plan).plan.to_bytes()
 
     def _moment_matrix(self, values: np.ndarray, count: int) -> np.ndarray:
         pairs = values.size
@@ -283,20 +305,28 @@ class KeyAuthority:
         preset = self._keys().public_context.preset
         return moment_matrix(values, preset=preset, count=count, num_classes=classes)
 
-    def _verify(self, request: bytes) -> VerifiedRequest:
+    def _verify(
+        self, request: bytes, verifier: RequestVerifier | None = None, *, op: str = "decrypt"
+    ) -> VerifiedRequest:
         """Check the aggregator's signature, binding and freshness; audit a refusal."""
+        verifier = self._verifier if verifier is None else verifier
         try:
-            if self._verifier is None:
+            if verifier is None:
                 raise ServerRequestUnauthenticated("no aggregator key is enrolled")
-            return self._verifier.verify(request, max_bytes=self.max_request_bytes)
+            return verifier.verify(request, max_bytes=self.max_request_bytes)
         except (ServerRequestUnauthenticated, ServerRequestReplayed) as exc:
-            _log.warning("key authority refused an unauthenticated request: %s", exc)
-            if self.audit is not None:
-                self.audit.record(
-                    "access.denied",
-                    {"party": "key_authority", "code": exc.code, "reason": str(exc)},
-                )
+            self._denied(exc, op=op)
             raise
+
+    def _denied(
+        self, exc: ServerRequestUnauthenticated | ServerRequestReplayed, *, op: str
+    ) -> None:
+        _log.warning("key authority refused an unauthenticated %s request: %s", op, exc)
+        if self.audit is not None:
+            self.audit.record(
+                "access.denied",
+                {"party": "key_authority", "op": op, "code": exc.code, "reason": str(exc)},
+            )
 
     def _ask(
         self, payload: bytes, round_id: int, purpose: str, ids: list[str], shape: tuple[int, int]
@@ -613,6 +643,19 @@ def decryption_request(
         signer=signer,
         round_id=round_id,
         purpose=purpose,
+    )
+
+
+def plan_request(plan: ReleasePlan, *, signer: Signer) -> bytes:
+    """Build the bytes of a signed request fixing ``plan`` (purpose ``"plan"``, its round)."""
+    header: dict[str, object] = {"round_id": plan.round_id, "purpose": "plan"}
+    return authenticate_request(
+        KEY_AUTHORITY_REQUEST,
+        header,
+        plan.to_bytes(),
+        signer=signer,
+        round_id=plan.round_id,
+        purpose="plan",
     )
 
 

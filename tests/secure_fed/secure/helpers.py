@@ -150,9 +150,9 @@ class Harness:
 
 # --- release plans ---------------------------------------------------------------------
 
+from secure_fed.secure.parties.helper import plan_request  # noqa: E402
 from secure_fed.secure.release_plan import ReleasePlan  # noqa: E402
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig  # noqa: E402
-from secure_fed.wire import HELPER_REQUEST, encode_frame  # noqa: E402
 
 
 def plan(round_id: int, shape: tuple[int, int], *, min_participants: int = 3, **kw) -> ReleasePlan:  # type: ignore[no-untyped-def]
@@ -168,5 +168,4 @@ def plan(round_id: int, shape: tuple[int, int], *, min_participants: int = 3, **
 
 def install_helper_plan(helper, the_plan: ReleasePlan) -> None:  # type: ignore[no-untyped-def]
     """Fix ``the_plan`` with a shares-mode helper through its byte channel."""
-    head = {"op": "plan", "round_id": the_plan.round_id, "parts": [len(the_plan.to_bytes())]}
-    helper.handle(encode_frame(HELPER_REQUEST, head, the_plan.to_bytes()))
+    helper.handle(plan_request(the_plan, key=helper.request_key))

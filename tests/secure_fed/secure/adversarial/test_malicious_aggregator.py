@@ -152,6 +152,7 @@ def test_a_replayed_label_after_a_restart_is_refused_with_a_log_row(shares, tmp_
         channel_key=dep.helper.channel_key,
         audit=sink,
         registry=HelperRegistry(tmp_path / "helper.sqlite"),
+        request_key=dep.helper.request_key,
     )
     from secure_fed.secure.modes.shares import SharesAggregator
 

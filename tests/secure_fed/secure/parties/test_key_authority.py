@@ -12,7 +12,12 @@ from secure_fed.errors import (
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.secure.audit import MemoryAuditSink
-from secure_fed.secure.parties.key_authority import CentralDP, KeyAuthority, decryption_request
+from secure_fed.secure.parties.key_authority import (
+    CentralDP,
+    KeyAuthority,
+    decryption_request,
+    plan_request,
+)
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import plan, population
 
@@ -32,7 +37,12 @@ _ROUND = [0]
 def _aggregator_signer(ckks) -> None:  # type: ignore[no-untyped-def]
     _SIGNER[:] = [ckks[0].server_keys().signer]
     _ROUND[0] += 1  # each test is a fresh round with a publication-only release plan
-    ckks[0].authority.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
+    ckks[0].authority.install_plan(_plan_request(_ROUND[0]))
+
+
+def _plan_request(round_id: int) -> bytes:
+    """A publication-only release plan for ``round_id``, signed by the aggregator."""
+    return plan_request(plan(round_id, (N, C), scored=False), signer=_SIGNER[0])  # type: ignore[arg-type]
 
 
 def _request(purpose: str, ids: list[str], ct: bytes, shape=(N, C), **extra) -> bytes:  # type: ignore[no-untyped-def]
@@ -173,13 +183,13 @@ def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: i
         aggregator=_SIGNER[0].identity,  # type: ignore[attr-defined]
     )
     ka.keys = dep.authority.keys  # the same key epoch, a second authority object
-    ka.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
+    ka.install_plan(_plan_request(_ROUND[0]))
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
     ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))
     assert ka.log[-1].central_dp
     assert all(gate.epsilon_spent(p, "private-train") > 0 for p in ids)
     _ROUND[0] += 1  # the plan allows one publication per round
-    ka.install_plan(plan(_ROUND[0], (N, C), scored=False).to_bytes())
+    ka.install_plan(_plan_request(_ROUND[0]))
     with pytest.raises(AuthorityRequestMalformed, match="max_weight"):
         ka.handle(_request("aggregate", ids, agg.to_bytes()))
 
