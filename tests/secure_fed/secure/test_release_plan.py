@@ -147,6 +147,21 @@ def test_the_weight_cap_is_enforced() -> None:
     assert tracker.reason(_publication(("a", "b", "c"), (0.4, 0.3, 0.3))) is None
 
 
+def test_the_cap_check_allows_float_rounding_but_no_real_excess() -> None:
+    # cap_weights at cap 1/3 over three participants renormalises to 0.33333333333333337,
+    # one ulp above 1/3: a published round was refused for it.
+    cap = 1 / 3
+    tracker = PlanTracker(plan=replace(PLAN, scored=False, max_weight=cap))
+    ulp_above = np.nextafter(cap, 1.0)
+    assert (
+        tracker.reason(_publication(("a", "b", "c"), (ulp_above, ulp_above, 1 - 2 * ulp_above)))
+        is None
+    )
+    assert "cap" in str(
+        tracker.reason(_publication(("a", "b", "c"), (cap + 1e-9, cap, cap - 1e-9)))
+    )
+
+
 def test_score_refusals() -> None:
     tracker = PlanTracker(plan=PLAN, enrolled=frozenset(IDS))
     cases = [
