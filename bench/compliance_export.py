@@ -31,10 +31,10 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crypto.sm import SM2PrivateKey, sm3_digest  # noqa: E402
-from privacy_ledger.audit.log import AuditLog  # noqa: E402
-from privacy_ledger.db import create_ledger_engine, upgrade  # noqa: E402
-from privacy_ledger.models import (  # noqa: E402
+from crypto.sm import SM2PrivateKey, sm3_digest
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.db import create_ledger_engine, upgrade
+from privacy_ledger.models import (
     Budget,
     DataAsset,
     Participant,
@@ -59,27 +59,83 @@ def _round_entries(log: AuditLog, session: Session, r: int, now: float) -> list[
     for i, p in enumerate(PARTICIPANTS):
         reservation, sigma = secrets.token_hex(16), _sigma(i, r)
         subject = f"participant:{p}/asset:{ASSET}"
-        log.append(session, event="budget.reserved", subject=subject, fields={
-            "reservation": reservation, "round": f"r{r}", "noise_multiplier": sigma,
-            "sample_rate": "0.001", "steps": 20, "max_grad_norm": "1.0", "delta": "0.00001",
-            "mechanism": "subsampled_gaussian", "sampler": "poisson", "versions": VERSIONS,
-            "limit": "1000", "spent": "0", "reserved": "0", "epsilon_projected": "1"})
-        log.append(session, event="budget.committed", subject=subject, fields={
-            "reservation": reservation, "round": f"r{r}", "previous_state": "reserved",
-            "after_release": False, "over_limit": False})
+        log.append(
+            session,
+            event="budget.reserved",
+            subject=subject,
+            fields={
+                "reservation": reservation,
+                "round": f"r{r}",
+                "noise_multiplier": sigma,
+                "sample_rate": "0.001",
+                "steps": 20,
+                "max_grad_norm": "1.0",
+                "delta": "0.00001",
+                "mechanism": "subsampled_gaussian",
+                "sampler": "poisson",
+                "versions": VERSIONS,
+                "limit": "1000",
+                "spent": "0",
+                "reserved": "0",
+                "epsilon_projected": "1",
+            },
+        )
+        log.append(
+            session,
+            event="budget.committed",
+            subject=subject,
+            fields={
+                "reservation": reservation,
+                "round": f"r{r}",
+                "previous_state": "reserved",
+                "after_release": False,
+                "over_limit": False,
+            },
+        )
         digest = sm3_digest(f"{p}/{r}".encode()).hex()
-        log.append(session, event="upload.received", subject=f"participant:{p}", fields={
-            "round_id": r, "participant_id": p, "digest": digest, "size": 35_000,
-            "kind": "ckks", "shape": [359, 10]})
-        log.append(session, event="outlier.decision", subject=f"participant:{p}", fields={
-            "round_id": r, "participant_id": p, "score": f"{8 + i * 0.37:.4f}",
-            "smoothed": f"{8 + i * 0.35:.4f}", "action": "keep", "factor": "1.0",
-            "downweight_threshold": "21.67", "exclude_threshold": "27.88"})
+        log.append(
+            session,
+            event="upload.received",
+            subject=f"participant:{p}",
+            fields={
+                "round_id": r,
+                "participant_id": p,
+                "digest": digest,
+                "size": 35_000,
+                "kind": "ckks",
+                "shape": [359, 10],
+            },
+        )
+        log.append(
+            session,
+            event="outlier.decision",
+            subject=f"participant:{p}",
+            fields={
+                "round_id": r,
+                "participant_id": p,
+                "score": f"{8 + i * 0.37:.4f}",
+                "smoothed": f"{8 + i * 0.35:.4f}",
+                "action": "keep",
+                "factor": "1.0",
+                "downweight_threshold": "21.67",
+                "exclude_threshold": "27.88",
+            },
+        )
         rows.append({"reservation": reservation, "p": p, "sigma": float(sigma), "digest": digest})
     for event in ("decryption.requested", "decryption.released"):
-        log.append(session, event=event, subject=f"round:{r}", fields={
-            "round_id": r, "purpose": "aggregate", "shape": [359, 10], "contributors": 10,
-            "participant_ids": PARTICIPANTS, "central_dp": False})
+        log.append(
+            session,
+            event=event,
+            subject=f"round:{r}",
+            fields={
+                "round_id": r,
+                "purpose": "aggregate",
+                "shape": [359, 10],
+                "contributors": 10,
+                "participant_ids": PARTICIPANTS,
+                "central_dp": False,
+            },
+        )
     log.checkpoint(session)
     return rows
 
@@ -88,35 +144,92 @@ def _table_rows(session: Session, r: int, rows: list[dict[str, Any]], now: float
     key = f"bench:{r:08d}"
     session.add(RoundRow(id=key, stage="published", state={}, created_at=now, updated_at=now))
     session.flush()
-    session.execute(insert(PrivacyEventRow), [{
-        "id": x["reservation"], "participant_id": x["p"], "asset_id": ASSET, "round_id": f"r{r}",
-        "state": "committed", "accountant": "rdp", "noise_multiplier": x["sigma"],
-        "sample_rate": 0.001, "steps": 20, "max_grad_norm": 1.0, "delta": 1e-5,
-        "sampler": "poisson", "mechanism": "subsampled_gaussian", "versions": VERSIONS,
-        "epsilon_projected": "1", "released_anything": False, "created_at": now,
-        "expires_at": now + 3600, "resolved_at": now} for x in rows])
-    session.execute(insert(UploadRow), [{
-        "round_id": key, "participant_id": x["p"], "digest": x["digest"], "size": 35_000,
-        "kind": "ckks", "shape": [359, 10], "created_at": now} for x in rows])
+    session.execute(
+        insert(PrivacyEventRow),
+        [
+            {
+                "id": x["reservation"],
+                "participant_id": x["p"],
+                "asset_id": ASSET,
+                "round_id": f"r{r}",
+                "state": "committed",
+                "accountant": "rdp",
+                "noise_multiplier": x["sigma"],
+                "sample_rate": 0.001,
+                "steps": 20,
+                "max_grad_norm": 1.0,
+                "delta": 1e-5,
+                "sampler": "poisson",
+                "mechanism": "subsampled_gaussian",
+                "versions": VERSIONS,
+                "epsilon_projected": "1",
+                "released_anything": False,
+                "created_at": now,
+                "expires_at": now + 3600,
+                "resolved_at": now,
+            }
+            for x in rows
+        ],
+    )
+    session.execute(
+        insert(UploadRow),
+        [
+            {
+                "round_id": key,
+                "participant_id": x["p"],
+                "digest": x["digest"],
+                "size": 35_000,
+                "kind": "ckks",
+                "shape": [359, 10],
+                "created_at": now,
+            }
+            for x in rows
+        ],
+    )
 
 
 def _setup(session: Session, log: AuditLog, now: float) -> None:
     for p in PARTICIPANTS:
-        session.add(Participant(id=p, institution=f"Institution {p}", kind="hospital",
-                                public_key_pem=SM2PrivateKey.generate().public_key.to_pem(),
-                                status="active", created_at=now))
+        session.add(
+            Participant(
+                id=p,
+                institution=f"Institution {p}",
+                kind="hospital",
+                public_key_pem=SM2PrivateKey.generate().public_key.to_pem(),
+                status="active",
+                created_at=now,
+            )
+        )
     session.flush()
     for p in PARTICIPANTS:
         session.add(DataAsset(participant_id=p, asset_id=ASSET, description="", created_at=now))
     session.flush()
     for p in PARTICIPANTS:
-        session.add(Budget(participant_id=p, asset_id=ASSET, epsilon_limit="1000", delta=1e-5,
-                           accountant="rdp", version=1, created_at=now, updated_at=now))
+        session.add(
+            Budget(
+                participant_id=p,
+                asset_id=ASSET,
+                epsilon_limit="1000",
+                delta=1e-5,
+                accountant="rdp",
+                version=1,
+                created_at=now,
+                updated_at=now,
+            )
+        )
     session.flush()
     for p in PARTICIPANTS:
-        log.append(session, event="budget.set", subject=f"participant:{p}/asset:{ASSET}",
-                   fields={"epsilon_limit": "1000", "delta": "0.00001", "accountant": "rdp",
-                           "previous_limit": None})
+        log.append(
+            session,
+            event="budget.set",
+            subject=f"participant:{p}/asset:{ASSET}",
+            fields={
+                "epsilon_limit": "1000",
+                "delta": "0.00001",
+                "accountant": "rdp",
+                "previous_limit": None,
+            },
+        )
 
 
 def build(path: Path, entries: int, key: SM2PrivateKey) -> int:
@@ -129,8 +242,7 @@ def build(path: Path, entries: int, key: SM2PrivateKey) -> int:
         clock[0] += 0.01
         return clock[0]
 
-    log = AuditLog(signer=key, origin="bench.secure-fed/audit", clock=tick,
-                   checkpoint_seconds=1e9)
+    log = AuditLog(signer=key, origin="bench.secure-fed/audit", clock=tick, checkpoint_seconds=1e9)
     with Session(engine) as session:
         _setup(session, log, tick())
         session.commit()
@@ -158,18 +270,36 @@ def _child(fmt: str, db: Path, key_pem: Path, out: Path) -> None:
         extra: dict[str, Any] = {"entries": report.entries}
     else:
         engine = create_ledger_engine(f"sqlite:///{db}")
-        result = export_report(engine, fmt=fmt, out=out, signing_key=key,
-                               log_public_key=key.public_key, produced_by="bench")
+        result = export_report(
+            engine,
+            fmt=fmt,
+            out=out,
+            signing_key=key,
+            log_public_key=key.public_key,
+            produced_by="bench",
+        )
         extra = {"entries_cited": result.meta["cited"]["entries"]}
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": round(seconds, 2), "peak_rss_mib": round(peak, 1),
-                      "output_mib": round(out.stat().st_size / 2**20, 2), **extra}))
+    print(
+        json.dumps(
+            {
+                "seconds": round(seconds, 2),
+                "peak_rss_mib": round(peak, 1),
+                "output_mib": round(out.stat().st_size / 2**20, 2),
+                **extra,
+            }
+        )
+    )
 
 
 def _run(fmt: str, db: Path, key_pem: Path, out: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--child", fmt, str(db), str(key_pem),
-                           str(out)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", fmt, str(db), str(key_pem), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -192,18 +322,32 @@ def main() -> None:
         t0 = time.perf_counter()
         size = build(folder / "ledger.db", entries, key)
         build_s = time.perf_counter() - t0
-        results = {fmt: _run(fmt, folder / "ledger.db", key_pem, folder / f"report.{fmt}")
-                   for fmt in ("json", "html", "pdf")}
-        results["verify_bundle"] = _run("verify", folder / "ledger.db", key_pem,
-                                        folder / "report.json")
+        results = {
+            fmt: _run(fmt, folder / "ledger.db", key_pem, folder / f"report.{fmt}")
+            for fmt in ("json", "html", "pdf")
+        }
+        results["verify_bundle"] = _run(
+            "verify", folder / "ledger.db", key_pem, folder / "report.json"
+        )
     exports = [results[f]["seconds"] for f in ("json", "html", "pdf")]
-    print(json.dumps({
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine()},
-        "audit_entries": size, "participants": len(PARTICIPANTS),
-        "build_seconds": round(build_s, 1), "results": results,
-        "target_seconds": TARGET_SECONDS, "target_met": max(exports) < TARGET_SECONDS,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "machine": {
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "processor": platform.processor() or platform.machine(),
+                },
+                "audit_entries": size,
+                "participants": len(PARTICIPANTS),
+                "build_seconds": round(build_s, 1),
+                "results": results,
+                "target_seconds": TARGET_SECONDS,
+                "target_met": max(exports) < TARGET_SECONDS,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def _roles(f: Facts) -> Outcome:
 
 
 def _count(f: Facts, query: Any) -> int:
-    assert f.engine is not None  # noqa: S101 - checked by callers
+    assert f.engine is not None
     with f.engine.connect() as db:
         return int(db.scalar(query) or 0)
 

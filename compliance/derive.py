@@ -149,7 +149,7 @@ class Deriver:
         fields = entry["fields"] if isinstance(entry["fields"], dict) else {}
         if role == "budget":
             key = _budget_key(entry["subject"])
-            assert key is not None  # noqa: S101 - guaranteed by _role
+            assert key is not None
             track = self._budgets.setdefault(key, BudgetTrack(participant=key[0], asset=key[1]))
             row = track.apply(event, fields, index)
             if row is not None and self.scope.in_period(time):

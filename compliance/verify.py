@@ -198,13 +198,13 @@ class _Run:
         )
 
     def on_entry(self, value: Any) -> None:
-        assert self.entries is not None and self.deriver is not None  # noqa: S101 - layout order
+        assert self.entries is not None and self.deriver is not None
         parsed = self.entries.feed(value)
         if parsed is not None:
             self.deriver.feed(*parsed)
 
     def finish(self, signed: Path, signature: str) -> None:
-        assert self.entries is not None and self.deriver is not None  # noqa: S101
+        assert self.entries is not None and self.deriver is not None
         self.entries.finish()
         for name, rows in self.deriver.finish().items():
             for row in rows:
@@ -279,7 +279,7 @@ def verify_bundle(
 def _report(
     run: _Run, public_key: SM2PublicKey | None, log_public_key: SM2PublicKey | None
 ) -> BundleReport:
-    assert run.keys is not None and run.heads is not None and run.entries is not None  # noqa: S101
+    assert run.keys is not None and run.heads is not None and run.entries is not None
     warnings = []
     if public_key is None:
         warnings.append(

@@ -146,7 +146,7 @@ def _prv_epsilon(history: Sequence[HistoryEntry], delta: float) -> float:
     return float(accountant.get_epsilon(delta, eps_error=_PRV_EPS_ERROR))
 
 
-#: Accountants allowed for enforcement (STYLE.md rule 3: errors list these names).
+#: Accountants allowed for enforcement (refusals list these names from this registry).
 ACCOUNTANTS: dict[str, Callable[[Sequence[HistoryEntry], float], float]] = {
     "rdp": _rdp_epsilon,
     "prv": _prv_epsilon,

@@ -1,11 +1,12 @@
 """Value types of the budget service, the gate interfaces it offers, and the audit sink.
 
 :class:`ChargeGate` (reserve, commit, abort) and :class:`BudgetGate` (plus
-epsilon spent and noise calibration) are the small interfaces (STYLE.md rule 1)
-callers of a budget depend on: ``privacy_ledger.PrivacyLedger`` implements both
-with a database and audit log, ``secure_fed.learning.budget_gate.InMemoryBudgetGate``
-in process. They live here so that every layer above the ledger names the same
-interface without importing another layer.
+epsilon spent and noise calibration) are the small interfaces callers of a
+budget depend on (the layering rule, docs/architecture.md):
+``privacy_ledger.PrivacyLedger`` implements both with a database and audit log,
+``secure_fed.learning.budget_gate.InMemoryBudgetGate`` in process. They live here
+so that every layer above the ledger names the same interface without importing
+another layer.
 
 :class:`AuditAppender` is the small interface the ledger needs
 from the audit log: ``privacy_ledger.audit.log.AuditLog`` implements it, and any

@@ -3,7 +3,7 @@
 The attacks act on what a participant *sends*: its ``[N_pub, C]`` matrix of
 clipped logits on the public set, after honest prediction and before encoding.
 They follow the families used to evaluate robust federated distillation
-(e.g. FedMD/FedDF robustness studies; NOTES.md section 6): label flipping
+(e.g. FedMD/FedDF robustness studies; docs/background.md): label flipping
 (logits of class ``c`` sent as class ``(c + shift) mod C``), Gaussian noise,
 scaling, sign flipping, constant predictions, and a hook that takes any
 function from honest predictions to sent predictions. Every output is clipped

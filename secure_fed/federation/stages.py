@@ -1,8 +1,8 @@
 r"""Round protocol as an explicit state machine: stages, config, state, persistence.
 
-STYLE.md rule 6, after Flower's SecAgg+ workflow (stage constants, a state
-dataclass, out-of-order steps rejected, every transition tested). One round of
-ARCHITECTURE.md section 3 moves through::
+After Flower's SecAgg+ workflow (stage constants, a state dataclass, out-of-order
+steps rejected, every transition tested). One round (docs/architecture.md) moves
+through::
 
     open -> collecting -> filtering -> aggregating -> published
       \________\____________\____________\-------> aborted
@@ -10,7 +10,7 @@ ARCHITECTURE.md section 3 moves through::
 ``published`` and ``aborted`` are terminal. The engine that drives the stages
 lives in :mod:`secure_fed.federation.engine`; state is persisted through the small
 :class:`RoundStore` protocol after every transition, so a restarted aggregator
-resumes or aborts cleanly (ARCHITECTURE.md section 3, "Crashes").
+resumes or aborts cleanly (docs/architecture.md, one round).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ TRANSITIONS: dict[Stage, frozenset[Stage]] = {
 
 @dataclass(frozen=True, kw_only=True)
 class RoundConfig:
-    """What the aggregator fixes when it opens a round (ARCHITECTURE.md 3.1).
+    """What the aggregator fixes when it opens a round (docs/architecture.md, one round, step 1).
 
     Parameters
     ----------

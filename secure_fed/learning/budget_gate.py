@@ -10,7 +10,7 @@ history, never summed per round (composition is sub-additive; see
 ``docs/audit/ledger.md``).
 
 :class:`BudgetGate` is the small interface the learning code depends on (the
-``Protocol`` of STYLE.md rule 1, defined once in
+``Protocol`` of the layering rule (docs/architecture.md), defined once in
 :mod:`privacy_ledger.budget.types` and re-exported here);
 ``privacy_ledger.PrivacyLedger`` implements it with a database and audit log.
 :class:`InMemoryBudgetGate` is a real, complete in-process implementation for

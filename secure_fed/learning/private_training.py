@@ -14,7 +14,7 @@ public set ``D_pub`` and the published soft labels are public; training on
 them (distillation) is not charged. Opacus ``secure_mode`` is off (no
 torchcsprng): every ledger event records ``secure_rng: false``.
 
-*Goals, not knobs* (STYLE.md rule 5): a participant states ``DPGoal(epsilon,
+*Goals, not knobs*: a participant states ``DPGoal(epsilon,
 delta, rounds)``; :class:`PrivateTrainer` asks the budget gate, which knows the
 participant's whole mechanism history, for the noise multiplier, reserves the
 round's mechanism before touching data, and commits after.

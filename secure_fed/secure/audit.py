@@ -4,7 +4,7 @@ The key authority, the helper (through :mod:`secure_fed.secure.release_policy`),
 the outlier policy and the envelope gate write their events
 (``decryption.*``, ``outlier.decision``, ``upload.rejected``, ``access.denied``,
 ``key.generated``) through :class:`AuditSink`, so they can be tested without a
-database (STYLE.md rule 1). Two implementations:
+database (the layering rule, docs/architecture.md). Two implementations:
 
 * :class:`MemoryAuditSink` keeps events in a list (tests, in-process runs);
 * :class:`LedgerAuditSink` appends each event to

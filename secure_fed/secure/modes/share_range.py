@@ -63,16 +63,16 @@ class _Keys(Protocol):
     """What the aggregator's side needs of ``SharesKeys``."""
 
     @property
-    def helper(self) -> Callable[[bytes], bytes]: ...  # noqa: D102
+    def helper(self) -> Callable[[bytes], bytes]: ...
 
     @property
-    def range_dealer(self) -> RangeDealer | None: ...  # noqa: D102
+    def range_dealer(self) -> RangeDealer | None: ...
 
     @property
-    def dealer_key(self) -> ShareMacKey: ...  # noqa: D102
+    def dealer_key(self) -> ShareMacKey: ...
 
     @property
-    def channel_key(self) -> ShareMacKey: ...  # noqa: D102
+    def channel_key(self) -> ShareMacKey: ...
 
 
 def _label(check: str) -> ShareLabel:

@@ -218,14 +218,23 @@ def test_installed_executable_output_verifies_with_openssl(tmp_path: Path) -> No
 
     generated = run(exe, "keys", "generate", "--out", str(keys))
     assert generated.returncode == 0, generated.stderr
-    signed = run(exe, "keys", "sign", "--key", str(keys / "sm2-private.pem"), str(data),
-                 "--out", str(sig))  # fmt: skip
+    signed = run(
+        exe, "keys", "sign", "--key", str(keys / "sm2-private.pem"), str(data), "--out", str(sig)
+    )
     assert signed.returncode == 0, signed.stderr
-    # exactly the operator's command from issue 2, section 4
+    # exactly the operator's command from the README's Operator commands
     openssl_verify = [
-        "openssl", "dgst", "-sm3", "-verify", str(keys / "sm2-public.pem"),
-        "-signature", str(sig), "-sigopt", "distid:1234567812345678", str(data),
-    ]  # fmt: skip
+        "openssl",
+        "dgst",
+        "-sm3",
+        "-verify",
+        str(keys / "sm2-public.pem"),
+        "-signature",
+        str(sig),
+        "-sigopt",
+        "distid:1234567812345678",
+        str(data),
+    ]
     verified = run(*openssl_verify)
     assert verified.returncode == 0 and "Verified OK" in verified.stdout
     data.write_bytes(b'{"round": 7, "epsilon": 0.5}\n')

@@ -11,7 +11,7 @@ from secure_fed.wire import HELPER_REQUEST, encode_frame
 
 def helper_uids(dep) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Participant id -> upload id of every upload the helper holds (last one wins)."""
-    return {pid: uid for uid, (pid, _) in dep.helper._seeds.items()}  # noqa: SLF001
+    return {pid: uid for uid, (pid, _) in dep.helper._seeds.items()}
 
 
 def helper_linear(

@@ -30,8 +30,8 @@ def _ask_gatekeeper(dep, harness, purpose: str, ids: list[str], weights: list[fl
         helper_linear(dep, [uids[p] for p in ids], weights, purpose=purpose)
         return
     agg = harness.engine.aggregator
-    handles = harness.engine._live_handles(harness.engine.state(1))  # noqa: SLF001
-    ups = agg._uploads(handles)  # noqa: SLF001
+    handles = harness.engine._live_handles(harness.engine.state(1))
+    ups = agg._uploads(handles)
     matrix = weighted_sum([ups[p] for p in ids], weights)
     op = "mean" if purpose == "mean" else "weighted_sum"
     claim = {"op": op, "uploads": [[p, handles[p].digest] for p in ids], "weights": weights}

@@ -30,7 +30,7 @@ def _scored(dep, harness, preds, round_id: int = 1):  # type: ignore[no-untyped-
         harness.verifier.accept(harness.envelope(pid, matrix, round_id), round_id=round_id)
     harness.engine.close(round_id)
     harness.engine.filter(round_id)
-    return harness.engine._live_handles(harness.engine.state(round_id))  # noqa: SLF001
+    return harness.engine._live_handles(harness.engine.state(round_id))
 
 
 def _fresh(mode: str, k: int, tmp_path: Path, quorum: int = 3):  # type: ignore[no-untyped-def]
@@ -182,7 +182,7 @@ def test_ckks_weights_one_zero_zero_are_refused(tmp_path: Path) -> None:
     dep, harness, sink, preds = _fresh("ckks", 3, tmp_path)
     handles = _scored(dep, harness, preds)
     agg = harness.engine.aggregator
-    ups = agg._uploads(handles)  # noqa: SLF001
+    ups = agg._uploads(handles)
     ids = ["p00", "p01", "p02"]
     uploads = [[p, handles[p].digest] for p in ids]
     for weights, fragment in [
@@ -204,7 +204,7 @@ def test_ckks_upload_relabelled_as_an_aggregate_of_invented_ids_is_refused(tmp_p
     dep, harness, sink, preds = _fresh("ckks", 3, tmp_path)
     handles = _scored(dep, harness, preds)
     agg = harness.engine.aggregator
-    up = agg._uploads(handles)["p00"]  # noqa: SLF001
+    up = agg._uploads(handles)["p00"]
     relabelled = EncryptedMatrix(
         kind="aggregate",
         preset=up.preset,
