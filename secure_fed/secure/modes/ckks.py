@@ -51,12 +51,12 @@ from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregateHandle,
     AggregationMode,
-    SecureAggregator,
     UploadEncoder,
     UploadHandle,
     normalized_weights,
     register_mode,
 )
+from secure_fed.secure.modes.planned import PlannedAggregator
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
     decryption_request,
@@ -64,7 +64,7 @@ from secure_fed.secure.parties.key_authority import (
 )
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
-from secure_fed.secure.scoring.mahalanobis import ScoreReport, ScoringConfig, pooled_mahalanobis
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.server_auth import ServerSigningKey
 from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 
@@ -162,7 +162,7 @@ def _decrypt(keys: CkksKeys, request: bytes) -> np.ndarray:
     return decode_array(header.get("array"), payload)
 
 
-class CkksAggregator(SecureAggregator):
+class CkksAggregator(PlannedAggregator):
     """Server side of the ckks mode; decrypts only through the key authority channel.
 
     Parameters
@@ -207,31 +207,6 @@ class CkksAggregator(SecureAggregator):
             fixed = self.keys.plans(plan_request(plan, signer=self.keys.signer))
             plan = ReleasePlan.from_bytes(fixed) if isinstance(fixed, bytes) else plan
         self._plans[plan.round_id] = PlanTracker(plan=plan)
-
-    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
-        """Robust pooled Mahalanobis score under the round's plan (``h`` from the plan)."""
-        plan = self._tracker(round_id, scored=True).plan
-        config = replace(
-            self.scoring, min_subset=max(self.scoring.min_subset, plan.min_participants)
-        )
-        backend = self.scoring_round(handles, round_id=round_id)
-        return pooled_mahalanobis(
-            backend, sorted(handles), num_samples=self.shape[0], config=config
-        )
-
-    def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
-        """Return the round's plan tracker; fix a default plan (the scoring config's) first."""
-        if round_id not in self._plans:
-            self.begin_round(
-                ReleasePlan.for_round(
-                    round_id=round_id,
-                    min_participants=self.min_participants,
-                    shape=self.shape,
-                    scoring=self.scoring,
-                    scored=scored,
-                )
-            )
-        return self._plans[round_id]
 
     def load(self, payload: bytes) -> UploadHandle:
         """Validate ciphertext bytes (size, header, epoch, shape, level, scale)."""

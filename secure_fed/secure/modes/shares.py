@@ -49,12 +49,12 @@ from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregateHandle,
     AggregationMode,
-    SecureAggregator,
     UploadEncoder,
     UploadHandle,
     normalized_weights,
     register_mode,
 )
+from secure_fed.secure.modes.planned import PlannedAggregator
 from secure_fed.secure.modes.share_ops import (
     centred_difference,
     check_moment_room,
@@ -71,9 +71,7 @@ from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import (
-    ScoreReport,
     ScoringConfig,
-    pooled_mahalanobis,
     symmetric_from_pairs,
 )
 from secure_fed.secure.server_auth import ChannelKey
@@ -285,7 +283,7 @@ def _plan_check(tracker: PlanTracker, ask: ReleaseRequest) -> None:
     tracker.require(ask, OpeningRefused)
 
 
-class SharesAggregator(SecureAggregator):
+class SharesAggregator(PlannedAggregator):
     """Party 0 of the shares mode; opens only through the helper's gate.
 
     Parameters
@@ -330,31 +328,6 @@ class SharesAggregator(SecureAggregator):
             raise OpeningRefused("the helper did not return the plan it fixed")
         plan = ReleasePlan.from_bytes(fixed)  # the helper's plan is the one that holds
         self._plans[plan.round_id] = PlanTracker(plan=plan, enrolled=frozenset(self.keys.secrets))
-
-    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
-        """Robust pooled Mahalanobis score under the round's plan (``h`` from the plan)."""
-        plan = self._tracker(round_id, scored=True).plan
-        config = replace(
-            self.scoring, min_subset=max(self.scoring.min_subset, plan.min_participants)
-        )
-        backend = self.scoring_round(handles, round_id=round_id)
-        return pooled_mahalanobis(
-            backend, sorted(handles), num_samples=self.shape[0], config=config
-        )
-
-    def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
-        """Return the round's plan tracker; fix a default plan (the scoring config's) first."""
-        if round_id not in self._plans:
-            self.begin_round(
-                ReleasePlan.for_round(
-                    round_id=round_id,
-                    min_participants=self.min_participants,
-                    shape=self.shape,
-                    scoring=self.scoring,
-                    scored=scored,
-                )
-            )
-        return self._plans[round_id]
 
     def load(self, payload: bytes) -> UploadHandle:
         """Verify the aggregator's share tag and hand the sealed seed to the helper."""

@@ -1,0 +1,75 @@
+"""What the two gatekept modes (ckks, shares) share: scoring under the round's release plan.
+
+Both aggregators fix each round's :class:`~secure_fed.secure.release_plan.ReleasePlan`
+with their gatekeeper (:meth:`begin_round`, mode-specific) and score through a
+per-round backend (:meth:`scoring_round`, mode-specific); the robust pooled
+Mahalanobis procedure and the plan bookkeeping around it are the same, so they
+live here once.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import replace
+
+from secure_fed.secure.mode import SecureAggregator, UploadHandle
+from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.scoring.mahalanobis import (
+    ScoreReport,
+    ScoringBackend,
+    ScoringConfig,
+    pooled_mahalanobis,
+)
+
+__all__ = ["PlannedAggregator"]
+
+
+class PlannedAggregator(SecureAggregator):
+    """A secure aggregator whose every opening follows a per-round release plan.
+
+    Subclasses set ``shape``, ``scoring``, ``min_participants`` and an empty
+    ``_plans`` mapping in their constructor, and implement :meth:`begin_round`
+    (fix the plan with the gatekeeper and store its tracker in ``_plans``) and
+    :meth:`scoring_round` (the per-round scoring backend).
+    """
+
+    shape: tuple[int, int]
+    scoring: ScoringConfig
+    min_participants: int
+    _plans: dict[int, PlanTracker]
+
+    @abstractmethod
+    def begin_round(self, plan: ReleasePlan) -> None:
+        """Fix ``plan`` with the gatekeeper and track it in ``_plans``."""
+
+    @abstractmethod
+    def scoring_round(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> ScoringBackend:
+        """Return the per-round scoring backend over ``handles``."""
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
+        """Robust pooled Mahalanobis score under the round's plan (``h`` from the plan)."""
+        plan = self._tracker(round_id, scored=True).plan
+        config = replace(
+            self.scoring, min_subset=max(self.scoring.min_subset, plan.min_participants)
+        )
+        backend = self.scoring_round(handles, round_id=round_id)
+        return pooled_mahalanobis(
+            backend, sorted(handles), num_samples=self.shape[0], config=config
+        )
+
+    def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
+        """Return the round's plan tracker; fix a default plan (the scoring config's) first."""
+        if round_id not in self._plans:
+            self.begin_round(
+                ReleasePlan.for_round(
+                    round_id=round_id,
+                    min_participants=self.min_participants,
+                    shape=self.shape,
+                    scoring=self.scoring,
+                    scored=scored,
+                )
+            )
+        return self._plans[round_id]
