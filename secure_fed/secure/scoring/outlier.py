@@ -72,6 +72,11 @@ class OutlierConfig:
         refused: a zero weight is an exclusion, and exclusions are capped to a
         minority (a participant in the sum with weight 0 would also still count
         towards the round's ``min_participants`` without contributing).
+    dispersion
+        When True (default), the chi-square cuts are multiplied by the round's
+        robust overdispersion (:meth:`OutlierPolicy.dispersion`), so honest
+        heterogeneity is not mistaken for poisoning; False uses the model's cuts
+        as they are.
     exclude
         When False, never exclude: everything above the down-weight threshold is
         down-weighted (factor ``min_factor`` at and above the exclusion threshold).
@@ -86,6 +91,7 @@ class OutlierConfig:
     ema: float = 0.5
     hard_factor: float = 3.0
     min_factor: float = 0.05
+    dispersion: bool = True
     exclude: bool = True
 
     def __post_init__(self) -> None:
@@ -95,6 +101,7 @@ class OutlierConfig:
             ("ema", 0 <= self.ema < 1),
             ("hard_factor", math.isfinite(self.hard_factor) and self.hard_factor >= 1),
             ("min_factor", 0 < self.min_factor <= 1),
+            ("dispersion", isinstance(self.dispersion, bool)),
             ("exclude", isinstance(self.exclude, bool)),
         ]
         for name, ok in checks:
@@ -189,6 +196,7 @@ class OutlierPolicy:
             raise OutlierConfigInvalid(f"min_keep must be an integer >= 1, got {min_keep!r}")
         self.min_keep = min_keep
         self.config = config or OutlierConfig()
+        self.dof = dof
         self.low, self.high = self.config.thresholds(dof)
         self.history: dict[str, float] = {}
         self._before: dict[str, float] = {}
@@ -216,7 +224,8 @@ class OutlierPolicy:
         if round_id != self._round:
             self._before, self._round = dict(self.history), round_id
         self.history = dict(self._before)
-        out = {pid: self._decide(pid, float(scores[pid])) for pid in sorted(scores)}
+        scale = self.dispersion(scores)
+        out = {pid: self._decide(pid, float(scores[pid]), scale) for pid in sorted(scores)}
         self._cap(out)
         for d in out.values():
             _log.info(
@@ -244,17 +253,36 @@ class OutlierPolicy:
         for d in excluded[limit:]:
             out[d.participant_id] = replace(d, action="downweight", factor=self.config.min_factor)
 
-    def _decide(self, pid: str, score: float) -> Decision:
+    def dispersion(self, scores: Mapping[str, float]) -> float:
+        """Robust overdispersion of this round's scores: ``max(1, lower_median(s) / dof)``.
+
+        Under the pooled Gaussian model an honest score has expectation
+        ``C - 1``; heterogeneous honest models (different architectures, label
+        skew) spread further, and the chi-square cuts would then down-weight
+        honest participants as if they were poisoned. The cuts are multiplied by
+        this factor, the quasi-likelihood dispersion correction with the lower
+        median in place of a mean: while attackers are a minority the lower
+        median is at or below an honest score, so they cannot raise it. It only
+        ever raises the thresholds (never below the model's own).
+        """
+        if not scores or not self.config.dispersion:
+            return 1.0
+        ordered = sorted(float(s) for s in scores.values())
+        low_median = ordered[(len(ordered) - 1) // 2]  # at or below an honest score
+        return max(1.0, low_median / self.dof)
+
+    def _decide(self, pid: str, score: float, scale: float = 1.0) -> Decision:
         cfg = self.config
+        low, high = self.low * scale, self.high * scale
         old = self.history.get(pid)
         smoothed = score if old is None else cfg.ema * old + (1 - cfg.ema) * score
         self.history[pid] = smoothed
-        if score > cfg.hard_factor * self.high or (smoothed > self.high and score > self.high):
+        if score > cfg.hard_factor * high or (smoothed > high and score > high):
             action, factor = ("exclude", 0.0) if cfg.exclude else ("downweight", cfg.min_factor)
-        elif smoothed > self.low:
+        elif smoothed > low:
             # a high history alone (this round's score below the exclusion threshold) keeps
             # the factor at min_factor, never below
-            frac = min(1.0, (smoothed - self.low) / max(self.high - self.low, 1e-12))
+            frac = min(1.0, (smoothed - low) / max(high - low, 1e-12))
             action, factor = "downweight", cfg.min_factor + (1.0 - frac) * (1.0 - cfg.min_factor)
         else:
             action, factor = "keep", 1.0
@@ -264,6 +292,6 @@ class OutlierPolicy:
             smoothed=smoothed,
             action=action,
             factor=factor,
-            downweight_threshold=self.low,
-            exclude_threshold=self.high,
+            downweight_threshold=low,
+            exclude_threshold=high,
         )

@@ -73,9 +73,11 @@ def _engine(
         registry=registry,
         weighting=DynamicWeighting(alpha=ALPHA, beta=BETA),
         # C - 1 = 2 degrees of freedom: down-weighting from 9.2, exclusion from 18.4
-        # (with history) or 55 (at once)
+        # (with history) or 55 (at once); the model's own cuts (no dispersion scaling)
         outlier_filter=(
-            OutlierPolicy(dof=C - 1, config=OutlierConfig(exclude_quantile=0.9999))
+            OutlierPolicy(
+                dof=C - 1, config=OutlierConfig(exclude_quantile=0.9999, dispersion=False)
+            )
             if policy
             else None
         ),

@@ -67,10 +67,13 @@ def test_same_round_enters_the_history_once() -> None:
 
 def test_only_a_minority_is_excluded_and_never_below_min_keep() -> None:
     scores = {"a": 900.0, "b": 800.0, "c": 700.0, "d": 9.0, "e": 8.0}
-    decisions = OutlierPolicy(dof=9).decide(scores, round_id=1)
+    # a majority above the cut: the model's own cuts (dispersion scaling would read a
+    # majority's spread as the honest one)
+    model_cuts = OutlierConfig(dispersion=False)
+    decisions = OutlierPolicy(dof=9, config=model_cuts).decide(scores, round_id=1)
     assert excluded_ids(decisions) == {"a", "b"}  # (5 - 1) // 2 = 2; c is down-weighted
     assert decisions["c"].action == "downweight" and decisions["c"].factor == 0.05
-    strict = OutlierPolicy(dof=9, min_keep=4)
+    strict = OutlierPolicy(dof=9, min_keep=4, config=model_cuts)
     assert excluded_ids(strict.decide(scores, round_id=1)) == {"a"}
     with pytest.raises(OutlierConfigInvalid, match="min_keep"):
         OutlierPolicy(dof=9, min_keep=0)
@@ -132,3 +135,29 @@ def test_bad_scores_and_dof_are_refused() -> None:
 def test_memory_sink_refuses_unregistered_events() -> None:
     with pytest.raises(UnknownEventType, match="outlier.decision"):
         MemoryAuditSink().record("outlier.guess", {})
+
+
+def test_honest_heterogeneity_is_not_mistaken_for_poisoning() -> None:
+    # heterogeneous honest models score far above C - 1 = 9 but close to each other
+    honest = {"a": 280.0, "b": 300.0, "c": 320.0, "d": 260.0, "e": 310.0}
+    policy = OutlierPolicy(dof=9, config=OutlierConfig(exclude=False))
+    decisions = policy.decide(honest, round_id=1)
+    assert {d.action for d in decisions.values()} == {"keep"}
+    # the applied (scaled) cuts are what the decision records
+    scale = 300.0 / 9  # lower median of the five scores
+    assert decisions["a"].downweight_threshold == pytest.approx(policy.low * scale)
+    # without the correction every honest participant would be down-weighted to min_factor
+    plain = OutlierPolicy(dof=9, config=OutlierConfig(exclude=False, dispersion=False))
+    assert {d.factor for d in plain.decide(honest, round_id=1).values()} == {0.05}
+
+
+def test_a_gross_outlier_is_still_caught_and_a_minority_cannot_raise_the_cuts() -> None:
+    scores = {"a": 280.0, "b": 300.0, "c": 320.0, "d": 260.0, "e": 30_000.0}
+    decisions = OutlierPolicy(dof=9).decide(scores, round_id=1)
+    assert decisions["e"].action == "exclude"
+    assert {decisions[p].action for p in "abcd"} == {"keep"}
+    # two colluders (a minority of five) with huge scores move the lower median at most to
+    # an honest score (here c's 320), never beyond the largest honest one
+    policy = OutlierPolicy(dof=9)
+    assert policy.dispersion({**scores, "d": 1e9, "e": 1e9}) == pytest.approx(320.0 / 9)
+    assert policy.dispersion({"a": 1.0, "b": 2.0}) == 1.0  # never below the model's cuts
