@@ -95,6 +95,7 @@ def _in_terminal(args: list[str], answers: list[str], cwd: Path) -> tuple[int, s
         code = "from api.cli import main; main()"
         os.execve(sys.executable, [sys.executable, "-c", code, *args], env)
     seen, pending, deadline = b"", list(answers), time.monotonic() + 120
+    answered = 0  # where the output stood when the last answer was typed
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
@@ -105,11 +106,14 @@ def _in_terminal(args: list[str], answers: list[str], cwd: Path) -> tuple[int, s
             if not chunk:
                 break
             seen += chunk
-        # Type only once the prompt reads with echo off (input typed earlier is flushed).
+        # Type only once a NEW prompt reads with echo off: getpass flushes input typed
+        # before it turns echo off, so an answer sent to the previous prompt's text again
+        # would be lost and the child would wait for ever (a race seen under load).
         echo_off = not termios.tcgetattr(fd)[3] & termios.ECHO
-        if pending and echo_off and seen.rstrip().endswith(b":"):
+        if pending and echo_off and seen[answered:].rstrip().endswith(b":"):
             os.write(fd, pending.pop(0).encode() + b"\n")
             seen += b"\n"
+            answered = len(seen)
     finished, status = os.waitpid(pid, os.WNOHANG)
     if not finished:  # still waiting for input: a test failure, not a hang
         os.kill(pid, signal.SIGKILL)
