@@ -142,7 +142,7 @@ def add_central_noise(
     try:
         for pid in participant_ids:
             reservation = gate.reserve(pid, dp.asset_id, event, round_id=f"r{round_id}-central")
-            held.append(_reservation_id(reservation))
+            held.append(reservation.id)
     except Exception:
         for rid in held:
             gate.abort(rid)
@@ -158,13 +158,3 @@ def add_central_noise(
         len(held),
     )
     return np.asarray(noisy, dtype=np.float64)
-
-
-def _reservation_id(reservation: object) -> str:
-    for name in ("id", "reservation_id"):  # the ledger's name, then the in-memory gate's
-        value = getattr(reservation, name, None)
-        if isinstance(value, str) and value:
-            return value
-    raise KeyAuthorityConfigInvalid(
-        f"budget gate returned a reservation without an id: {type(reservation).__name__}"
-    )
