@@ -50,6 +50,12 @@ def _parse(data: bytes) -> dict[str, Any] | None:
     return entry
 
 
+def _well_typed(event: object, subject: object, data: object, leaf: object) -> bool:
+    """SQLite keeps any value in any column: reject what the schema's types exclude."""
+    texts = isinstance(event, str) and isinstance(subject, str)
+    return texts and isinstance(data, bytes | memoryview) and isinstance(leaf, bytes | memoryview)
+
+
 def _prev_of(entry: dict[str, Any] | None) -> bytes | None:
     if entry is None or not isinstance(entry["prev"], str) or len(entry["prev"]) != 64:
         return None
@@ -111,6 +117,9 @@ class EntryChecker:
         if index != expected:
             self._resolve_single_break()
             _fault(expected, f"missing (the next stored entry is {index}; deleted)")
+        if not _well_typed(event, subject, data, stored_leaf):
+            self._resolve_single_break()
+            _fault(index, "a column holds a value of the wrong type (altered)")
         leaf = tree.hasher.hash_leaf(data)
         entry = _parse(data)
         prev = _prev_of(entry)

@@ -48,6 +48,12 @@ def check_heads(
                 f"signed head #{expected_seq} is missing (next stored: size {row.tree_size})",
                 tree_size=row.tree_size,
             )
+        columns = (row.body, row.signature, row.root_hash)
+        if not all(isinstance(c, bytes | memoryview) for c in columns):
+            raise HeadTampered(
+                f"signed head #{row.seq}: a column holds a value of the wrong type (altered)",
+                tree_size=row.tree_size,
+            )
         try:
             cp = verify_head(row.body, row.signature, public_key, origin=state.origin)
         except LedgerError as exc:
