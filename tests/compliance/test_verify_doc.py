@@ -36,7 +36,7 @@ def openssl_script() -> str:
     return "\n".join(blocks)
 
 
-def run(folder: Path, bundle: bytes, report_key: SM2PrivateKey, built: Built) -> str:
+def run(folder: Path, bundle: bytes, report_key: SM2PrivateKey, built: Built) -> tuple[int, str]:
     (folder / "bundle.json").write_bytes(bundle)
     (folder / "report-pub.pem").write_bytes(report_key.public_key.to_pem())
     (folder / "log-pub.pem").write_bytes(built.log_key.public_key.to_pem())
@@ -48,7 +48,7 @@ def run(folder: Path, bundle: bytes, report_key: SM2PrivateKey, built: Built) ->
         timeout=300,
         check=False,
     )
-    return done.stdout + done.stderr
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.fixture
@@ -66,7 +66,8 @@ def test_the_documented_commands_verify_a_bundle(
 ) -> None:
     assert shutil.which("openssl")
     assert b'"consistency":[]' not in bundle  # step 6 runs the real proof
-    output = run(tmp_path, bundle, report_key, built)
+    status, output = run(tmp_path, bundle, report_key, built)
+    assert status == 0, output
     assert output.count("Verified OK") == 3, output
     for line in OK_LINES:
         assert line in output, output
@@ -94,12 +95,17 @@ def _consistency_changed(bundle: bytes) -> bytes:
 def test_the_documented_commands_fail_on_forgeries(
     bundle: bytes, report_key: SM2PrivateKey, built: Built, tmp_path: Path
 ) -> None:
-    forged_entry = run(tmp_path, resign(_last_entry_changed(bundle), report_key), report_key, built)
+    # the documented steps run one after the other: the exit status is the last step's
+    # (the consistency proof), so each forgery is judged by the lines of its own step
+    _, forged_entry = run(
+        tmp_path, resign(_last_entry_changed(bundle), report_key), report_key, built
+    )
     assert "inclusion OK" not in forged_entry and "prev OK" in forged_entry
     assert forged_entry.count("Verified OK") == 3  # the producer re-signed: only the log tells
-    forged_proof = run(
+    status, forged_proof = run(
         tmp_path, resign(_consistency_changed(bundle), report_key), report_key, built
     )
+    assert status != 0, forged_proof
     assert "consistency OK" not in forged_proof and "inclusion OK" in forged_proof
-    stranger = run(tmp_path, resign(bundle, SM2PrivateKey.generate()), report_key, built)
+    _, stranger = run(tmp_path, resign(bundle, SM2PrivateKey.generate()), report_key, built)
     assert stranger.count("Verified OK") == 2 and "Verification failure" in stranger

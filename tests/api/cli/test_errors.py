@@ -130,6 +130,7 @@ def test_wrong_database_for_the_log_names_the_cause(tmp_path: Path) -> None:
 
 def test_debug_shows_the_traceback() -> None:
     result = runner.invoke(app, ["--debug", "ledger", "verify", "--db", "sqlite:///absent.db"])
+    assert result.exit_code == 1  # the exception propagates: no two-line error, no exit 2
     assert isinstance(result.exception, DatabaseMissing)
 
 

@@ -62,6 +62,7 @@ def test_generate_writes_encrypted_0600_key_and_prints_fingerprint(keydir: Path)
 
 def test_generate_prints_the_fingerprint(tmp_path: Path) -> None:
     result = runner.invoke(app, ["keys", "generate", "--out", str(tmp_path)], env=ENV)
+    assert result.exit_code == 0, result.output
     public = SM2PublicKey.from_pem((tmp_path / "sm2-public.pem").read_bytes())
     assert f"SM3 fingerprint: {public.fingerprint()}" in result.stdout
 

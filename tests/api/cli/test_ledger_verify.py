@@ -176,6 +176,7 @@ def test_checkpoint_signs_the_unsigned_tail(
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "nothing to sign" in again.stdout
     report = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
+    assert report.exit_code == 0, report.output
     assert "4 signed heads checked (latest size 10, 0 entries not yet signed)" in report.stdout
     other = tmp_path / "other.pem"
     other.write_bytes(SM2PrivateKey.generate().to_pem(passphrase=b"correct horse battery"))

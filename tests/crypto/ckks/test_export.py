@@ -13,7 +13,7 @@ from crypto.ckks import (
     weighted_sum,
 )
 from crypto.ckks import export as export_mod
-from crypto.errors import DecryptionFailed, KeyExportRefused, KeyInvalid
+from crypto.errors import DecryptionFailed, KeyExportRefused, KeyInvalid, ParameterInvalid
 from crypto.sm import SM4GCM
 
 PASS = "correct horse battery staple"
@@ -89,7 +89,7 @@ def test_import_refuses_malformed_blobs(sealed_with_passphrase: bytes) -> None:
 
 
 def test_export_needs_a_key_handle() -> None:
-    with pytest.raises(Exception, match="must be KeyAuthorityKeys"):
+    with pytest.raises(ParameterInvalid, match="must be KeyAuthorityKeys"):
         export_secret_key_encrypted(object(), key=b"k" * 16)  # type: ignore[arg-type]
 
 

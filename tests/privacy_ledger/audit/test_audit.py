@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
+from crypto.errors import DecryptionFailed
 from crypto.sm import SM4GCM, SM2PrivateKey
 from privacy_ledger.audit import canonical
 from privacy_ledger.audit.log import AuditLog, evidence_associated_data
@@ -175,7 +176,7 @@ def test_sensitive_fields_are_sealed_and_bound(
             log.read_sensitive(session, 9, "address", evidence_key=evidence_key)
         # the associated data binds index and field: a blob moved elsewhere does not open
         blob = base64.b64decode(canonical.decode(row.entry)["sensitive"]["address"])
-        with pytest.raises(Exception, match="authentication failed"):
+        with pytest.raises(DecryptionFailed, match="authentication failed"):
             aad = evidence_associated_data(ORIGIN, 1, "address")
             evidence_key.decrypt(blob, associated_data=aad)
     # verification needs no SM4 key
