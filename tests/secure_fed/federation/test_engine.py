@@ -30,6 +30,7 @@ from secure_fed.federation.schema import OutputSpec, SchemaRegistry
 from secure_fed.federation.stages import TRANSITIONS, RoundState, RoundStore, Stage, advance
 from secure_fed.federation.store import JsonFileRoundStore, LedgerRoundStore
 from secure_fed.secure.modes.plaintext import InsecurePlaintextAggregator
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import Decision
 from tests.secure_fed.federation.helpers import (
     BOUND,
@@ -70,16 +71,14 @@ def test_transition_table_matches_the_documented_machine() -> None:
     assert {(s, d) for s, ds in TRANSITIONS.items() for d in ds} == ALLOWED
 
 
-STORE_KIND = {"kind": "json"}
+@pytest.fixture(params=["json", "ledger"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each test that keeps rounds runs on both stores (the others take no store at all)."""
+    return str(request.param)
 
 
-@pytest.fixture(params=["json", "ledger"], autouse=True)
-def _store_kind(request: pytest.FixtureRequest) -> None:
-    STORE_KIND["kind"] = request.param
-
-
-def _store(directory: Path) -> RoundStore:
-    if STORE_KIND["kind"] == "json":
+def _store(directory: Path, kind: str) -> RoundStore:
+    if kind == "json":
         return JsonFileRoundStore(directory=directory / "rounds")
     directory.mkdir(parents=True, exist_ok=True)
     engine = create_ledger_engine(f"sqlite:///{(directory / 'ledger.db').as_posix()}")
@@ -90,13 +89,14 @@ def _store(directory: Path) -> RoundStore:
     return LedgerRoundStore(engine=engine, namespace="test-fed")
 
 
-def _engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngine:
+def _engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock, kind: str) -> RoundEngine:
     return RoundEngine(
-        store=_store(tmp_path),
+        store=_store(tmp_path, kind),
         aggregator=InsecurePlaintextAggregator(shape=(N_PUB, C), bound=BOUND),
         mode="plaintext",
         registry=registry,
         clock=clock,
+        evidence=EvidenceSlice(rows=(0, 1, 2, 3), labels=(0, 0, 1, 2)),
     )
 
 
@@ -106,8 +106,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngine:
-    eng = _engine(tmp_path, registry, clock)
+def engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str) -> RoundEngine:
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config())
     eng.start_collecting(1)
     return eng
@@ -144,9 +144,9 @@ def test_step_methods_out_of_order(engine: RoundEngine) -> None:
 
 
 def test_upload_before_collecting_is_out_of_order(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config())
     with pytest.raises(RoundOutOfOrder, match="needs stage 'collecting'"):
         eng.submit(make_upload("a", honest(1)), round_id=1)
@@ -177,11 +177,11 @@ def test_stale_and_unknown_round(engine: RoundEngine) -> None:
 
 
 def test_stale_round_lookup_after_restart(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config(5))
-    fresh = _engine(tmp_path, registry, clock)
+    fresh = _engine(tmp_path, registry, clock, store_kind)
     with pytest.raises(StaleRound, match="older than the current round 5"):
         fresh.state(3)
 
@@ -263,24 +263,24 @@ def test_config_validation() -> None:
 
 
 def test_engine_refuses_config_of_other_mode(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
     from dataclasses import replace
 
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     with pytest.raises(RoundConfigInvalid, match="not the engine's"):
         eng.open(replace(make_config(), mode="ckks"))
 
 
 def test_restart_resumes_collecting_round(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config())
     eng.start_collecting(1)
     eng.submit(make_upload("a", honest(1), nonce="11" * 16), round_id=1)
     del eng  # crash
-    fresh = _engine(tmp_path, registry, clock)
+    fresh = _engine(tmp_path, registry, clock, store_kind)
     assert fresh.recover() == {1: "resumed:collecting"}
     with pytest.raises(UploadReplayed):
         fresh.submit(make_upload("b", honest(2), nonce="11" * 16), round_id=1)
@@ -290,8 +290,10 @@ def test_restart_resumes_collecting_round(
     assert set(decode_publication(fresh.publish(1), max_bytes=10**6).weights) == {"a", "b"}
 
 
-def _to_aggregating(directory: Path, registry: SchemaRegistry, clock: Clock) -> RoundEngine:
-    eng = _engine(directory, registry, clock)
+def _to_aggregating(
+    directory: Path, registry: SchemaRegistry, clock: Clock, kind: str
+) -> RoundEngine:
+    eng = _engine(directory, registry, clock, kind)
     eng.open(make_config())
     eng.start_collecting(1)
     for i, pid in enumerate("abc"):
@@ -302,12 +304,12 @@ def _to_aggregating(directory: Path, registry: SchemaRegistry, clock: Clock) -> 
 
 
 def test_restart_mid_aggregation_resumes_from_stored_uploads(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    expected = _to_aggregating(tmp_path / "one", registry, clock).publish(1)
-    crashed = _to_aggregating(tmp_path / "two", registry, clock)
+    expected = _to_aggregating(tmp_path / "one", registry, clock, store_kind).publish(1)
+    crashed = _to_aggregating(tmp_path / "two", registry, clock, store_kind)
     del crashed  # crash between filtering and publishing
-    fresh = _engine(tmp_path / "two", registry, clock)
+    fresh = _engine(tmp_path / "two", registry, clock, store_kind)
     assert fresh.recover() == {1: "resumed:aggregating"}
     got = decode_publication(fresh.publish(1), max_bytes=10**6)
     want = decode_publication(expected, max_bytes=10**6)
@@ -316,14 +318,14 @@ def test_restart_mid_aggregation_resumes_from_stored_uploads(
 
 
 def test_restart_after_deadline_aborts_or_completes(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config(1))
     eng.start_collecting(1)
     eng.submit(make_upload("a", honest(1)), round_id=1)
     clock.now = 3000.0
-    fresh = _engine(tmp_path, registry, clock)
+    fresh = _engine(tmp_path, registry, clock, store_kind)
     assert fresh.recover() == {1: "aborted"}
     assert fresh.state(1).stage is Stage.ABORTED and "only 1" in (fresh.state(1).reason or "")
     fresh.open(make_config(2, deadline=4000.0))
@@ -331,15 +333,15 @@ def test_restart_after_deadline_aborts_or_completes(
     for i, pid in enumerate("ab"):
         fresh.submit(make_upload(pid, honest(i), round_id=2), round_id=2)
     clock.now = 5000.0
-    again = _engine(tmp_path, registry, clock)
+    again = _engine(tmp_path, registry, clock, store_kind)
     assert again.recover() == {2: "resumed:filtering"}
     assert again.store.open_rounds()[0].round_id == 2
 
 
 def test_ema_history_survives_restart(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, store_kind)
     eng.open(make_config(1))
     eng.start_collecting(1)
     for i, pid in enumerate("abc"):
@@ -348,17 +350,15 @@ def test_ema_history_survives_restart(
     eng.filter(1)
     eng.publish(1)
     history = dict(eng.weighting.history)
-    fresh = _engine(tmp_path, registry, clock)
+    fresh = _engine(tmp_path, registry, clock, store_kind)
     fresh.recover()
     assert fresh.weighting.history == history and history
 
 
 def test_ledger_store_refuses_unregistered_participant_and_records_evidence(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
-    if STORE_KIND["kind"] != "ledger":
-        pytest.skip("ledger-specific")
-    eng = _engine(tmp_path, registry, clock)
+    eng = _engine(tmp_path, registry, clock, "ledger")
     eng.open(make_config())
     eng.start_collecting(1)
     with pytest.raises(UploadParticipantUnknown, match="'mallory' is not registered"):
@@ -384,10 +384,10 @@ class _ForgetfulFilter:
 
 
 def test_filter_must_decide_for_every_scored_upload(
-    tmp_path: Path, registry: SchemaRegistry, clock: Clock
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
 ) -> None:
     eng = RoundEngine(
-        store=_store(tmp_path),
+        store=_store(tmp_path, store_kind),
         registry=registry,
         clock=clock,
         mode="plaintext",

@@ -14,7 +14,7 @@ from secure_fed.federation.config import FederationConfig, plan_participants
 from secure_fed.federation.federation import Federation
 from secure_fed.federation.messages import decode_upload
 from secure_fed.federation.participant import DistillSettings
-from secure_fed.federation.stages import Stage
+from secure_fed.federation.stages import RoundConfig, Stage
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, load_task
@@ -134,12 +134,32 @@ def test_too_few_uploads_abort_the_round_without_distillation(
     task: TaskData, tmp_path: Path
 ) -> None:
     fed = _fed(task, tmp_path, rounds=1, min_participants=3)
-    # one participant drops out: its upload never reaches the aggregator
-    fed.members[0].participant.upload = lambda config: b"dropped"  # type: ignore[method-assign]
+    # one participant drops out: it trains and sends a valid envelope, which the
+    # network loses, so the aggregator never hears of it (a missing participant,
+    # not a malformed upload that would be refused)
+    dropped = fed.members[0]
+    sent: list[bytes] = []
+    real_round, real_upload = dropped.handler.handle_round, fed.aggregator.handle_upload
+
+    def send(config: RoundConfig) -> bytes:
+        sent.append(real_round(config))
+        return sent[-1]
+
+    def network(envelope: bytes, *, round_id: int) -> str:
+        if envelope in sent:
+            return dropped.participant.participant_id  # lost on the way
+        return real_upload(envelope, round_id=round_id)
+
+    dropped.handler.handle_round = send  # type: ignore[method-assign]
+    fed.aggregator.handle_upload = network  # type: ignore[method-assign]
     result = fed.run_round()
+    assert len(sent) == 1  # the participant did take part, only its upload is missing
     assert result.stage == "aborted" and "only 2 of the required 3" in (result.reason or "")
     assert all(r.weight is None for r in result.rows)  # nothing was published
-    assert fed.engine.state(1).stage is Stage.ABORTED
+    state = fed.engine.state(1)
+    assert state.stage is Stage.ABORTED
+    others = {m.participant.participant_id for m in fed.members[1:]}
+    assert set(state.uploads) == others  # the two others were accepted, the dropout absent
 
 
 def test_nonprivate_mode_reports_no_epsilon(task: TaskData, tmp_path: Path) -> None:
