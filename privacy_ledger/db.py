@@ -42,7 +42,11 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: Model modules whose tables the migrations create (audit tables are optional).
-MODEL_MODULES = ("privacy_ledger.models", "privacy_ledger.audit.models")
+MODEL_MODULES = (
+    "privacy_ledger.models",
+    "privacy_ledger.audit.models",
+    "privacy_ledger.api_tokens",
+)
 HEAD = "head"
 _PG_LOCK_KEY = 0x5EC0FED0  # advisory lock serializing concurrent migration runs
 

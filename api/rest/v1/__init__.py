@@ -1,0 +1,10 @@
+"""Version 1 of the REST API: one router module per resource, mounted under ``/v1``."""
+
+from fastapi import APIRouter
+
+from api.rest.v1 import budgets
+
+__all__ = ["ROUTERS"]
+
+#: Routers mounted under ``/v1`` by :func:`api.rest.create_app`.
+ROUTERS: tuple[APIRouter, ...] = (budgets.router,)

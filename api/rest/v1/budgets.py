@@ -1,0 +1,112 @@
+"""``/v1/budgets``: limit, spent, reserved, remaining and per-round history; reservations.
+
+Thin router over :class:`privacy_ledger.budget.queries.BudgetQueries` (read)
+and :meth:`privacy_ledger.PrivacyLedger.set_budget` (administrators; audited
+by the ledger as ``budget.set`` in the same transaction). A participant reads
+only its own budgets: another participant's id is a 403, audited.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from sqlalchemy import select
+
+from api.rest.auth import ReadBudgets, WriteBudgets, context
+from api.rest.problems import problem_responses
+from api.rest.v1.schemas import (
+    ID_PATTERN,
+    BudgetDetail,
+    BudgetList,
+    BudgetSet,
+    BudgetSummary,
+    ReservationList,
+    ReservationOut,
+)
+from privacy_ledger.models import Budget
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/budgets", tags=["budgets"], responses=problem_responses(401, 403))
+
+ParticipantId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+AssetId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+_STATES = "^(reserved|committed|aborted|expired)$"
+
+
+@router.get("", response_model=BudgetList)
+def list_budgets(request: Request, principal: ReadBudgets) -> BudgetList:
+    """Return every budget the caller may see (a participant: its own), with totals."""
+    ctx = context(request)
+    stmt = select(Budget.participant_id, Budget.asset_id).order_by(
+        Budget.participant_id, Budget.asset_id
+    )
+    if not principal.sees_everyone:
+        stmt = stmt.where(Budget.participant_id == principal.participant_id)
+    with ctx.sessions() as session:
+        keys = list(session.execute(stmt).tuples())
+    return BudgetList(budgets=[BudgetSummary.of(ctx.ledger.budget_status(p, a)) for p, a in keys])
+
+
+@router.get("/{participant_id}", response_model=BudgetList, responses=problem_responses(404))
+def participant_budgets(
+    request: Request, participant_id: ParticipantId, principal: ReadBudgets
+) -> BudgetList:
+    """Return the budgets of one participant (404 if it is not registered)."""
+    principal.require_participant(participant_id)
+    ledger = context(request).ledger
+    assets = ledger.budget_assets(participant_id)
+    return BudgetList(
+        budgets=[BudgetSummary.of(ledger.budget_status(participant_id, a)) for a in assets]
+    )
+
+
+@router.get(
+    "/{participant_id}/{asset_id}", response_model=BudgetDetail, responses=problem_responses(404)
+)
+def budget(
+    request: Request, participant_id: ParticipantId, asset_id: AssetId, principal: ReadBudgets
+) -> BudgetDetail:
+    """Return one budget with the epsilon after each committed round."""
+    principal.require_participant(participant_id)
+    return BudgetDetail.of(context(request).ledger.budget_status(participant_id, asset_id))
+
+
+@router.put(
+    "/{participant_id}/{asset_id}",
+    response_model=BudgetDetail,
+    responses=problem_responses(404, 422),
+)
+def set_budget(
+    request: Request,
+    participant_id: ParticipantId,
+    asset_id: AssetId,
+    body: BudgetSet,
+    _principal: WriteBudgets,
+) -> BudgetDetail:
+    """Create or change a budget (administrators; written to the audit log as ``budget.set``)."""
+    ledger = context(request).ledger
+    ledger.set_budget(
+        participant_id, asset_id, epsilon=body.epsilon, delta=body.delta, accountant=body.accountant
+    )
+    return BudgetDetail.of(ledger.budget_status(participant_id, asset_id))
+
+
+@router.get(
+    "/{participant_id}/{asset_id}/reservations",
+    response_model=ReservationList,
+    responses=problem_responses(404),
+)
+def reservations(
+    request: Request,
+    participant_id: ParticipantId,
+    asset_id: AssetId,
+    principal: ReadBudgets,
+    state: Annotated[str | None, Query(pattern=_STATES)] = None,
+) -> ReservationList:
+    """Return the privacy events of one budget (optionally of one state), oldest first."""
+    principal.require_participant(participant_id)
+    states = None if state is None else (state,)
+    events = context(request).ledger.events(participant_id, asset_id, states=states)
+    return ReservationList(reservations=[ReservationOut.of(r) for r in events])

@@ -1,0 +1,141 @@
+"""Response and request bodies of the ``/v1`` routes (pydantic models).
+
+Epsilons are exact decimals sent as strings (``"7.93"``): a budget is never
+compared through a float that may have rounded (docs/audit/dp-accounting.md).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from privacy_ledger import BudgetStatus, Reservation
+
+__all__ = [
+    "BudgetDetail",
+    "BudgetList",
+    "BudgetSet",
+    "BudgetSummary",
+    "ReservationList",
+    "ReservationOut",
+    "RoundEpsilonOut",
+    "ID_PATTERN",
+]
+
+#: Identifiers of participants, assets and rounds (privacy_ledger.budget.participants).
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetSummary(BaseModel):
+    """Limit, spent, reserved and remaining epsilon of one participant's asset."""
+
+    participant_id: str
+    asset_id: str
+    accountant: str
+    delta: float
+    limit: str = Field(description="Epsilon limit (exact decimal).")
+    spent: str = Field(description="Epsilon of the committed history (rounded up).")
+    reserved: str = Field(description="Extra epsilon held by active reservations.")
+    remaining: str = Field(description="limit - spent - reserved, never below zero.")
+    active_reservations: int
+
+    @classmethod
+    def of(cls, status: BudgetStatus) -> BudgetSummary:
+        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus`."""
+        return cls(
+            participant_id=status.participant_id,
+            asset_id=status.asset_id,
+            accountant=status.accountant,
+            delta=status.delta,
+            limit=str(status.limit),
+            spent=str(status.spent),
+            reserved=str(status.reserved),
+            remaining=str(status.remaining),
+            active_reservations=status.active_reservations,
+        )
+
+
+class RoundEpsilonOut(BaseModel):
+    """Cumulative epsilon after one committed round."""
+
+    round_id: str | None
+    epsilon_after: str
+
+
+class BudgetDetail(BudgetSummary):
+    """A budget with the epsilon after each committed round (whole-history accounting)."""
+
+    per_round: list[RoundEpsilonOut]
+
+    @classmethod
+    def of(cls, status: BudgetStatus) -> BudgetDetail:
+        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus`."""
+        summary = BudgetSummary.of(status).model_dump()
+        rounds = [RoundEpsilonOut(round_id=r, epsilon_after=str(e)) for r, e in status.per_round]
+        return cls(**summary, per_round=rounds)
+
+
+class BudgetList(BaseModel):
+    """Budgets visible to the caller (a participant sees only its own)."""
+
+    budgets: list[BudgetSummary]
+
+
+class BudgetSet(_Strict):
+    """New limit of a budget (administrators)."""
+
+    epsilon: str = Field(
+        pattern=r"^[0-9]{1,6}(\.[0-9]{1,12})?$", description="Epsilon limit as a decimal string."
+    )
+    delta: float = Field(gt=0, lt=1)
+    accountant: str = Field(default="rdp", pattern="^(rdp|prv)$")
+
+
+class ReservationOut(BaseModel):
+    """One privacy event of a budget (reserved, committed, aborted or expired)."""
+
+    id: str
+    participant_id: str
+    asset_id: str
+    round_id: str | None
+    state: str
+    epsilon_projected: str
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    max_grad_norm: float
+    delta: float
+    mechanism: str
+    created_at: float
+    expires_at: float
+    resolved_at: float | None
+
+    @classmethod
+    def of(cls, r: Reservation) -> ReservationOut:
+        """Build from the ledger's :class:`~privacy_ledger.Reservation`."""
+        return cls(
+            id=r.id,
+            participant_id=r.participant_id,
+            asset_id=r.asset_id,
+            round_id=r.round_id,
+            state=r.state,
+            epsilon_projected=str(r.epsilon_projected),
+            noise_multiplier=r.event.noise_multiplier,
+            sample_rate=r.event.sample_rate,
+            steps=r.event.steps,
+            max_grad_norm=r.event.max_grad_norm,
+            delta=r.event.delta,
+            mechanism=r.event.mechanism,
+            created_at=r.created_at,
+            expires_at=r.expires_at,
+            resolved_at=r.resolved_at,
+        )
+
+
+class ReservationList(BaseModel):
+    """The privacy events of one budget, oldest first."""
+
+    reservations: list[ReservationOut]
