@@ -7,7 +7,8 @@ A round goes scores -> decisions -> weights along one path:
    :class:`~secure_fed.secure.scoring.outlier.Decision` per participant: an
    action and a weight factor (:func:`decide`);
 3. :meth:`~secure_fed.federation.weighting.DynamicWeighting.weigh` multiplies
-   the factors into the published weights (docs/federation.md, section 5);
+   the factors (which only lower a weight) into base share x merit, the merit
+   coming from the evidence of correctness (docs/federation.md, section 5);
 4. :func:`decision_events` describes, per participant, the decision together
    with the weight that was applied; the engine writes them as
    ``outlier.decision`` audit events once the weights exist.
@@ -78,8 +79,9 @@ def decision_events(
     """Details of one ``outlier.decision`` event per participant, sorted by id.
 
     Each carries the decision (score, EMA, thresholds, action, factor), the
-    sample count and the weight terms that were applied: quality, dynamic
-    weight and the published weight. ``terms`` is None when the round aborted
+    declared sample count (recorded, never used) and the weight terms that were
+    applied: base share, evidence, its EMA, merit, copies count and the
+    published weight. ``terms`` is None when the round aborted
     at the filter: nothing was aggregated and every weight is null. Otherwise an
     excluded participant has weight 0. ``max_weight`` is the round's public cap
     on one weight (every recorded weight is at most it).
@@ -92,8 +94,11 @@ def decision_events(
                 "round_id": round_id,
                 **decisions[pid].to_dict(),
                 "num_samples": num_samples[pid],
-                "quality": t.quality if t else None,
-                "dynamic_weight": t.dynamic if t else None,
+                "base_share": t.base if t else None,
+                "evidence": t.evidence if t else None,
+                "correctness": t.correctness if t else None,
+                "merit": t.merit if t else None,
+                "copies": t.copies if t else None,
                 "weight": None if terms is None else (t.weight if t else 0.0),
                 "max_weight": max_weight,
                 "publication_sm3": publication_sm3,

@@ -6,7 +6,8 @@ schema, mode, payload), close on deadline or demand (dropouts: the round
 completes with whoever uploaded if at least ``min_participants`` did, else it
 aborts), score every upload and let the outlier filter decide an action and a
 weight factor per participant, aggregate with the dynamic weights times those
-factors (:meth:`~secure_fed.federation.weighting.DynamicWeighting.weigh`), and
+factors, the evidence of correctness and the near-duplicate counts
+(:meth:`~secure_fed.federation.weighting.DynamicWeighting.weigh`), and
 publish soft-label bytes. The audit log gets one ``outlier.decision`` event per
 participant with the decision and the weight that was actually applied.
 Every transition is persisted before it is reported, so
@@ -56,6 +57,7 @@ from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharp
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
 from secure_fed.secure.release_plan import ReleasePlan, exclusion_floor
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
 __all__ = ["RoundEngine"]
@@ -86,6 +88,9 @@ class RoundEngine:
         DS-FL entropy reduction of the published aggregate; 1.0 disables it.
     clock
         Unix-time source (injectable for deadline tests).
+    evidence
+        The labeled slice of the public set whose per-participant evidence of
+        correctness the weights use (None: no evidence, every merit 1).
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class RoundEngine:
         audit: AuditSink | None = None,
         sharpen_temperature: float = 1.0,
         clock: Callable[[], float] = time.time,
+        evidence: EvidenceSlice | None = None,
     ) -> None:
         self.store, self.aggregator, self.mode, self.registry = store, aggregator, mode, registry
         self.weighting = weighting if weighting is not None else DynamicWeighting()
@@ -108,6 +114,7 @@ class RoundEngine:
         sharpen_logits(np.zeros((1, 2)), temperature=sharpen_temperature)  # validates
         self.sharpen_temperature = sharpen_temperature
         self.clock = clock
+        self.evidence_mask = evidence.mask(aggregator.shape) if evidence is not None else None
         self._states: dict[int, RoundState] = {}
         self._handles: dict[int, dict[str, UploadHandle]] = {}
 
@@ -347,10 +354,16 @@ class RoundEngine:
         accepted = {p: h for p, h in self._live_handles(state).items() if p not in state.excluded}
         decisions = {p: Decision.from_dict(d) for p, d in state.decisions.items()}
         self.weighting.history = dict(state.weighting_history)
+        mask = self.evidence_mask
         terms = self.weighting.weigh(
-            {p: state.scores[p] for p in accepted},
             {p: decisions[p].factor for p in accepted},
             max_weight=state.config.max_weight,
+            evidence=(
+                None
+                if mask is None
+                else self.aggregator.evidence(accepted, mask, round_id=round_id)
+            ),
+            copies=self.aggregator.copies(accepted, round_id=round_id),
         )
         state.weights = {p: t.weight for p, t in terms.items()}
         aggregate = self.aggregator.reveal(

@@ -1,29 +1,39 @@
-"""Contribution-aware aggregation weights, the outlier factor, the cap, and entropy reduction.
+"""Weights that reward being right: base share x merit x factors, capped; entropy reduction.
 
-One formula turns a round's scores and outlier decisions into the published
-weights (:meth:`DynamicWeighting.weigh`; docs/federation.md, section 5):
+One formula turns a round's evidence, copies counts and outlier decisions into the
+published weights (:meth:`DynamicWeighting.weigh`; docs/learning.md, "Weights that
+reward being right", and docs/federation.md, section 5):
 
-    q_k      = 1 / (1 + s_k / median_j s_j)                         (quality)
-    w_k^(t)  = softmax_k(alpha * q_k)                               (instant weight)
-    d_k^(t)  = beta * d_k^(t-1) + (1 - beta) * w_k^(t)              (EMA, then renormalised)
-    v_k^(t)  = f_k * d_k^(t) / sum_j f_j * d_j^(t)                  (after the factor)
-    W_k^(t)  = min(w_max, lambda * v_k^(t)), sum_k W_k^(t) = 1      (capped, published)
+    b_k      = n_k / sum_j n_j                                     (base share)
+    c_k^(t)  = beta * c_k^(t-1) + (1 - beta) * e_k^(t)             (EMA of the evidence)
+    m_k      = clip(exp(alpha * (c_k - median_j c_j)), m_min, 1)   (merit, at most 1)
+    u_k      = 1 / (1 + copies_k)                                  (near-duplicates share)
+    v_k      = b_k * m_k * u_k * f_k                               (f_k: outlier factor)
+    W_k      = min(w_max, lambda * v_k), sum_k W_k = 1             (capped, published)
 
-over the participants that were not excluded, where ``s_k`` is the
-participant's distance score, ``f_k`` in ``(0, 1]`` the outlier policy's weight
-factor (excluded participants have ``f_k = 0`` and weight 0) and ``w_max`` the
-round's public cap on one participant's weight (:func:`cap_weights`). Weights
-depend only on what the servers can check: the scores they computed and the
-round's public parameters. A participant's self-declared sample count does not
-enter them (an unverifiable claim of 1e9 rows would otherwise buy almost all of
-the weight). Contribution-weighted aggregation usually scores quality by
-validation accuracy; the aggregator here has no labels and in the secure modes
-sees only one distance score per participant, so the quality is derived from
-that score, made scale-free by the median (1 for a participant exactly at the
-aggregate, 1/2 for a typical one, towards 0 for an outlier). The EMA history
-keeps ``d`` (before the factor and the cap), so the outlier policy's own score
-history is the only memory of a down-weighting and a participant is not
-punished twice.
+over the participants that were not excluded. ``n_k`` is the sample count an
+administrator registered for the participant (equal shares when none was
+registered); a self-declared count in an upload header never enters (an
+unverifiable claim of 1e9 rows would otherwise buy the weight). ``e_k`` is the
+participant's *evidence of correctness*: its mean centred true-class logit on a
+labeled slice of the public set, a public linear function of its upload that the
+secure modes compute without opening the upload
+(:mod:`secure_fed.secure.scoring.evidence`). The merit is a softmax with
+temperature ``1 / alpha`` over the smoothed evidence (the seeds' contribution
+weighting by validation accuracy: FedFomo, Zhang et al. 2021; CFFL, Lyu et al.
+2020), normalised so that the *median* participant has merit 1 and capped at 1:
+being right above the median cannot raise a weight beyond the base share, and a
+minority cannot move the median outside the honest participants' values.
+``copies_k`` is the number of other uploads that are near-duplicates of ``k``'s
+(FoolsGold, Fung et al. 2020): a group that sends one matrix shares one weight.
+``f_k`` in ``(0, 1]`` is the outlier policy's factor: closeness to the consensus
+can only lower a weight, never raise it (excluded participants have weight 0).
+Without evidence (a mode or a task without a labeled slice) every merit is 1.
+
+Bound on a group ``G``: ``W_G <= sum_{k in G} b_k / sum_j b_j m_j u_j f_j``
+whatever ``G`` uploads, since every factor of ``G`` is at most 1; the denominator
+falls only by what the other participants lose (their own evidence, copies and
+outlier factors).
 
 Entropy reduction follows DS-FL (Itahara et al., "Distillation-Based
 Semi-Supervised Federated Learning", IEEE TMC 2021): the averaged soft labels
@@ -45,31 +55,41 @@ __all__ = [
     "DynamicWeighting",
     "WeightTerms",
     "apply_factors",
+    "base_shares",
     "cap_weights",
     "check_cap",
-    "quality_from_scores",
+    "merits",
     "sharpen_logits",
     "softmax_entropy",
 ]
 
 
-def quality_from_scores(scores: Mapping[str, float]) -> dict[str, float]:
-    """Map non-negative distance scores to qualities in ``(0, 1]`` (median-normalised).
+def base_shares(ids: list[str], registered: Mapping[str, int]) -> dict[str, float]:
+    """Return ``n_k / sum_j n_j`` over ``ids`` (equal shares when nothing is registered).
 
     Raises
     ------
     WeightingInvalid
-        If a score is negative or not finite.
+        If some but not all of ``ids`` are registered.
     """
-    for pid, s in scores.items():
-        if not math.isfinite(s) or s < 0:
-            raise WeightingInvalid(f"score of {pid!r} must be finite and >= 0, got {s!r}")
-    if not scores:
-        return {}
-    median = float(np.median(list(scores.values())))
-    if median <= 0:
-        return {pid: 1.0 if s <= 0 else 0.0 for pid, s in scores.items()}
-    return {pid: 1.0 / (1.0 + s / median) for pid, s in scores.items()}
+    known = [p for p in ids if p in registered]
+    if not known:
+        return {p: 1.0 / len(ids) for p in ids}
+    if len(known) != len(ids):
+        raise WeightingInvalid(f"no registered sample count for {sorted(set(ids) - set(known))}")
+    total = float(sum(registered[p] for p in ids))
+    return {p: registered[p] / total for p in ids}
+
+
+def merits(
+    correctness: Mapping[str, float], *, alpha: float, floor: float
+) -> tuple[float, dict[str, float]]:
+    """Return the median and ``clip(exp(alpha * (c_k - median)), floor, 1)`` per participant."""
+    reference = float(np.median(list(correctness.values())))
+    return reference, {
+        p: min(1.0, max(floor, math.exp(max(-700.0, alpha * (c - reference)))))
+        for p, c in correctness.items()
+    }
 
 
 def _check_factors(factors: Mapping[str, float]) -> None:
@@ -169,10 +189,16 @@ class WeightTerms:
 
     Attributes
     ----------
-    quality
-        ``q_k`` from the score.
-    dynamic
-        ``d_k``, the EMA-smoothed weight (before the factor and the cap).
+    base
+        ``b_k``, the base share among this round's weighted participants.
+    evidence
+        ``e_k`` of this round (None: the round had no evidence).
+    correctness
+        ``c_k``, the EMA of the evidence (None without evidence).
+    merit
+        ``m_k`` in ``[m_min, 1]`` (1 without evidence).
+    copies
+        Other uploads that are near-duplicates of this one (0 when not measured).
     factor
         ``f_k``, the outlier policy's factor.
     weight
@@ -181,29 +207,45 @@ class WeightTerms:
         The round's cap ``w_max``.
     """
 
-    quality: float
-    dynamic: float
+    base: float
+    evidence: float | None
+    correctness: float | None
+    merit: float
+    copies: int
     factor: float
     weight: float
     max_weight: float
 
+    @property
+    def copy_factor(self) -> float:
+        """``u_k = 1 / (1 + copies)``."""
+        return 1.0 / (1 + self.copies)
+
 
 @dataclass(kw_only=True)
 class DynamicWeighting:
-    """Softmax(alpha * quality), EMA-smoothed across rounds, then factor and cap.
+    """Base share x merit from evidence (EMA-smoothed) x copy and outlier factors, capped.
 
     Parameters
     ----------
     alpha
-        Quality sensitivity (>= 0); 0 gives equal weights.
+        Inverse temperature of the merit, per logit of evidence (>= 0); 0 ignores
+        the evidence (every merit 1).
     beta
-        EMA coefficient in ``[0, 1)``; 0 disables smoothing.
+        EMA coefficient of the evidence in ``[0, 1)``; 0 disables smoothing.
+    min_merit
+        Smallest merit ``m_min`` in ``(0, 1]``.
+    registered
+        Sample count an administrator registered per participant (not a header's
+        claim); empty: equal base shares.
     history
-        Smoothed weight of every participant seen so far (persisted state).
+        Smoothed evidence ``c_k`` of every participant seen so far (persisted state).
     """
 
-    alpha: float = 5.0
+    alpha: float = 2.0
     beta: float = 0.5
+    min_merit: float = 0.05
+    registered: dict[str, int] = field(default_factory=dict)
     history: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -211,54 +253,49 @@ class DynamicWeighting:
             raise WeightingInvalid(f"alpha must be in [0, 100], got {self.alpha!r}")
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
+        if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
+            raise WeightingInvalid(f"min_merit must be in (0, 1], got {self.min_merit!r}")
+        for pid, n in self.registered.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise WeightingInvalid(
+                    f"registered sample count of {pid!r} must be >= 1, got {n!r}"
+                )
 
-    def instant(self, qualities: Mapping[str, float]) -> dict[str, float]:
-        """Return this round's un-smoothed weights ``softmax(alpha * q)`` (sum to 1).
+    def smooth(self, evidence: Mapping[str, float]) -> dict[str, float]:
+        """Fold this round's evidence into the EMA history; return the smoothed values.
+
+        A participant without history starts from its evidence.
 
         Raises
         ------
         WeightingInvalid
-            On empty input or qualities outside [0, 1].
+            If a value is not finite.
         """
-        if not qualities:
-            raise WeightingInvalid("qualities is empty")
-        for pid, q in qualities.items():
-            if not (math.isfinite(q) and 0 <= q <= 1):
-                raise WeightingInvalid(f"quality of {pid!r} must be in [0, 1], got {q!r}")
-        ids = sorted(qualities)
-        logits = np.array([self.alpha * qualities[p] for p in ids])
-        soft = np.exp(logits - logits.max())
-        return {p: float(w) for p, w in zip(ids, soft / soft.sum(), strict=True)}
-
-    def update(self, qualities: Mapping[str, float]) -> dict[str, float]:
-        """Compute this round's weights, smooth them with the EMA history, and store them.
-
-        A participant without history starts from its instant weight; the
-        result is renormalised over this round's participants.
-        """
-        now = self.instant(qualities)
-        smooth = {
-            p: self.beta * self.history[p] + (1 - self.beta) * w if p in self.history else w
-            for p, w in now.items()
+        for pid, e in evidence.items():
+            if not math.isfinite(e):
+                raise WeightingInvalid(f"evidence of {pid!r} must be finite, got {e!r}")
+        out = {
+            p: self.beta * self.history[p] + (1 - self.beta) * e if p in self.history else e
+            for p, e in evidence.items()
         }
-        total = sum(smooth.values())
-        result = {p: w / total for p, w in smooth.items()}
-        self.history.update(result)
-        return result
+        self.history.update(out)
+        return out
 
     def weigh(
         self,
-        scores: Mapping[str, float],
         factors: Mapping[str, float],
         *,
         max_weight: float = 1.0,
+        evidence: Mapping[str, float] | None = None,
+        copies: Mapping[str, int] | None = None,
     ) -> dict[str, WeightTerms]:
         """Return every term of this round's published weights; update the EMA history.
 
-        ``scores`` and ``factors`` name the participants that take part in the
-        aggregate (the excluded ones are left out by the caller). This is the
-        one place the cap is applied: every returned ``weight`` is at most
-        ``max_weight`` and they sum to 1 (:func:`cap_weights`).
+        ``factors`` names the participants that take part in the aggregate (the
+        excluded ones are left out by the caller); ``evidence`` and ``copies``,
+        when given, name the same participants. This is the one place the cap
+        is applied: every returned ``weight`` is at most ``max_weight`` and they
+        sum to 1 (:func:`cap_weights`).
 
         Raises
         ------
@@ -266,22 +303,35 @@ class DynamicWeighting:
             On mismatched ids, out-of-range inputs or a cap the participants
             cannot meet (nothing is updated then).
         """
-        if set(scores) != set(factors):
-            raise WeightingInvalid("scores and factors name different participants")
+        ids = sorted(factors)
+        if not ids:
+            raise WeightingInvalid("no participant to weigh")
+        for name, given in (("evidence", evidence), ("copies", copies)):
+            if given is not None and set(given) != set(ids):
+                raise WeightingInvalid(f"{name} and factors name different participants")
         _check_factors(factors)
-        check_cap(max_weight, len(scores))
-        qualities = quality_from_scores(scores)
-        dynamic = self.update(qualities)
-        weights = cap_weights(apply_factors(dynamic, factors), max_weight)
+        check_cap(max_weight, len(ids))
+        dup = dict(copies) if copies is not None else dict.fromkeys(ids, 0)
+        for pid, n in dup.items():
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < len(ids):
+                raise WeightingInvalid(f"copies of {pid!r} must be in [0, {len(ids)}), got {n!r}")
+        base = base_shares(ids, self.registered)
+        smoothed = self.smooth(evidence) if evidence is not None else None
+        merit = merits(smoothed, alpha=self.alpha, floor=self.min_merit)[1] if smoothed else None
+        raw = {p: base[p] * (merit[p] if merit else 1.0) * factors[p] / (1 + dup[p]) for p in ids}
+        weights = cap_weights(apply_factors(raw, dict.fromkeys(ids, 1.0)), max_weight)
         return {
-            pid: WeightTerms(
-                quality=qualities[pid],
-                dynamic=dynamic[pid],
-                factor=factors[pid],
-                weight=weights[pid],
+            p: WeightTerms(
+                base=base[p],
+                evidence=evidence[p] if evidence is not None else None,
+                correctness=smoothed[p] if smoothed is not None else None,
+                merit=merit[p] if merit else 1.0,
+                copies=dup[p],
+                factor=factors[p],
+                weight=weights[p],
                 max_weight=max_weight,
             )
-            for pid in sorted(weights)
+            for p in ids
         }
 
 

@@ -135,6 +135,23 @@ class SecureAggregator(ABC):
         labelled with ``round_id``; discard it when the round's scores are known.
         """
 
+    def evidence(
+        self, handles: Mapping[str, UploadHandle], mask: np.ndarray, *, round_id: int
+    ) -> dict[str, float] | None:
+        """Return ``sum(mask * upload)`` per upload, or None when the mode does not compute it.
+
+        ``mask`` is the public ``[N_pub, C]`` mask of the labeled slice
+        (:func:`~secure_fed.secure.scoring.evidence.evidence_mask`): one scalar of a
+        public linear function per participant.
+        """
+        return None
+
+    def copies(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> dict[str, int] | None:
+        """Return each upload's count of near-duplicates, or None when the mode does not."""
+        return None
+
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
         """Robust pooled Mahalanobis score of every upload (one scalar each).
 
@@ -177,6 +194,16 @@ class AggregatorWrapper(SecureAggregator):
 
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:  # noqa: D102
         return self.inner.score(handles, round_id=round_id)
+
+    def evidence(  # noqa: D102
+        self, handles: Mapping[str, UploadHandle], mask: np.ndarray, *, round_id: int
+    ) -> dict[str, float] | None:
+        return self.inner.evidence(handles, mask, round_id=round_id)
+
+    def copies(  # noqa: D102
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> dict[str, int] | None:
+        return self.inner.copies(handles, round_id=round_id)
 
 
 def check_weights(handles: Mapping[str, object], weights: Mapping[str, float]) -> None:

@@ -25,6 +25,7 @@ from secure_fed.secure.mode import (
     check_weights,
     register_mode,
 )
+from secure_fed.secure.scoring.evidence import near_duplicates, pairwise_distances, plain_evidence
 from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig
 from secure_fed.wire import decode_matrix, encode_matrix
 
@@ -107,6 +108,17 @@ class InsecurePlaintextAggregator(SecureAggregator):
         if not isinstance(aggregate, _PlainAggregate):
             raise AggregationInvalid("aggregate is not a plaintext aggregate")
         return aggregate.matrix.astype(np.float32)
+
+    def evidence(
+        self, handles: Mapping[str, UploadHandle], mask: np.ndarray, *, round_id: int
+    ) -> dict[str, float]:
+        """Mean centred true-class logit on the labeled slice, per upload (in the clear)."""
+        return plain_evidence(self._matrices(handles), mask)
+
+    def copies(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> dict[str, int]:
+        """Near-duplicates count per upload from every pairwise distance (in the clear)."""
+        mats = self._matrices(handles)
+        return near_duplicates(pairwise_distances(mats), sorted(mats))
 
     def scoring_round(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> PlainBackend:
         """Return the reference backend on this round's matrices (nothing to label)."""

@@ -46,6 +46,8 @@ from tests.secure_fed.federation.helpers import (
 ALPHA, BETA = 5.0, 0.5
 # declared sample counts: recorded in the events, but they move no weight
 SAMPLES = {"a": 100, "b": 200, "c": 150, "d": 100, "e": 10**9}
+# what the administrator registered: the base shares (a's is above the cap)
+REGISTERED = {"a": 300, "b": 100, "c": 100, "d": 100, "e": 100}
 CAP = 1 / 3  # the public cap of one weight (1 / min_participants): it binds in both rounds
 
 
@@ -71,7 +73,7 @@ def _engine(
         aggregator=InsecurePlaintextAggregator(shape=(N_PUB, C), bound=BOUND),
         mode="plaintext",
         registry=registry,
-        weighting=DynamicWeighting(alpha=ALPHA, beta=BETA),
+        weighting=DynamicWeighting(alpha=ALPHA, beta=BETA, registered=dict(REGISTERED)),
         # C - 1 = 2 degrees of freedom: down-weighting from 9.2, exclusion from 18.4
         # (with history) or 55 (at once); the model's own cuts (no dispersion scaling)
         outlier_filter=(
@@ -116,21 +118,25 @@ def _num(value: object) -> float:
 def _recompute(
     events: list[dict[str, object]], previous: dict[str, float]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Published weights of one round from its events alone, and the EMA state after it."""
+    """Published weights of one round from its events alone, and the EMA state after it.
+
+    ``v_k = b_k m_k f_k / (1 + copies_k)`` with ``b_k`` from the registered counts
+    and no labeled slice (merit 1) in this engine; the evidence EMA stays empty.
+    """
     kept = {str(e["participant_id"]): e for e in events if e["action"] != "exclude"}
-    scores = {p: _num(e["score"]) for p, e in kept.items()}
-    median = float(np.median(list(scores.values())))
-    quality = {p: 1.0 / (1.0 + s / median) for p, s in scores.items()}
-    soft = {p: np.exp(ALPHA * q) for p, q in quality.items()}
-    instant = {p: w / sum(soft.values()) for p, w in soft.items()}
-    smooth = {
-        p: BETA * previous[p] + (1 - BETA) * w if p in previous else w for p, w in instant.items()
+    assert all(e["evidence"] is None and _num(e["merit"]) == 1.0 for e in kept.values())
+    raw = {
+        p: _num(e["base_share"]) * _num(e["factor"]) / (1 + int(str(e["copies"])))
+        for p, e in kept.items()
     }
-    dynamic = {p: w / sum(smooth.values()) for p, w in smooth.items()}
-    scaled = {p: _num(kept[p]["factor"]) * d for p, d in dynamic.items()}
+    total = sum(REGISTERED[p] for p in kept)
+    assert {p: _num(e["base_share"]) for p, e in kept.items()} == pytest.approx(
+        {p: REGISTERED[p] / total for p in kept}
+    )
+    scaled = {p: v / sum(raw.values()) for p, v in raw.items()}
     caps = {_num(e["max_weight"]) for e in events}
     assert len(caps) == 1
-    return _capped(scaled, caps.pop()), {**previous, **dynamic}
+    return _capped(scaled, caps.pop()), previous
 
 
 def _capped(raw: dict[str, float], cap: float) -> dict[str, float]:
@@ -196,8 +202,9 @@ def test_published_weights_follow_from_the_audit_events(
     first = {str(e["participant_id"]): e for e in events if e["round_id"] == 1}
     assert publications[1].weights["b"] < CAP
     ratio = publications[1].weights["d"] / publications[1].weights["b"]
-    dynamic = _num(first["d"]["dynamic_weight"]) / _num(first["b"]["dynamic_weight"])
-    assert ratio == pytest.approx(_num(first["d"]["factor"]) * dynamic, rel=1e-12)
+    assert ratio == pytest.approx(
+        _num(first["d"]["factor"]) / _num(first["b"]["factor"]), rel=1e-12
+    )
 
 
 def test_signed_ledger_log_alone_reproduces_the_published_weights(

@@ -7,48 +7,65 @@ from secure_fed.errors import WeightingInvalid
 from secure_fed.federation.weighting import (
     DynamicWeighting,
     apply_factors,
+    base_shares,
     cap_weights,
-    quality_from_scores,
     sharpen_logits,
     softmax_entropy,
 )
 
 
 def test_alpha_zero_is_equal_weighting() -> None:
-    w = DynamicWeighting(alpha=0.0, beta=0.0).update({"a": 0.1, "b": 0.9})
-    assert w == pytest.approx({"a": 0.5, "b": 0.5})
+    terms = DynamicWeighting(alpha=0.0, beta=0.0).weigh(
+        {"a": 1.0, "b": 1.0}, evidence={"a": 0.1, "b": 5.0}
+    )
+    assert {p: t.weight for p, t in terms.items()} == pytest.approx({"a": 0.5, "b": 0.5})
 
 
-def test_quality_raises_weight_through_the_softmax() -> None:
-    wt = DynamicWeighting(alpha=2.0, beta=0.0)
-    w = wt.instant({"a": 1.0, "b": 0.0})
-    ea, eb = np.exp(2.0), np.exp(0.0)
-    assert w["a"] == pytest.approx(ea / (ea + eb))
+def test_merit_is_a_softmax_relative_to_the_median_capped_at_one() -> None:
+    terms = DynamicWeighting(alpha=2.0, beta=0.0).weigh(
+        dict.fromkeys("abc", 1.0), evidence={"a": 3.0, "b": 2.0, "c": 1.5}
+    )
+    assert terms["a"].merit == terms["b"].merit == 1.0  # above the median: no reward beyond 1
+    assert terms["c"].merit == pytest.approx(np.exp(2.0 * -0.5))
+    total = 2 + np.exp(-1.0)
+    assert terms["a"].weight == pytest.approx(1 / total)
+    assert terms["c"].weight == pytest.approx(np.exp(-1.0) / total)
 
 
-def test_ema_smooths_across_rounds() -> None:
-    wt = DynamicWeighting(alpha=5.0, beta=0.5)
-    first = wt.update({"a": 0.5, "b": 0.5})
-    assert first == pytest.approx({"a": 0.5, "b": 0.5})
-    second = wt.update({"a": 1.0, "b": 0.0})
-    instant = DynamicWeighting(alpha=5.0, beta=0.0).instant({"a": 1.0, "b": 0.0})
-    assert second["a"] == pytest.approx(0.5 * 0.5 + 0.5 * instant["a"])
-    assert 0.5 < second["a"] < instant["a"]
+def test_ema_smooths_the_evidence_across_rounds() -> None:
+    wt = DynamicWeighting(alpha=1.0, beta=0.5)
+    wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 2.0})
+    terms = wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 0.0})
+    assert terms["b"].correctness == pytest.approx(1.0) and wt.history["b"] == pytest.approx(1.0)
+    assert terms["b"].evidence == 0.0
+    # median of (2, 1) is 1.5: b's merit exp(-0.5), not the instant exp(-1)
+    assert terms["b"].merit == pytest.approx(np.exp(-0.5))
 
 
 def test_new_participant_and_dropout_renormalise() -> None:
     wt = DynamicWeighting(beta=0.9)
-    wt.update({"a": 0.5, "b": 0.5})
-    w = wt.update({"a": 0.5, "c": 0.5})
-    assert sum(w.values()) == pytest.approx(1.0) and set(w) == {"a", "c"}
+    wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 1.0, "b": 1.0})
+    terms = wt.weigh(dict.fromkeys("ac", 1.0), evidence={"a": 1.0, "c": 3.0})
+    assert sum(t.weight for t in terms.values()) == pytest.approx(1.0) and set(terms) == {"a", "c"}
+    assert terms["c"].correctness == 3.0  # a newcomer starts from its evidence
 
 
-def test_quality_from_scores() -> None:
-    q = quality_from_scores({"a": 1.0, "b": 1.0, "c": 100.0})
-    assert q["a"] == pytest.approx(0.5) and q["c"] < 0.02
-    assert quality_from_scores({"a": 0.0, "b": 0.0}) == {"a": 1.0, "b": 1.0}
-    with pytest.raises(WeightingInvalid, match="score of 'a'"):
-        quality_from_scores({"a": -1.0})
+def test_registered_counts_give_the_base_share() -> None:
+    wt = DynamicWeighting(registered={"a": 300, "b": 100, "c": 100})
+    terms = wt.weigh(dict.fromkeys("abc", 1.0))
+    assert {p: t.base for p, t in terms.items()} == pytest.approx({"a": 0.6, "b": 0.2, "c": 0.2})
+    assert terms["a"].weight == pytest.approx(0.6) and terms["a"].merit == 1.0
+    assert base_shares(["x", "y"], {}) == {"x": 0.5, "y": 0.5}
+    with pytest.raises(WeightingInvalid, match="no registered sample count"):
+        wt.weigh(dict.fromkeys("abd", 1.0))
+
+
+def test_copies_share_one_weight() -> None:
+    terms = DynamicWeighting().weigh(
+        dict.fromkeys("abcd", 1.0), copies={"a": 0, "b": 1, "c": 1, "d": 0}
+    )
+    assert terms["b"].weight + terms["c"].weight == pytest.approx(terms["a"].weight)
+    assert terms["b"].copy_factor == 0.5
 
 
 @pytest.mark.parametrize(
@@ -61,27 +78,29 @@ def test_parameters_validated(kwargs: dict[str, float], fragment: str) -> None:
 
 def test_inputs_validated() -> None:
     wt = DynamicWeighting()
-    with pytest.raises(WeightingInvalid, match="empty"):
-        wt.update({})
-    with pytest.raises(WeightingInvalid, match="different participants"):
-        wt.weigh({"a": 1.0}, {"b": 0.5})
-    with pytest.raises(WeightingInvalid, match="quality"):
-        wt.update({"a": 2.0})
+    with pytest.raises(WeightingInvalid, match="no participant"):
+        wt.weigh({})
+    with pytest.raises(WeightingInvalid, match="evidence and factors"):
+        wt.weigh({"a": 1.0}, evidence={"b": 0.5})
+    with pytest.raises(WeightingInvalid, match="evidence of 'a' must be finite"):
+        wt.weigh({"a": 1.0}, evidence={"a": float("nan")})
+    with pytest.raises(WeightingInvalid, match="copies of 'a'"):
+        wt.weigh({"a": 1.0, "b": 1.0}, copies={"a": 2, "b": 0})
+    with pytest.raises(WeightingInvalid, match="min_merit"):
+        DynamicWeighting(min_merit=0.0)
+    with pytest.raises(WeightingInvalid, match="registered sample count of 'a'"):
+        DynamicWeighting(registered={"a": 0})
 
 
-def test_factor_multiplies_the_dynamic_weight() -> None:
+def test_factor_only_lowers_the_weight() -> None:
     assert apply_factors({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.25}) == pytest.approx(
         {"a": 0.8, "b": 0.2}
     )
-    wt = DynamicWeighting(alpha=5.0, beta=0.5)
-    scores = {"a": 2.0, "b": 3.0, "c": 12.0}
-    terms = wt.weigh(scores, {"a": 1.0, "b": 1.0, "c": 0.1})
-    plain = DynamicWeighting(alpha=5.0, beta=0.5).update(quality_from_scores(scores))
-    assert {p: t.dynamic for p, t in terms.items()} == pytest.approx(plain)
-    assert wt.history == pytest.approx(plain)  # the EMA keeps the weight before the factor
-    assert terms["c"].quality == pytest.approx(1 / (1 + 12.0 / 3.0))
-    total = plain["a"] + plain["b"] + 0.1 * plain["c"]
-    assert terms["c"].weight == pytest.approx(0.1 * plain["c"] / total)
+    terms = DynamicWeighting(alpha=1.0).weigh(
+        {"a": 1.0, "b": 1.0, "c": 0.1}, evidence={"a": 1.0, "b": 1.0, "c": 1.0}
+    )
+    assert terms["c"].weight == pytest.approx(0.1 / 2.1)
+    assert terms["a"].weight == pytest.approx(1 / 2.1)
     assert sum(t.weight for t in terms.values()) == pytest.approx(1.0)
 
 
@@ -91,7 +110,7 @@ def test_factor_multiplies_the_dynamic_weight() -> None:
         ({"a": 1.0, "b": 0.0}, "factor of 'b' must be in \\(0, 1\\]"),
         ({"a": 1.0, "b": 1.5}, "factor of 'b'"),
         ({"a": 1.0, "b": float("nan")}, "factor of 'b'"),
-        ({"a": 1.0}, "different participants"),
+        ({"a": 1.0}, "evidence and factors name different participants"),
     ],
 )
 def test_bad_factors_are_refused_before_the_history_moves(
@@ -99,7 +118,7 @@ def test_bad_factors_are_refused_before_the_history_moves(
 ) -> None:
     wt = DynamicWeighting()
     with pytest.raises(WeightingInvalid, match=fragment):
-        wt.weigh({"a": 1.0, "b": 2.0}, factors)
+        wt.weigh(factors, evidence={"a": 1.0, "b": 2.0})
     assert wt.history == {}
 
 
@@ -112,8 +131,8 @@ def test_sharpening_reduces_entropy() -> None:
 
 
 def test_declared_sample_counts_do_not_move_weights() -> None:
-    """Weights are a function of what the servers check: scores, factors, the cap."""
-    terms = DynamicWeighting().weigh({"a": 2.0, "b": 2.0}, {"a": 1.0, "b": 1.0})
+    """Weights are a function of what the servers check: registered counts, evidence, factors."""
+    terms = DynamicWeighting().weigh({"a": 1.0, "b": 1.0})
     assert terms["a"].weight == terms["b"].weight == pytest.approx(0.5)
 
 
@@ -143,11 +162,11 @@ def test_cap_takes_weight_from_a_dominant_participant() -> None:
 
 
 def test_weigh_applies_the_cap_and_records_it() -> None:
-    scores = {"near": 0.01, "a": 5.0, "b": 6.0, "c": 7.0}  # near the centre: high quality
-    uncapped = DynamicWeighting(beta=0.0).weigh(scores, dict.fromkeys(scores, 1.0))
-    assert uncapped["near"].weight > 0.4
-    terms = DynamicWeighting(beta=0.0).weigh(scores, dict.fromkeys(scores, 1.0), max_weight=0.3)
-    assert terms["near"].weight == 0.3 and all(t.max_weight == 0.3 for t in terms.values())
+    wt = DynamicWeighting(registered={"big": 700, "a": 100, "b": 100, "c": 100})
+    factors = dict.fromkeys(["big", "a", "b", "c"], 1.0)
+    assert wt.weigh(factors)["big"].weight == pytest.approx(0.7)
+    terms = wt.weigh(factors, max_weight=0.3)
+    assert terms["big"].weight == 0.3 and all(t.max_weight == 0.3 for t in terms.values())
     assert max(t.weight for t in terms.values()) <= 0.3
     assert sum(t.weight for t in terms.values()) == pytest.approx(1.0)
 
@@ -158,7 +177,7 @@ def test_weigh_applies_the_cap_and_records_it() -> None:
 )
 def test_unsatisfiable_caps_are_refused(cap: float, n: int, fragment: str) -> None:
     wt = DynamicWeighting()
-    scores = {f"p{i}": 1.0 + i for i in range(n)}
+    evidence = {f"p{i}": 1.0 + i for i in range(n)}
     with pytest.raises(WeightingInvalid, match=fragment):
-        wt.weigh(scores, dict.fromkeys(scores, 1.0), max_weight=cap)
+        wt.weigh(dict.fromkeys(evidence, 1.0), max_weight=cap, evidence=evidence)
     assert wt.history == {}
