@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.audit import AuditSink
@@ -48,6 +49,11 @@ class DeploymentPlan:
         charged to (both or neither).
     scoring
         Robust pooled Mahalanobis parameters (the mode's default when ``None``).
+    registry_path
+        SQLite file of the gatekeeper's replay registry (shares mode: used
+        Beaver-triple labels and upload rounds), so that a replay is refused after
+        a restart too. ``None`` keeps it in memory (tests and one-process demos;
+        a warning is logged).
     """
 
     shape: tuple[int, int]
@@ -57,6 +63,7 @@ class DeploymentPlan:
     central_dp: CentralDP | None = None
     budget: ChargeGate | None = field(default=None, repr=False)
     scoring: ScoringConfig | None = None
+    registry_path: str | Path | None = None
 
     def __post_init__(self) -> None:
         ids = self.participant_ids
@@ -71,6 +78,12 @@ class DeploymentPlan:
             )
         if (self.central_dp is None) != (self.budget is None):
             raise ModeSetupInvalid("central_dp and budget go together: give both or neither")
+        if self.registry_path is not None and not (
+            isinstance(self.registry_path, str | Path) and str(self.registry_path)
+        ):
+            raise ModeSetupInvalid(
+                f"registry_path must be a file path or None, got {self.registry_path!r}"
+            )
 
     def enrol_server(self, name: str) -> ServerSigningKey:
         """Generate server ``name``'s SM2 key pair and record its public key (``key.generated``).
@@ -136,6 +149,7 @@ class SecureDeployment(ABC):
         central_dp: CentralDP | None = None,
         budget: ChargeGate | None = None,
         scoring: ScoringConfig | None = None,
+        registry_path: str | Path | None = None,
     ) -> SecureDeployment:
         """Enrol every participant and build the parties of the registered ``mode``.
 
@@ -161,6 +175,7 @@ class SecureDeployment(ABC):
             central_dp=central_dp,
             budget=budget,
             scoring=scoring,
+            registry_path=registry_path,
         )
         return spec.deploy(plan)
 

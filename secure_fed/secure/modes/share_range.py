@@ -37,7 +37,7 @@ from crypto.shares import (
     ShareMacKey,
 )
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadOutOfRange
-from secure_fed.wire import HELPER_REPLY, HELPER_REQUEST, decode_frame, encode_frame
+from secure_fed.wire import HELPER_REPLY, decode_frame
 
 __all__ = ["RANGE_PARTICIPANT", "RANGE_SPEC", "HelperRangeChecks", "RangeDealer", "check_upload"]
 
@@ -74,18 +74,20 @@ class _Keys(Protocol):
     @property
     def channel_key(self) -> ShareMacKey: ...
 
+    def tagged(self, header: Mapping[str, object], payload: bytes, *, round_id: int) -> bytes: ...
+
 
 def _label(check: str) -> ShareLabel:
     return ShareLabel(round_id=0, participant_id=RANGE_PARTICIPANT, tensor=check)
 
 
-def _request(keys: _Keys, header: dict[str, object], *parts: bytes) -> Reply:
+def _request(keys: _Keys, header: dict[str, object], *parts: bytes, round_id: int) -> Reply:
     header = {**header, "op": "range", "parts": [len(p) for p in parts]}
-    reply = keys.helper(encode_frame(HELPER_REQUEST, header, b"".join(parts)))
+    reply = keys.helper(keys.tagged(header, b"".join(parts), round_id=round_id))
     return decode_frame(reply, HELPER_REPLY)
 
 
-def check_upload(keys: _Keys, *, pid: str, uid: str, share: np.ndarray) -> None:
+def check_upload(keys: _Keys, *, pid: str, uid: str, share: np.ndarray, round_id: int = 0) -> None:
     """Run the range check on one upload with the helper (the aggregator's side).
 
     Raises
@@ -106,11 +108,11 @@ def check_upload(keys: _Keys, *, pid: str, uid: str, share: np.ndarray) -> None:
         )
         party = RangeCheckParty(material=material, channel_key=keys.channel_key)
         head, theirs = _request(
-            keys, {"upload_id": uid, "check": check}, blob1, party.start(values)
+            keys, {"upload_id": uid, "check": check}, blob1, party.start(values), round_id=round_id
         )
         valid = head.get("verdict")
         while valid is None and (mine := party.advance(theirs)) is not None:
-            head, theirs = _request(keys, {"check": check}, mine)
+            head, theirs = _request(keys, {"check": check}, mine, round_id=round_id)
     except CryptoError as exc:
         raise AuthorityRequestMalformed(f"range check of {uid} failed: {exc}") from exc
     if not (party.valid if valid is None else valid is True):

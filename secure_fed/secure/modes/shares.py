@@ -66,17 +66,23 @@ from secure_fed.secure.modes.share_ops import (
     whiten_shares,
 )
 from secure_fed.secure.modes.share_range import RangeDealer, check_upload
-from secure_fed.secure.parties.helper import HelperParty, plan_request, reply_array, seal_key
-from secure_fed.secure.parties.key_authority import KeyAuthority
+from secure_fed.secure.parties.helper import (
+    HelperParty,
+    helper_request,
+    plan_request,
+    reply_array,
+    seal_key,
+)
+from secure_fed.secure.parties.key_authority import KeyAuthority, deal_request
+from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import (
     ScoringConfig,
     symmetric_from_pairs,
 )
-from secure_fed.secure.server_auth import ChannelKey
+from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 from secure_fed.wire import (
-    HELPER_REQUEST,
     SHARES_UPLOAD,
     decode_frame,
     encode_array,
@@ -101,10 +107,15 @@ Channel = Callable[[bytes], bytes]
 
 
 class Dealer(Protocol):
-    """Deals Beaver triples: (blob for the aggregator, blob for the helper)."""
+    """Byte channel to the triple dealer: a signed deal request in, two blobs out.
 
-    def __call__(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
-        """Deal ``count`` triples labelled ``(round_id, tensor)``."""
+    The request is built by :func:`~secure_fed.secure.parties.key_authority.deal_request`
+    with the aggregator's SM2 key; the reply is (blob for the aggregator, blob for
+    the helper), as :meth:`KeyAuthority.handle_deal` returns it.
+    """
+
+    def __call__(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal the triples a signed ``request`` asks for."""
         ...
 
 
@@ -157,14 +168,19 @@ class SharesKeys:
     helper
         Bytes channel to :meth:`HelperParty.handle`.
     dealer
-        Beaver-triple dealer (the key authority with the MAC keys bound).
+        Byte channel to the Beaver-triple dealer (the key authority's
+        :meth:`~KeyAuthority.handle_deal` with the MAC keys bound); it deals only
+        for requests signed with ``signing_key``.
     dealer_key, channel_key
         MAC keys of the dealer's blobs to the aggregator and of the helper channel.
     range_dealer
         Deals the range check every upload passes at load (the key authority).
     request_key
-        HMAC-SM3 key of the aggregator's signed requests to the helper (it tags
-        every release plan; the helper fixes no plan without it).
+        HMAC-SM3 key of the aggregator's requests to the helper (it tags every
+        request: plan, load, range, linear, open, finish; the helper serves none
+        without it).
+    signing_key
+        The aggregator's SM2 key; it signs every deal request to the key authority.
     """
 
     secrets: Mapping[str, bytes] = field(repr=False)
@@ -174,6 +190,7 @@ class SharesKeys:
     channel_key: ShareMacKey
     range_dealer: RangeDealer | None = None
     request_key: ChannelKey | None = field(default=None, repr=False)
+    signing_key: ServerSigningKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.secrets:
@@ -187,6 +204,34 @@ class SharesKeys:
                 raise ModeSetupInvalid(f"{name} must be a ShareMacKey")
         if self.request_key is not None and not isinstance(self.request_key, ChannelKey):
             raise ModeSetupInvalid("request_key must be a ChannelKey")
+        if self.signing_key is not None and not isinstance(self.signing_key, ServerSigningKey):
+            raise ModeSetupInvalid("signing_key must be a ServerSigningKey")
+
+    def tagged(self, header: Mapping[str, object], payload: bytes, *, round_id: int) -> bytes:
+        """Tag a helper request with :attr:`request_key` (bound to its op and ``round_id``).
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no request key is configured.
+        """
+        if self.request_key is None:
+            raise ModeSetupInvalid("request_key is needed to send requests to the helper")
+        return helper_request(header, payload, key=self.request_key, round_id=round_id)
+
+    def deal(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        """Ask the dealer for ``count`` triples labelled ``(round_id, tensor)``, signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no signing key is configured.
+        """
+        if self.signing_key is None:
+            raise ModeSetupInvalid("signing_key is needed to ask the key authority for triples")
+        return self.dealer(
+            deal_request(round_id=round_id, tensor=tensor, count=count, signer=self.signing_key)
+        )
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SharesKeys cannot be pickled")
@@ -247,10 +292,10 @@ class _ShareAggregate(AggregateHandle):
 
 
 def _call(
-    keys: SharesKeys, header: dict[str, object], *parts: bytes
+    keys: SharesKeys, header: dict[str, object], *parts: bytes, round_id: int
 ) -> tuple[dict[str, object], object]:
     header = {**header, "parts": [len(p) for p in parts]}
-    return reply_array(keys.helper(encode_frame(HELPER_REQUEST, header, b"".join(parts))))
+    return reply_array(keys.helper(keys.tagged(header, b"".join(parts), round_id=round_id)))
 
 
 def _open_linear(
@@ -272,7 +317,7 @@ def _open_linear(
         "weights": aggregate.weights,
         "round_id": round_id,
     }
-    _, other = _call(keys, header)
+    _, other = _call(keys, header, round_id=round_id)
     tracker.record(ask, None)
     total = aggregate.share + np.asarray(other, dtype=np.uint64)
     return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
@@ -355,8 +400,9 @@ class SharesAggregator(PlannedAggregator):
         except CryptoError as exc:
             raise UploadMalformed(f"aggregator share of {pid!r} refused: {exc}") from exc
         load: dict[str, object] = {"op": "load", "participant_id": pid, "upload_id": uid}
-        _call(self.keys, load, body[parts[0] :])
-        check_upload(self.keys, pid=str(pid), uid=uid, share=bundle.values())
+        round_id = max(self._plans, default=0)  # the newest round whose plan is fixed
+        _call(self.keys, load, body[parts[0] :], round_id=round_id)
+        check_upload(self.keys, pid=str(pid), uid=uid, share=bundle.values(), round_id=round_id)
         return _ShareUpload(str(pid), uid, bundle.values().reshape(self.shape))
 
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, _ShareUpload]:
@@ -452,22 +498,23 @@ class SharesScoringRound:
     ) -> tuple[np.ndarray, BeaverParty, bytes, str]:
         self._ops += 1
         tensor, op_id = f"{step}-{self._ops}", f"{self._prefix}-op{self._ops}"
-        blob_a, blob_h = self.keys.dealer(round_id=self.round_id, tensor=tensor, count=x.size)
+        blob_a, blob_h = self.keys.deal(round_id=self.round_id, tensor=tensor, count=x.size)
         label = ShareLabel(round_id=self.round_id, participant_id="beaver", tensor=tensor)
         triples = TripleShare.parse(
             blob_a, key=self.keys.dealer_key, label=label, party=0, seeded=True, count=x.size
         )
         party = BeaverParty(triples=triples, channel_key=self.keys.channel_key)
         mine = party.open(x, y)
-        request = {"op": "open", "kind": step, "op_id": op_id, "tensor": tensor}
-        reply, theirs = _call(self.keys, {**request, **head, "round_id": self.round_id}, blob_h)
+        request: dict[str, object] = {"op": "open", "kind": step, "op_id": op_id}
+        request.update({"tensor": tensor, **head, "round_id": self.round_id})
+        reply, theirs = _call(self.keys, request, blob_h, round_id=self.round_id)
         self._expect(reply, step, op_id)
         return party.finish(theirs), party, mine, op_id  # type: ignore[arg-type]
 
     def _finish(self, step: str, op_id: str, opening: bytes, sums: np.ndarray) -> np.ndarray:
         meta, raw = encode_array(sums, "u8")
         head = {"op": "finish", "op_id": op_id, "round_id": self.round_id, "array": meta}
-        reply, other = _call(self.keys, head, opening, raw)
+        reply, other = _call(self.keys, head, opening, raw, round_id=self.round_id)
         self._expect(reply, step, op_id)
         return sums + np.asarray(other, dtype=np.uint64)
 
@@ -537,6 +584,14 @@ class SharesScoringRound:
         return moment
 
 
+def _registry(plan: DeploymentPlan) -> HelperRegistry:
+    """Open the helper's replay registry: the plan's file, else in memory (warned)."""
+    if plan.registry_path is None:
+        _log.warning("the helper's triple-label registry is in memory: a restart forgets it")
+        return HelperRegistry()
+    return HelperRegistry(plan.registry_path)
+
+
 class SharesDeployment(SecureDeployment):
     """Enrolment secrets, the helper (party 1) and the key authority as triple dealer.
 
@@ -556,6 +611,9 @@ class SharesDeployment(SecureDeployment):
     request_key
         HMAC-SM3 key of the aggregator's signed requests to the helper (enrolled
         by :meth:`DeploymentPlan.enrol_channel`; only these two servers hold it).
+    signing_key
+        The aggregator's SM2 key (:meth:`DeploymentPlan.enrol_server`); the key
+        authority deals triples only for requests it signed.
     """
 
     def __init__(
@@ -567,10 +625,11 @@ class SharesDeployment(SecureDeployment):
         enrolments: Mapping[str, SharesEnrolment],
         dealer_keys: Mapping[str, ShareMacKey],
         request_key: ChannelKey,
+        signing_key: ServerSigningKey,
     ) -> None:
         super().__init__(mode=SharesMode.name, plan=plan)
         self.authority, self.helper = authority, helper
-        self._request_key = request_key
+        self._request_key, self._signing_key = request_key, signing_key
         self._enrolments, self._macs = dict(enrolments), dict(dealer_keys)
 
     @classmethod
@@ -583,6 +642,7 @@ class SharesDeployment(SecureDeployment):
             "channel": ShareMacKey.generate(recipient="channel"),
         }
         link = plan.enrol_channel("aggregator")
+        signing = plan.enrol_server("aggregator")
         helper = HelperParty(
             shape=plan.shape,
             min_participants=plan.min_participants,
@@ -591,8 +651,13 @@ class SharesDeployment(SecureDeployment):
             dealer_key=macs["helper"],
             channel_key=macs["channel"],
             request_key=link,
+            registry=_registry(plan),
         )
-        authority = KeyAuthority(min_participants=plan.min_participants, audit=plan.audit)
+        authority = KeyAuthority(
+            min_participants=plan.min_participants,
+            audit=plan.audit,
+            aggregator=signing.identity,
+        )
         return cls(
             plan=plan,
             authority=authority,
@@ -600,6 +665,7 @@ class SharesDeployment(SecureDeployment):
             enrolments=enrolments,
             dealer_keys=macs,
             request_key=link,
+            signing_key=signing,
         )
 
     @property
@@ -618,13 +684,10 @@ class SharesDeployment(SecureDeployment):
             shape=self.shape, bound=bound, enrolment=self.enrolment(participant_id)
         )
 
-    def _deal(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
-        return self.authority.deal(
-            round_id=round_id,
-            tensor=tensor,
-            count=count,
-            key_aggregator=self._macs["aggregator"],
-            key_helper=self._macs["helper"],
+    def _deal(self, request: bytes) -> tuple[bytes, bytes]:
+        """Serve the dealer's end of the channel: deal only for a signed, fresh request."""
+        return self.authority.handle_deal(
+            request, key_aggregator=self._macs["aggregator"], key_helper=self._macs["helper"]
         )
 
     def server_keys(self) -> SharesKeys:
@@ -641,6 +704,7 @@ class SharesDeployment(SecureDeployment):
             dealer_key=self._macs["aggregator"],
             channel_key=self._macs["channel"],
             request_key=self._request_key,
+            signing_key=self._signing_key,
         )
 
     def aggregator(self, *, bound: float) -> SharesAggregator:

@@ -25,7 +25,11 @@ each upload belongs to one round. Every release is a row of :attr:`HelperParty.l
 :class:`~secure_fed.errors.OpeningRefused` with an ``access.denied`` event.
 Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
 CRYPTO 1991). Requests and replies are ``helper_request`` / ``helper_reply``
-frames of :mod:`secure_fed.wire`.
+frames of :mod:`secure_fed.wire`; every request (plan, load, range, linear,
+open, finish) is HMAC-SM3-tagged by the aggregator under the channel key
+(:func:`helper_request`, :mod:`secure_fed.secure.server_auth`), bound to its
+operation, round and a fresh nonce: an unsigned, altered, re-targeted or
+replayed request is refused before the operation runs.
 """
 
 from __future__ import annotations
@@ -81,7 +85,14 @@ from secure_fed.wire import (
     number_from_wire,
 )
 
-__all__ = ["HelperParty", "plan_request", "reply_array", "seal_key", "split_parts"]
+__all__ = [
+    "HelperParty",
+    "helper_request",
+    "plan_request",
+    "reply_array",
+    "seal_key",
+    "split_parts",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -152,8 +163,8 @@ class HelperParty:
         Used triple labels and upload rounds (persist it in a file the helper owns).
     request_key
         HMAC-SM3 key of the aggregator's signed requests (:mod:`..server_auth`);
-        a release plan is fixed only from a request tagged with it (without one,
-        every plan is refused).
+        every operation is served only for a request tagged with it (without
+        one, every request is refused).
     """
 
     shape: tuple[int, int]
@@ -172,10 +183,12 @@ class HelperParty:
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
+    _op_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if self.request_key is not None:
             self._plan_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
+            self._op_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
         self.plans = PlanBook(
             min_participants=self.min_participants,
             enrolled=frozenset(self.secrets),
@@ -198,12 +211,11 @@ class HelperParty:
         AuthorityRequestMalformed, UploadMalformed, OpeningRefused
             On a malformed frame, a refused seed, or an opening the policy refuses.
         ServerRequestUnauthenticated, ServerRequestReplayed
-            A ``plan`` request not tagged with the aggregator's channel key, altered,
-            or replayed (an ``access.denied`` event).
+            A request (any operation) not tagged with the aggregator's channel key,
+            signed for another operation or round, altered, or replayed (an
+            ``access.denied`` event).
         """
-        header, payload = decode_frame(request, HELPER_REQUEST)
-        if header.get("op") == "plan":
-            header, payload = self._verify_plan(request)
+        header, _ = decode_frame(request, HELPER_REQUEST)
         ops: dict[str, Callable[[dict[str, object], bytes], Reply]] = {
             "load": self._load,
             "range": lambda h, p: self.range_checks.handle(
@@ -217,25 +229,39 @@ class HelperParty:
         op = header.get("op")
         if not isinstance(op, str) or op not in ops:
             raise AuthorityRequestMalformed(f"helper op {op!r} is unknown; allowed: {sorted(ops)}")
+        header, payload = self._verify(request, op)
         reply_header, reply = ops[op](header, payload)
         return encode_frame(HELPER_REPLY, reply_header, reply)
 
     # -- the round's plan ------------------------------------------------------------
 
-    def _verify_plan(self, request: bytes) -> tuple[dict[str, object], bytes]:
-        """Check the plan request's tag, purpose and freshness; audit a refusal."""
+    def _verify(self, request: bytes, op: str) -> tuple[dict[str, object], bytes]:
+        """Check the request's tag, that its signed purpose is ``op``, and freshness.
+
+        Plans have their own freshness window (they are fixed ahead of a round's
+        openings); every other operation shares one, so a request of an older
+        round than one already served, or a nonce seen in its round, is a replay.
+        A refusal is an ``access.denied`` event.
+        """
+        verifier = self._plan_verifier if op == "plan" else self._op_verifier
         try:
-            if self._plan_verifier is None:
+            if verifier is None:
                 raise ServerRequestUnauthenticated("no aggregator channel key is enrolled")
-            verified = self._plan_verifier.verify(request)
-            if verified.purpose != "plan":
-                raise ServerRequestUnauthenticated(f"purpose {verified.purpose!r} is not 'plan'")
+            verified = verifier.verify(request)
+            # the op is a signed header field; the signed purpose is the header's
+            # purpose (checked equal by the verifier) or, without one, the op
+            if verified.purpose != verified.header.get("purpose", op) or (
+                op == "plan" and verified.purpose != "plan"
+            ):
+                raise ServerRequestUnauthenticated(
+                    f"the request is signed for {verified.purpose!r}, not {op!r}"
+                )
         except (ServerRequestUnauthenticated, ServerRequestReplayed) as exc:
-            _log.warning("helper refused an unauthenticated plan request: %s", exc)
+            _log.warning("helper refused an unauthenticated %s request: %s", op, exc)
             if self.audit is not None:
                 self.audit.record(
                     "access.denied",
-                    {"party": "helper", "op": "plan", "code": exc.code, "reason": str(exc)},
+                    {"party": "helper", "op": op, "code": exc.code, "reason": str(exc)},
                 )
             raise
         return verified.header, verified.payload
@@ -490,6 +516,30 @@ def plan_request(plan: ReleasePlan, *, key: ChannelKey) -> bytes:
     }
     return authenticate_request(
         HELPER_REQUEST, header, plan.to_bytes(), signer=key, round_id=plan.round_id, purpose="plan"
+    )
+
+
+def helper_request(
+    header: Mapping[str, object], payload: bytes = b"", *, key: ChannelKey, round_id: int
+) -> bytes:
+    """Build a helper request for ``header["op"]``, tagged with the channel ``key``.
+
+    The tag binds every header field (the operation among them), ``round_id``
+    (a header ``round_id`` must equal it), the purpose (the header's, else the
+    operation), a fresh nonce and the SM3 of ``payload``
+    (:func:`~secure_fed.secure.server_auth.authenticate_request`).
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If the header names no operation.
+    """
+    op = header.get("op")
+    if not isinstance(op, str):
+        raise AuthorityRequestMalformed("a helper request names its operation ('op')")
+    purpose = str(header.get("purpose", op))
+    return authenticate_request(
+        HELPER_REQUEST, dict(header), payload, signer=key, round_id=round_id, purpose=purpose
     )
 
 

@@ -20,9 +20,9 @@ from secure_fed.secure.modes.share_ops import score_plan
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.parties.helper import split_parts
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.wire import HELPER_REQUEST, encode_frame
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.signed_requests import signed
 
 
 def test_request_parts_must_add_up_to_the_payload() -> None:
@@ -41,14 +41,12 @@ def test_helper_refuses_small_moments_and_unknown_operations(shares) -> None:  #
     uids = [h.uid for h in handles.values()]  # type: ignore[attr-defined]
     head = {"op": "open", "kind": "moments", "op_id": "m", "round_id": 4, "parts": [0]}
     with pytest.raises(OpeningRefused, match="at least 3"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {**head, "uids": uids, "centre": uids}))
+        dep.helper.handle(signed(dep, {**head, "uids": uids, "centre": uids}))
     assert sink.named("access.denied")[-1]["party"] == "helper"
     with pytest.raises(AuthorityRequestMalformed, match="no open Beaver"):
-        dep.helper.handle(
-            encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x", "round_id": 0})
-        )
+        dep.helper.handle(signed(dep, {"op": "finish", "op_id": "x", "round_id": 4}))
     with pytest.raises(AuthorityRequestMalformed, match="round_id"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "finish", "op_id": "x"}))
+        dep.helper.handle(signed(dep, {"op": "finish", "op_id": "x"}, round_id=4))
 
 
 def test_ckks_wiring_errors(ckks) -> None:  # type: ignore[no-untyped-def]

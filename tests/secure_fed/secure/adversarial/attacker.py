@@ -6,7 +6,7 @@ from typing import Any
 
 from crypto.ckks import EncryptedMatrix
 from secure_fed.secure.parties.key_authority import decryption_request
-from secure_fed.wire import HELPER_REQUEST, encode_frame
+from tests.secure_fed.secure.signed_requests import signed
 
 
 def helper_uids(dep) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -25,7 +25,7 @@ def helper_linear(
         "weights": weights,
         "round_id": round_id,
     }
-    return dep.helper.handle(encode_frame(HELPER_REQUEST, head))
+    return dep.helper.handle(signed(dep, head))  # the aggregator holds the channel key
 
 
 def ka_decrypt(

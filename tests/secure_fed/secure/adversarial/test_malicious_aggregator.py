@@ -15,11 +15,12 @@ import pytest
 from crypto.ckks import EncryptedMatrix, weighted_sum
 from crypto.shares import RING_WEIGHTS
 from secure_fed.errors import DecryptionRefused, OpeningRefused
-from secure_fed.secure.parties.helper import HelperParty
+from secure_fed.secure.parties.helper import HelperParty, helper_request
 from secure_fed.secure.parties.registry import HelperRegistry
-from secure_fed.wire import HELPER_REQUEST, decode_frame, encode_frame
+from secure_fed.wire import HELPER_REQUEST, decode_frame
 from tests.secure_fed.secure.adversarial.attacker import helper_linear, helper_uids, ka_decrypt
 from tests.secure_fed.secure.helpers import BOUND, plan, population
+from tests.secure_fed.secure.signed_requests import signed
 
 
 def _scored(dep, harness, preds, round_id: int = 1):  # type: ignore[no-untyped-def]
@@ -67,7 +68,7 @@ def _open_request(dep, harness, **override):  # type: ignore[no-untyped-def]
     uids = [helper_uids(dep)[p] for p in harness.ids]
     head = {"op": "open", "kind": "ranking", "op_id": "evil", "tensor": "ranking-evil"}
     head.update({"round_id": 1, "uids": uids, "centre": uids, "parts": [0], **override})
-    return encode_frame(HELPER_REQUEST, head)
+    return signed(dep, head)  # the cheating aggregator holds the channel key
 
 
 @pytest.mark.parametrize(
@@ -113,7 +114,12 @@ class _Replayer:
         elif head.get("op") == "open":
             tensor, payload = self.first
             replay = {**head, "tensor": tensor, "parts": [len(payload)]}
-            request = encode_frame(HELPER_REQUEST, replay, payload)
+            request = helper_request(
+                {k: v for k, v in replay.items() if k not in ("auth", "signature")},
+                payload,
+                key=self.helper.request_key,
+                round_id=int(head["round_id"]),
+            )
         return self.helper.handle(request)
 
 

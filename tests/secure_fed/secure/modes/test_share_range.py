@@ -20,9 +20,10 @@ from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes import shares as shares_mode
 from secure_fed.secure.parties.helper import reply_array
-from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
+from secure_fed.wire import SHARES_UPLOAD, decode_frame
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, Harness, population
+from tests.secure_fed.secure.signed_requests import signed
 
 WIDE = FixedPointCodec(name="attacker", clip_bound=4096.0, frac_bits=12, max_participants=2)
 
@@ -74,28 +75,28 @@ def test_the_helper_opens_nothing_of_an_unchecked_or_failed_upload(shares, monke
     head, body = decode_frame(skipped, SHARES_UPLOAD)
     parts = cast(list[int], head["parts"])
     load = {"op": "load", "participant_id": "p03", "upload_id": head["upload_id"]}
-    dep.helper.handle(encode_frame(HELPER_REQUEST, {**load, "parts": [parts[1]]}, body[parts[0] :]))
+    dep.helper.handle(signed(dep, {**load, "parts": [parts[1]]}, body[parts[0] :]))
     for extra in (bad, skipped):
         uids = [_uid(p) for p in good] + [_uid(extra)]
         request = {"op": "linear", "uids": uids, "weights": [1 / 3] * 3, "round_id": 1}
         with pytest.raises(OpeningRefused, match="range check"):
-            reply_array(dep.helper.handle(encode_frame(HELPER_REQUEST, request)))
+            reply_array(dep.helper.handle(signed(dep, request)))
 
 
 def test_helper_refuses_unknown_checks_and_foreign_material(shares) -> None:  # type: ignore[no-untyped-def]
     dep, _ = shares
     step = {"op": "range", "check": "nope", "parts": [0]}
     with pytest.raises(AuthorityRequestMalformed, match="no running range check"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, step))
+        dep.helper.handle(signed(dep, step))
     agg = dep.aggregator(bound=BOUND)
     payload = dep.encoder("p00", bound=BOUND).encode(population(1, N, C)["p00"])
     agg.load(payload)
     start = {"op": "range", "check": "c1", "upload_id": "unknown", "parts": [1, 1]}
     with pytest.raises(AuthorityRequestMalformed, match="no share"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, start, b"xy"))
+        dep.helper.handle(signed(dep, start, b"xy"))
     head, _ = decode_frame(payload, SHARES_UPLOAD)
     repeat = {**start, "upload_id": head["upload_id"]}  # already checked: the verdict, no rerun
-    reply, _ = decode_frame(dep.helper.handle(encode_frame(HELPER_REQUEST, repeat, b"xy")), b"SFHA")
+    reply, _ = decode_frame(dep.helper.handle(signed(dep, repeat, b"xy")), b"SFHA")
     assert reply["verdict"] is True
 
 

@@ -18,9 +18,10 @@ from secure_fed.secure.modes.shares import (
     SharesEnrolment,
     SharesKeys,
 )
-from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
+from secure_fed.wire import SHARES_UPLOAD, decode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.signed_requests import signed
 
 
 def _payload(dep, pid: str, matrix: np.ndarray) -> bytes:  # type: ignore[no-untyped-def]
@@ -76,12 +77,10 @@ def test_dropout_contributes_nothing_and_small_openings_are_refused(shares) -> N
 def test_helper_refuses_unknown_ops_and_uploads(shares) -> None:  # type: ignore[no-untyped-def]
     dep, _ = shares
     with pytest.raises(AuthorityRequestMalformed, match="unknown"):
-        dep.helper.handle(encode_frame(HELPER_REQUEST, {"op": "reveal_one"}))
+        dep.helper.handle(signed(dep, {"op": "reveal_one"}))
     with pytest.raises(AuthorityRequestMalformed, match="no share"):
         dep.helper.handle(
-            encode_frame(
-                HELPER_REQUEST, {"op": "linear", "uids": ["nope"], "weights": [1.0], "round_id": 0}
-            )
+            signed(dep, {"op": "linear", "uids": ["nope"], "weights": [1.0], "round_id": 0})
         )
     with pytest.raises(AuthorityRequestMalformed, match="HELPER_MAGIC|SFHR"):
         dep.helper.handle(b"SFKR" + bytes(20))

@@ -10,9 +10,10 @@ import pytest
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused
 from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.parties.helper import reply_array
-from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame, encode_frame
+from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, install_helper_plan, plan, population
+from tests.secure_fed.secure.signed_requests import signed
 
 
 def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-untyped-def]
@@ -25,7 +26,7 @@ def _load(dep, agg, pid: str, matrix: np.ndarray) -> str:  # type: ignore[no-unt
 
 def _linear(dep, uids: list[str], weights: list[object], purpose: str = "aggregate") -> object:  # type: ignore[no-untyped-def]
     request = {"op": "linear", "purpose": purpose, "uids": uids, "weights": weights, "round_id": 1}
-    return reply_array(dep.helper.handle(encode_frame(HELPER_REQUEST, request)))
+    return reply_array(dep.helper.handle(signed(dep, request)))
 
 
 @pytest.fixture
@@ -84,8 +85,8 @@ def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # 
     dep, _, uids = loaded
     with pytest.raises(OpeningRefused, match="at least 3"):
         dep.helper.handle(
-            encode_frame(
-                HELPER_REQUEST,
+            signed(
+                dep,
                 {
                     "op": "open",
                     "kind": "moments",
@@ -99,8 +100,8 @@ def test_small_moments_and_unknown_beaver_kinds_are_refused(loaded) -> None:  # 
         )
     with pytest.raises(AuthorityRequestMalformed, match="Beaver kind"):
         dep.helper.handle(
-            encode_frame(
-                HELPER_REQUEST,
+            signed(
+                dep,
                 {
                     "op": "open",
                     "kind": "vector",
@@ -121,7 +122,7 @@ def test_a_beaver_operation_finishes_in_its_own_round(shares) -> None:  # type: 
         head, payload = decode_frame(request, HELPER_REQUEST)
         if head["op"] == "finish":
             head = {**head, "round_id": 2}
-        return dep.helper.handle(encode_frame(HELPER_REQUEST, head, payload))
+        return dep.helper.handle(signed(dep, head, payload))
 
     agg = SharesAggregator(
         shape=(N, C),
