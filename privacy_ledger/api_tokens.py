@@ -30,8 +30,8 @@ from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from crypto.sm import sm3_digest
 from privacy_ledger.budget.participants import check_id
-from privacy_ledger.errors import LedgerError, LedgerParameterInvalid
-from privacy_ledger.models import Base
+from privacy_ledger.errors import LedgerError, LedgerParameterInvalid, ParticipantUnknown
+from privacy_ledger.models import Base, Participant
 
 __all__ = [
     "ROLES",
@@ -211,6 +211,8 @@ class ApiTokenStore:
         ------
         LedgerParameterInvalid
             Naming the first invalid argument.
+        ParticipantUnknown
+            When ``participant_id`` is not a registered participant.
         """
         _check_fields(name, role, participant_id, scopes, ttl_seconds)
         token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
@@ -230,6 +232,8 @@ class ApiTokenStore:
             replaced_by=None,
         )
         with self._sessions() as session, session.begin():
+            if participant_id is not None and session.get(Participant, participant_id) is None:
+                raise ParticipantUnknown(f"participant_id: {participant_id!r} is not registered")
             session.add(row)
         logger.info("api token %s created (role %s)", token_id, role)
         return IssuedToken(token=_info(row), secret=f"{_PREFIX}{token_id}.{secret}")

@@ -40,6 +40,10 @@ COMMANDS = {
         "Export audit reports (json bundle, html, pdf), verify bundles offline, run the "
         "pre-launch checklist.",
     ),
+    "api": LazyCommand(
+        "api.cli.api:api_app",
+        "Serve the REST API over the ledger (default: the demo's) and manage its tokens.",
+    ),
 }
 
 app = typer.Typer(

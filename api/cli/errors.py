@@ -249,7 +249,12 @@ _HINTS = {
     "signing key",
     "CRYPTO_KEY_INVALID": "check the key file and SECURE_FED_KEY_PASSPHRASE",
 }
-_DOCS = {"LEDGER": "errors-ledger.md", "CRYPTO": "errors-crypto.md", "CLI": "errors-cli.md"}
+_DOCS = {
+    "LEDGER": "errors-ledger.md",
+    "CRYPTO": "errors-crypto.md",
+    "CLI": "errors-cli.md",
+    "API": "errors-api.md",
+}
 
 
 def _first_line(text: str) -> str:

@@ -131,6 +131,8 @@ class ServiceMiddleware:
             return
         route = scope.get("route")
         template = getattr(route, "path", None) or "unmatched"
+        if template != "unmatched" and str(scope.get("path", "")).startswith("/v1/"):
+            template = "/v1" + template  # routes keep their path without the include prefix
         method = str(scope.get("method", ""))[:8]
         self.metrics.requests.labels(route=template, method=method, status=str(status)).inc()
         self.metrics.latency.labels(route=template, method=method).observe(seconds)

@@ -2,9 +2,15 @@
 
 from fastapi import APIRouter
 
-from api.rest.v1 import budgets
+from api.rest.v1 import audit, budgets, participants, reports, rounds
 
 __all__ = ["ROUTERS"]
 
 #: Routers mounted under ``/v1`` by :func:`api.rest.create_app`.
-ROUTERS: tuple[APIRouter, ...] = (budgets.router,)
+ROUTERS: tuple[APIRouter, ...] = (
+    budgets.router,
+    participants.router,
+    audit.router,
+    reports.router,
+    rounds.router,
+)
