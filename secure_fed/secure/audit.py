@@ -3,7 +3,8 @@
 The key authority, the helper (through :mod:`secure_fed.secure.release_policy`),
 the outlier policy and the envelope gate write their events
 (``decryption.*``, ``outlier.decision``, ``upload.rejected``, ``access.denied``,
-``key.generated``) through :class:`AuditSink`, so they can be tested without a
+``key.generated``, ``plan.installed``; this module registers the last) through
+:class:`AuditSink`, so they can be tested without a
 database (the layering rule, docs/architecture.md). Two implementations:
 
 * :class:`MemoryAuditSink` keeps events in a list (tests, in-process runs);
@@ -21,8 +22,9 @@ headers: ``1e-07`` -> ``"0.0000001"``) and a non-finite one into its name
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
@@ -30,11 +32,24 @@ from typing import Protocol
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from privacy_ledger.audit.events import get_event
+from crypto.sm import sm3_digest
+from privacy_ledger.audit.events import get_event, register_event
 from privacy_ledger.audit.log import AuditLog
 from secure_fed.wire import decimal_text
 
-__all__ = ["AuditSink", "LedgerAuditSink", "MemoryAuditSink", "canonical_fields"]
+__all__ = [
+    "PLAN_INSTALLED",
+    "AuditSink",
+    "LedgerAuditSink",
+    "MemoryAuditSink",
+    "canonical_fields",
+    "record_plan_installed",
+]
+
+PLAN_INSTALLED = register_event(
+    "plan.installed",
+    "A gatekeeper fixed a round's release plan from an authenticated request (as applied).",
+).name
 
 
 class AuditSink(Protocol):
@@ -116,3 +131,44 @@ class LedgerAuditSink:
             )
             self.log.checkpoint(session)
             session.commit()
+
+
+def record_plan_installed(
+    audit: AuditSink | None,
+    *,
+    party: str,
+    plan_bytes: bytes,
+    participants: Iterable[str] | None,
+    request: Mapping[str, object] | None = None,
+) -> None:
+    """Record ``plan.installed``: the plan a gatekeeper applied, not the one it was sent.
+
+    Parameters
+    ----------
+    audit
+        The sink (nothing is recorded without one).
+    party
+        ``"key_authority"`` or ``"helper"``.
+    plan_bytes
+        Canonical bytes of the plan as installed (after the gatekeeper raised its
+        minimum); the event carries their SM3 and every field.
+    participants
+        The participant set the plan's openings may name (the enrolled roster).
+    request
+        The authenticated request's signer, nonce and digest, when known.
+    """
+    if audit is None:
+        return
+    plan = json.loads(plan_bytes)
+    details: dict[str, object] = {
+        "party": party,
+        "round_id": plan.get("round_id"),
+        "plan_sm3": sm3_digest(plan_bytes).hex(),
+        "participants": sorted(participants) if participants is not None else None,
+        "min_participants": plan.get("min_participants"),
+        "weight_floor": plan.get("weight_floor"),
+        "max_weight": plan.get("max_weight"),
+        "plan": plan,
+        **({"request": dict(request)} if request else {}),
+    }
+    audit.record(PLAN_INSTALLED, details)

@@ -52,7 +52,7 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
     UploadMalformed,
 )
-from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.modes.share_ops import (
     CODEC,
     centred_difference,
@@ -274,9 +274,20 @@ class HelperParty:
                 raise ModeSetupInvalid("the plan names another round or upload shape")
             if plan.num_classes != self.shape[1]:
                 raise ModeSetupInvalid("the plan names another upload shape")
+            fresh = plan.round_id not in self.plans.trackers
             fixed = self.plans.install(plan).plan
         except ModeSetupInvalid as exc:
             raise AuthorityRequestMalformed(f"release plan refused: {exc}") from exc
+        if fresh:  # a resent identical plan changes nothing and is not recorded again
+            auth = header.get("auth")
+            signed = {k: auth.get(k) for k in ("signer", "nonce")} if isinstance(auth, dict) else {}
+            record_plan_installed(
+                self.audit,
+                party="helper",
+                plan_bytes=fixed.to_bytes(),
+                participants=frozenset(self.secrets),
+                request=signed,
+            )
         return {"ok": True, "round_id": plan.round_id}, fixed.to_bytes()
 
     def _tracker(self, ask: ReleaseRequest) -> PlanTracker:

@@ -48,7 +48,7 @@ from secure_fed.errors import (
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
 )
-from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.ckks_claims import check_claim
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
 from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
@@ -297,7 +297,22 @@ class KeyAuthority:
         except ServerRequestUnauthenticated as exc:
             self._denied(exc, op="plan")
             raise
-        return self.plans.install(plan).plan.to_bytes()
+        fresh = plan.round_id not in self.plans.trackers
+        fixed = self.plans.install(plan).plan
+        if fresh:  # a resent identical plan changes nothing and is not recorded again
+            signed = {
+                "signer": verified.signer,
+                "nonce": verified.nonce,
+                "request_sm3": verified.request_sm3,
+            }
+            record_plan_installed(
+                self.audit,
+                party="key_authority",
+                plan_bytes=fixed.to_bytes(),
+                participants=self.enrolled,
+                request=signed,
+            )
+        return fixed.to_bytes()
 
     def _moment_matrix(self, values: np.ndarray, count: int) -> np.ndarray:
         pairs = values.size
