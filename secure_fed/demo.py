@@ -32,7 +32,6 @@ from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_partic
 from secure_fed.federation.federation import Federation, RoundResult
 from secure_fed.federation.observer import StageObserver
 from secure_fed.federation.store import LedgerRoundStore
-from secure_fed.learning.data import load_task
 from secure_fed.report.demo_report import write_demo_report
 from secure_fed.secure.audit import LedgerAuditSink
 
@@ -90,12 +89,21 @@ class DemoResults:
         fed, local = self.rounds[-1].mean_accuracy()
         return {"federated": fed, "local_only": local}
 
+    def final_metrics(self) -> dict[str, dict[str, float | None]]:
+        """Mean honest metrics after the last round: ``{metric: {federated, local_only}}``.
+
+        Accuracy, balanced accuracy, macro F1 and ROC AUC (binary tasks; ``None``
+        otherwise), see :mod:`secure_fed.learning.metrics`.
+        """
+        return self.rounds[-1].mean_metrics() if self.rounds else {}
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (what ``results.json`` and ``--json`` contain)."""
         return {
             "config": self.config,
             "rounds": [asdict(r) for r in self.rounds],
             "final_mean_accuracy": self.final(),
+            "final_mean_metrics": self.final_metrics(),
             "budgets": self.budgets,
             "privacy": self.privacy,
             "ledger": self.ledger,
@@ -104,6 +112,17 @@ class DemoResults:
             "results_path": self.results_path,
             "report_path": self.report_path,
         }
+
+
+def _jsonable(value: object) -> object:
+    """Paths as strings, tuples as lists, recursively (the demo's options in results.json)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
 
 
 def _prepare_out(out: Path) -> None:
@@ -195,11 +214,12 @@ def run_demo(
     _prepare_out(out)
     url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
     audit = _demo_audit_log(out, key_passphrase)
+    task = config.load_data()
     ledger = PrivacyLedger.from_url(url, audit=audit)
     _register(ledger, fed_config)
     federation = Federation(
         config=fed_config,
-        task=load_task(config.dataset, seed=config.seed),
+        task=task,
         budget=ledger,
         store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
         audit=LedgerAuditSink(engine=ledger.engine, log=audit),
@@ -207,7 +227,7 @@ def run_demo(
         insecure_noise=config.reproducible,
     )
     results = DemoResults(
-        config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
+        config={**{k: _jsonable(v) for k, v in asdict(config).items()}, "task": task.name},
         ledger_url=url,
         results_path=str(out / "results.json"),
         report_path=str(out / "report.html"),

@@ -11,17 +11,23 @@ the checks here repeat its messages for the options a user types.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from secure_fed.errors import FederationConfigInvalid, UnknownDataset
 from secure_fed.evaluation.attacks import AttackSpec, parse_attack_spec
+from secure_fed.learning.architectures import ARCHITECTURES
 from secure_fed.learning.data import DATASET_REGISTRY
 from secure_fed.secure.mode import get_mode, mode_names
 
 if TYPE_CHECKING:
     from secure_fed.federation.config import FederationConfig
+    from secure_fed.learning.data import TaskData
+
+#: Participant ids the privacy ledger accepts (``privacy_ledger.budget.participants``).
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 __all__ = ["DEMO_FILES", "DemoConfig"]
 
@@ -60,6 +66,11 @@ class DemoConfig:
     overwrite: bool = False
     central_dp: float | None = None
     reproducible: bool = False
+    data: Path | None = None
+    label_column: str | None = None
+    participant_tables: tuple[tuple[str, Path], ...] = ()
+    participant_ids: tuple[str, ...] | None = None
+    architectures: tuple[str, ...] | None = None
 
     def validate(self) -> AttackSpec | None:
         """Check every option and the output folder; return the parsed attack.
@@ -85,6 +96,9 @@ class DemoConfig:
                 f"unknown dataset {self.dataset!r}; registered: {sorted(DATASET_REGISTRY)}"
             )
         self._check_central_dp()
+        self._check_data()
+        self._check_ids()
+        self._check_architectures()
         attack = None
         if self.attack:
             attack = parse_attack_spec(self.attack, participants=self.participants)
@@ -106,7 +120,7 @@ class DemoConfig:
         attack = self.validate()
         from secure_fed.federation.config import FederationConfig
 
-        return FederationConfig(
+        config = FederationConfig(
             participants=self.participants,
             rounds=self.rounds,
             alpha=self.alpha,
@@ -115,7 +129,96 @@ class DemoConfig:
             mode=self.mode,
             seed=self.seed,
             central_dp=self.central_dp,
+            participant_ids=self.ids(),
         )
+        if self.architectures:
+            config = replace(config, architectures=self.architectures)
+        return config
+
+    def ids(self) -> tuple[str, ...] | None:
+        """Participant ids chosen by the user (``--participant`` or ``--participant-ids``)."""
+        if self.participant_tables:
+            return tuple(pid for pid, _ in self.participant_tables)
+        return self.participant_ids
+
+    def load_data(self) -> TaskData:
+        """Load the task: a built-in dataset, the ``--data`` table or the participants' tables.
+
+        Raises
+        ------
+        UnknownDataset, DatasetUnavailable
+            The built-in dataset is unknown or not installed.
+        TabularDataInvalid
+            Or one of its subclasses, naming the bad table (see
+            :mod:`secure_fed.learning.user_tables`).
+        """
+        from secure_fed.learning.data import load_task
+        from secure_fed.learning.user_tables import task_from_participant_tables, task_from_table
+
+        label = self.label_column or ""
+        if self.participant_tables:
+            paths = [path for _, path in self.participant_tables]
+            return task_from_participant_tables(paths, label_column=label, seed=self.seed)
+        if self.data is not None:
+            return task_from_table(
+                self.data, label_column=label, participants=self.participants, seed=self.seed
+            )
+        return load_task(self.dataset, seed=self.seed)
+
+    def _check_data(self) -> None:
+        if self.data is not None and self.participant_tables:
+            raise FederationConfigInvalid(
+                "data: give either --data FILE (one table split among participants) or "
+                "--participant ID=FILE (one table each), not both"
+            )
+        own = self.data is not None or bool(self.participant_tables)
+        if own and not self.label_column:
+            raise FederationConfigInvalid(
+                "label_column: --data and --participant need --label-column NAME"
+            )
+        if self.label_column and not own:
+            raise FederationConfigInvalid(
+                "label_column: --label-column applies to --data or --participant tables only"
+            )
+        tables = len(self.participant_tables)
+        if tables and tables != self.participants:
+            raise FederationConfigInvalid(
+                f"participants must be {tables}, the number of --participant tables, "
+                f"got {self.participants}"
+            )
+
+    def _check_ids(self) -> None:
+        if self.participant_tables and self.participant_ids is not None:
+            raise FederationConfigInvalid(
+                "participant_ids: --participant ID=FILE already names the participants; "
+                "leave out --participant-ids"
+            )
+        ids = self.ids()
+        if ids is None:
+            return
+        bad = [pid for pid in ids if not _ID.fullmatch(pid)]
+        if bad:
+            raise FederationConfigInvalid(
+                f"participant ids must be 1-128 characters of [A-Za-z0-9._:@-], got {bad!r}"
+            )
+        duplicates = sorted({pid for pid in ids if ids.count(pid) > 1})
+        if duplicates:
+            raise FederationConfigInvalid(f"participant ids must be distinct: {duplicates!r}")
+        if len(ids) != self.participants:
+            raise FederationConfigInvalid(
+                f"participant_ids: {len(ids)} ids for {self.participants} participants"
+            )
+
+    def _check_architectures(self) -> None:
+        archs = self.architectures
+        if archs is None:
+            return
+        unknown = [a for a in archs if a not in ARCHITECTURES]
+        if not archs or unknown:
+            raise FederationConfigInvalid(
+                f"architectures must name registered models ({', '.join(ARCHITECTURES)}), "
+                f"got {list(archs)!r}"
+            )
 
     def _check_central_dp(self) -> None:
         mode = get_mode(self.mode)  # UnknownMode lists the registered names

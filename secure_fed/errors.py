@@ -390,6 +390,24 @@ class NonNumericData(TabularDataInvalid):
     code = "LEARNING_NON_NUMERIC_DATA"
 
 
+class SingleClassData(TabularDataInvalid):
+    """The labels of a table (or of all participants' tables together) hold one class only."""
+
+    code = "LEARNING_SINGLE_CLASS"
+
+
+class TooFewRows(TabularDataInvalid):
+    """A table has too few rows for the public, test and private parts it must give."""
+
+    code = "LEARNING_TOO_FEW_ROWS"
+
+
+class TableColumnsMismatch(TabularDataInvalid):
+    """Participants' tables do not have the same columns; the message names the difference."""
+
+    code = "LEARNING_TABLE_COLUMNS_MISMATCH"
+
+
 class SplitImpossible(DataError):
     """A data split cannot satisfy its constraints (too few rows for the parts asked)."""
 

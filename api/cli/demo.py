@@ -29,8 +29,9 @@ from rich.table import Table
 from api.cli.errors import describe
 from api.settings import Settings
 from secure_fed.demo_options import DemoConfig
-from secure_fed.errors import SecureFedError
+from secure_fed.errors import DataError, SecureFedError
 from secure_fed.evaluation.attacks import ATTACK_REGISTRY
+from secure_fed.learning.architectures import ARCHITECTURES
 from secure_fed.learning.data import DATASET_REGISTRY
 from secure_fed.secure.mode import mode_names
 
@@ -43,6 +44,7 @@ __all__ = ["demo", "round_table"]
 #: Console width when stdout is not a terminal (tables take only the width they need).
 _PIPED_WIDTH = 200
 _VALIDATION_HINT = "see 'secure-fed demo --help' for the options and their ranges"
+_TABLE_HINT = "fix the table named above (docs/learning.md, section 2: bring your own data)"
 
 
 def _pct(value: float | None) -> str:
@@ -61,13 +63,56 @@ def _decision(row: ParticipantRound) -> str:
     return row.decision
 
 
+#: Metric columns after accuracy: (row metric, header); each cell reads "local-only -> federated".
+_METRIC_COLUMNS = (
+    ("balanced_accuracy", "balanced acc"),
+    ("macro_f1", "macro F1"),
+    ("roc_auc", "ROC AUC"),
+)
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    return _num(value, 3) if metric == "roc_auc" else _pct(value)
+
+
+def _pair(row: ParticipantRound, metric: str) -> str:
+    local, fed = row.metric(metric, local=True), row.metric(metric, local=False)
+    return (
+        f"{_fmt(metric, local)} -> {_fmt(metric, fed)}" if local is not None else _fmt(metric, fed)
+    )
+
+
+def _metric_columns(result: RoundResult) -> list[tuple[str, str]]:
+    """Metric columns with a value in some row (ROC AUC only for binary tasks)."""
+    return [
+        (name, header)
+        for name, header in _METRIC_COLUMNS
+        if any(r.metric(name, local=False) is not None for r in result.rows)
+    ]
+
+
+def _caption(result: RoundResult) -> str:
+    means = result.mean_metrics()
+    parts = [
+        f"{header} {_fmt(name, means[name]['local_only'])} -> "
+        f"{_fmt(name, means[name]['federated'])}"
+        for name, header in (("accuracy", "accuracy"), *_metric_columns(result))
+    ]
+    return "mean honest, local-only -> federated: " + ", ".join(parts)
+
+
 def round_table(result: RoundResult) -> Table:
-    """Render one round: the filter's decision per upload, ground truth apart, accuracy."""
+    """Render one round: the filter's decision per upload, ground truth apart, metrics.
+
+    Accuracy has its local-only and federated columns; balanced accuracy, macro
+    F1 and (binary tasks) ROC AUC show ``local-only -> federated`` in one cell.
+    """
     title = f"round {result.round_id}: {result.stage}"
     if result.reason:
         title += f" ({result.reason.removeprefix(f'round {result.round_id} aborted: ')})"
     table = Table(title=title, title_justify="left")
     table.add_column("participant", overflow="fold")
+    metrics = _metric_columns(result)
     for col in (
         "model",
         "truth",
@@ -78,6 +123,7 @@ def round_table(result: RoundResult) -> Table:
         "epsilon",
         "local-only",
         "federated",
+        *(header for _, header in metrics),
     ):
         right = col not in ("model", "truth", "upload", "decision")
         table.add_column(col, overflow="fold", justify="right" if right else "left")
@@ -93,9 +139,9 @@ def round_table(result: RoundResult) -> Table:
             _num(row.epsilon_spent, 2),
             _pct(row.accuracy_local),
             _pct(row.accuracy_federated),
+            *(_pair(row, name) for name, _ in metrics),
         )
-    fed, local = result.mean_accuracy()
-    table.caption = f"mean honest accuracy: local-only {_pct(local)}, federated {_pct(fed)}"
+    table.caption = _caption(result)
     table.caption_justify = "left"
     return table
 
@@ -135,13 +181,20 @@ def _key_passphrase() -> bytes | None:
 
 
 def _validated(config: DemoConfig) -> None:
-    """Validate every option with light code; print two lines and exit 2 on the first error."""
+    """Validate every option with light code; print two lines and exit 2 on the first error.
+
+    The user's own tables (``--data``, ``--participant``) are read and checked
+    here too (pandas, no torch), so a bad table is refused before anything runs.
+    """
     try:
         config.validate()
+        if config.data is not None or config.participant_tables:
+            config.load_data()
     except SecureFedError as exc:
         error, _, _ = describe(exc)
         typer.echo(error, err=True)
-        typer.echo(f"hint: {_VALIDATION_HINT}", err=True)
+        hint = _TABLE_HINT if isinstance(exc, DataError) else _VALIDATION_HINT
+        typer.echo(f"hint: {hint}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -178,10 +231,48 @@ _REPRODUCIBLE_HELP = (
 )
 
 
+_DATA_HELP = (
+    "Your own CSV or Parquet table, split among the participants like a built-in dataset "
+    "(20% public rows without labels, 20% test, 60% private by Dirichlet label skew); "
+    "replaces --dataset; needs --label-column."
+)
+_PARTICIPANT_HELP = (
+    "One participant's own table, repeated (ID=FILE, CSV or Parquet, same columns): kept "
+    "as that participant's data (no re-split); 20% of each table's rows are held out for "
+    "the public set (labels dropped) and 20% for the test set. Needs --label-column."
+)
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    """Split a comma-separated option into a tuple (blanks dropped); None when not given."""
+    if value is None:
+        return None
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _participant_tables(values: list[str]) -> tuple[tuple[str, Path], ...]:
+    """Parse repeated ``--participant ID=FILE``; a malformed one exits 2 with its hint."""
+    tables = []
+    for value in values:
+        pid, sep, path = value.partition("=")
+        if not sep or not pid.strip() or not path.strip():
+            typer.echo(
+                f"error: [FEDERATION_CONFIG_INVALID] participant: {value!r} is not ID=FILE",
+                err=True,
+            )
+            typer.echo(f"hint: {_VALIDATION_HINT}", err=True)
+            raise typer.Exit(2)
+        tables.append((pid.strip(), Path(path.strip())))
+    return tuple(tables)
+
+
 def demo(
     ctx: typer.Context,
     rounds: Annotated[int, typer.Option(help="Federation rounds (1-1000).")] = 5,
-    participants: Annotated[int, typer.Option(help="Participants (2-100).")] = 4,
+    participants: Annotated[
+        int | None,
+        typer.Option(help="Participants (2-100; default 4, or one per --participant)."),
+    ] = None,
     dataset: Annotated[
         str, typer.Option(help=f"Built-in dataset: {', '.join(sorted(DATASET_REGISTRY))}.")
     ] = "digits",
@@ -213,11 +304,36 @@ def demo(
             "key authority, charged to every contributor's epsilon budget).",
         ),
     ] = None,
+    data: Annotated[Path | None, typer.Option(metavar="FILE", help=_DATA_HELP)] = None,
+    label_column: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Label column of the --data / --participant tables."),
+    ] = None,
+    participant: Annotated[
+        list[str] | None, typer.Option(metavar="ID=FILE", help=_PARTICIPANT_HELP)
+    ] = None,
+    participant_ids: Annotated[
+        str | None,
+        typer.Option(metavar="ID,ID,...", help="Participant ids (default hospital-1, bank-2...)."),
+    ] = None,
+    architectures: Annotated[
+        str | None,
+        typer.Option(
+            metavar="A,B,...",
+            help=f"Architectures cycled over participants: {', '.join(ARCHITECTURES)}.",
+        ),
+    ] = None,
 ) -> None:
     """Run a complete federation (all parties in one process) and show per-round tables."""
+    tables = _participant_tables(participant or [])
     config = DemoConfig(
         rounds=rounds,
-        participants=participants,
+        participants=participants if participants is not None else len(tables) or 4,
+        data=data,
+        label_column=label_column,
+        participant_tables=tables,
+        participant_ids=_names(participant_ids),
+        architectures=_names(architectures),
         dataset=dataset,
         alpha=alpha,
         epsilon=epsilon,
@@ -276,9 +392,12 @@ def _run(config: DemoConfig, *, as_json: bool, passphrase: bytes | None, debug: 
     final = results.final()
     aborted = sum(1 for r in results.rounds if r.stage != "published")
     summary = f"{aborted} of {len(results.rounds)} rounds aborted; " if aborted else ""
+    balanced = results.final_metrics().get("balanced_accuracy", {})
     out.print(
         f"done in {results.wall_seconds:.1f} s: {summary}mean honest accuracy local-only "
-        f"{_pct(final['local_only'])}, federated {_pct(final['federated'])}\n"
+        f"{_pct(final['local_only'])}, federated {_pct(final['federated'])}; balanced "
+        f"accuracy local-only {_pct(balanced.get('local_only'))}, federated "
+        f"{_pct(balanced.get('federated'))}\n"
         f"results {results.results_path}\nreport  {results.report_path}\n"
         f"ledger  {results.ledger_url}",
         soft_wrap=True,

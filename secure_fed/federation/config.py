@@ -51,6 +51,7 @@ class FederationConfig:
     exclude_outliers: bool = False
     central_dp: float | None = None
     max_weight: float | None = None
+    participant_ids: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -92,6 +93,11 @@ class FederationConfig:
                 f"min_participants must be in [1, participants], got {self.min_participants!r}"
             )
         self._check_max_weight()
+        ids = self.participant_ids
+        if ids is not None and (len(ids) != self.participants or len(set(ids)) != len(ids)):
+            raise FederationConfigInvalid(
+                f"participant_ids must be {self.participants} distinct ids, got {list(ids)!r}"
+            )
 
     def _check_max_weight(self) -> None:
         w = self.max_weight
@@ -132,15 +138,20 @@ class PlannedParticipant:
 
 
 def plan_participants(config: FederationConfig) -> list[PlannedParticipant]:
-    """Ids, institution kinds and architectures, in a fixed order (attackers last)."""
+    """Ids, institution kinds and architectures, in a fixed order (attackers last).
+
+    Ids are ``config.participant_ids`` when given (the institution is then the
+    id), otherwise ``hospital-1``, ``bank-2``, ...
+    """
     attackers = config.attack.count if config.attack is not None else 0
+    ids = config.participant_ids
     plan = []
     for k in range(config.participants):
         kind = KINDS[k % len(KINDS)]
         plan.append(
             PlannedParticipant(
-                participant_id=f"{kind}-{k + 1}",
-                institution=f"{kind.title()} {k + 1}",
+                participant_id=ids[k] if ids else f"{kind}-{k + 1}",
+                institution=ids[k] if ids else f"{kind.title()} {k + 1}",
                 kind=kind,
                 architecture=config.architectures[k % len(config.architectures)],
                 attacker=k >= config.participants - attackers,

@@ -33,7 +33,7 @@ from torch import nn
 from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.receipts import ReceiptIssuer, ReceiptVerifier
 from privacy_ledger.budget.service import PrivacyLedger
-from secure_fed.errors import SecureFedError, TooFewParticipants
+from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
 from secure_fed.evaluation.attacks import make_attack
 from secure_fed.federation.config import (
     ASSET_ID,
@@ -67,13 +67,13 @@ from secure_fed.federation.weighting import DynamicWeighting
 from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, dirichlet_split
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
+from secure_fed.learning.metrics import METRIC_NAMES, Scores, evaluate_scores
 from secure_fed.learning.models import build_model, check_private_compatible
 from secure_fed.learning.private_training import (
     DPGoal,
     InsecureSeededNoise,
     PrivateTrainer,
     TrainReport,
-    evaluate,
     train_nonprivate,
 )
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
@@ -104,6 +104,17 @@ class ParticipantRound:
     decision: str | None = None
     factor: float | None = None
     upload: str = "none"
+    balanced_accuracy_federated: float | None = None
+    macro_f1_federated: float | None = None
+    roc_auc_federated: float | None = None
+    balanced_accuracy_local: float | None = None
+    macro_f1_local: float | None = None
+    roc_auc_local: float | None = None
+
+    def metric(self, name: str, *, local: bool) -> float | None:
+        """Metric ``name`` (one of ``METRIC_NAMES``) of the federated or local-only model."""
+        value = getattr(self, f"{name}_{'local' if local else 'federated'}")
+        return None if value is None else float(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +133,21 @@ class RoundResult:
         fed = float(np.mean([r.accuracy_federated for r in rows]))
         local = [r.accuracy_local for r in rows if r.accuracy_local is not None]
         return fed, (float(np.mean(local)) if local else None)
+
+    def mean_metrics(self, *, honest_only: bool = True) -> dict[str, dict[str, float | None]]:
+        """Mean of every metric over (honest) participants: ``{name: {federated, local_only}}``.
+
+        A mean is ``None`` when no participant has the metric (ROC AUC of a
+        multi-class task, local-only figures without twins).
+        """
+        rows = [r for r in self.rows if not (honest_only and r.attacker)]
+        means: dict[str, dict[str, float | None]] = {}
+        for name in METRIC_NAMES:
+            means[name] = {
+                side: _mean([r.metric(name, local=local) for r in rows])
+                for side, local in (("federated", False), ("local_only", True))
+            }
+        return means
 
 
 @dataclass
@@ -291,13 +317,20 @@ class Federation:
         self.aggregator = AggregatorHandler(engine=self.engine, gate=self.gate)
         self.public_sm3 = public_set_digest(task.public_x)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
-        parts = dirichlet_split(
-            task.private_y,
-            parts=config.participants,
-            alpha=config.alpha,
-            seed=config.seed,
-            min_size=16,
-        )
+        parts = list(task.parts) if task.parts is not None else None
+        if parts is None:  # one pool: Dirichlet label skew; own tables are kept as given
+            parts = dirichlet_split(
+                task.private_y,
+                parts=config.participants,
+                alpha=config.alpha,
+                seed=config.seed,
+                min_size=16,
+            )
+        elif len(parts) != config.participants:
+            raise FederationConfigInvalid(
+                f"participants must be {len(parts)}, the number of participant tables, "
+                f"got {config.participants}"
+            )
         self.members = [
             self._build(planned, idx, k, signing_keys[planned.participant_id])
             for k, (planned, idx) in enumerate(zip(plan, parts, strict=True))
@@ -486,17 +519,20 @@ class Federation:
         for m in self.members:
             pid = m.participant.participant_id
             decision = state.decisions.get(pid, {})
+            fed = evaluate_scores(m.participant.model, t.test_x, t.test_y)
+            local = (
+                evaluate_scores(m.twin_model, t.test_x, t.test_y)
+                if m.twin_model is not None
+                else None
+            )
             rows.append(
                 ParticipantRound(
                     participant_id=pid,
                     architecture=m.architecture,
                     attacker=m.attacker,
-                    accuracy_federated=evaluate(m.participant.model, t.test_x, t.test_y),
-                    accuracy_local=(
-                        evaluate(m.twin_model, t.test_x, t.test_y)
-                        if m.twin_model is not None
-                        else None
-                    ),
+                    accuracy_federated=fed.accuracy,
+                    accuracy_local=None if local is None else local.accuracy,
+                    **_metric_fields(fed, local),
                     epsilon_spent=m.epsilon,
                     weight=state.weights.get(pid),
                     score=state.scores.get(pid),
@@ -519,6 +555,20 @@ class Federation:
             if on_round is not None:
                 on_round(result)
         return results
+
+
+def _metric_fields(fed: Scores, local: Scores | None) -> dict[str, float | None]:
+    """Return the row's metric fields besides accuracy, for the federated model and its twin."""
+    fields: dict[str, float | None] = {}
+    for name in METRIC_NAMES[1:]:
+        fields[f"{name}_federated"] = getattr(fed, name)
+        fields[f"{name}_local"] = None if local is None else getattr(local, name)
+    return fields
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def _optional_str(value: object) -> str | None:

@@ -36,6 +36,7 @@ from secure_fed.errors import (
 __all__ = [
     "DATASET_REGISTRY",
     "TaskData",
+    "assemble_task",
     "read_idx",
     "dirichlet_split",
     "load_task",
@@ -62,6 +63,11 @@ class TaskData:
         Shape of one example, ``(C, H, W)`` or ``(F,)``.
     num_classes
         Number of classes.
+    parts
+        Per-participant row indices into the private pool when participants
+        brought their own tables (:mod:`secure_fed.learning.user_tables`), in
+        participant order; ``None`` lets the federation split the pool by
+        Dirichlet label skew.
     """
 
     name: str
@@ -72,6 +78,7 @@ class TaskData:
     test_y: np.ndarray
     input_shape: tuple[int, ...]
     num_classes: int
+    parts: tuple[np.ndarray, ...] | None = None
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray, bool]:
@@ -163,10 +170,26 @@ def _fashion_mnist() -> tuple[np.ndarray, np.ndarray, bool]:
     return x.reshape(-1, 1, 28, 28), np.concatenate(ys).astype(np.int64), False
 
 
+def _bank_imbalanced() -> tuple[np.ndarray, np.ndarray, bool]:
+    from secure_fed.learning.imbalanced import bank_imbalanced
+
+    x, y = bank_imbalanced()
+    return x, y, True
+
+
+def _cohort_imbalanced() -> tuple[np.ndarray, np.ndarray, bool]:
+    from secure_fed.learning.imbalanced import cohort_imbalanced
+
+    x, y = cohort_imbalanced()
+    return x, y, True
+
+
 DATASET_REGISTRY: dict[str, Callable[[], tuple[np.ndarray, np.ndarray, bool]]] = {
     "digits": _digits,
     "breast_cancer": _breast_cancer,
     "fashion_mnist": _fashion_mnist,
+    "bank_imbalanced": _bank_imbalanced,
+    "cohort_imbalanced": _cohort_imbalanced,
 }
 """Dataset name -> loader returning ``(x, y, standardize_with_public_stats)``."""
 
@@ -228,6 +251,42 @@ def load_task(
             f"{name}: {n} rows give {len(pub)} public, {len(priv)} private and {len(test)} "
             "test rows; every part needs at least one row"
         )
+    return assemble_task(name, x, y, pub=pub, test=test, priv=priv, standardize=standardize)
+
+
+def assemble_task(
+    name: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    pub: np.ndarray,
+    test: np.ndarray,
+    priv: np.ndarray,
+    standardize: bool,
+    parts: tuple[np.ndarray, ...] | None = None,
+) -> TaskData:
+    """Build a :class:`TaskData` from all rows and the index arrays of its parts.
+
+    Parameters
+    ----------
+    name
+        Task name (shown in results and the public-set id).
+    x, y
+        All rows and their labels (any sortable label values; mapped to
+        ``0..C-1`` in sorted order).
+    pub, test, priv
+        Disjoint row indices of the public, test and private parts.
+    standardize
+        Scale every feature by the mean and standard deviation of the public
+        rows only (tabular data).
+    parts
+        Optional per-participant indices into ``priv`` order (``0..len(priv)-1``).
+
+    Returns
+    -------
+    TaskData
+        The assembled task, ``float32`` features and ``int64`` labels.
+    """
     if standardize:  # statistics of the public rows only
         x = x.astype(np.float64)
         mean, std = x[pub].mean(axis=0), x[pub].std(axis=0)
@@ -246,6 +305,7 @@ def load_task(
         test_y=y64[test],
         input_shape=tuple(int(s) for s in x32.shape[1:]),
         num_classes=int(labels.max()) + 1,
+        parts=parts,
     )
 
 

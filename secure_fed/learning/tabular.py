@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from secure_fed.errors import (
     EmptyData,
@@ -22,7 +21,10 @@ from secure_fed.errors import (
     TabularDataInvalid,
 )
 
-__all__ = ["from_torch_dataset", "load_tabular"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["frame_to_arrays", "from_torch_dataset", "load_tabular", "read_table"]
 
 
 def load_tabular(path: str | Path, *, label_column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +56,30 @@ def load_tabular(path: str | Path, *, label_column: str) -> tuple[np.ndarray, np
     NonNumericData
         Non-numeric features (named), missing/infinite values, fractional labels.
     """
+    p = Path(path)
+    return frame_to_arrays(read_table(p), label_column, p.name)
+
+
+def read_table(path: str | Path) -> Any:
+    """Read a CSV or Parquet file into a pandas ``DataFrame`` (no checks of its content).
+
+    Parameters
+    ----------
+    path
+        ``.csv`` or ``.parquet`` / ``.pq`` file (Parquet is read by pyarrow).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table as read.
+
+    Raises
+    ------
+    TabularDataInvalid
+        Unknown extension, missing or unreadable file.
+    EmptyData
+        The file is empty or holds no columns.
+    """
     import pandas as pd
 
     p = Path(path)
@@ -73,15 +99,35 @@ def load_tabular(path: str | Path, *, label_column: str) -> tuple[np.ndarray, np
     if p.stat().st_size == 0:
         raise EmptyData(f"data file {p.name} is empty")
     try:
-        frame = reader(p)
+        return reader(p)
     except pd.errors.EmptyDataError as exc:
         raise EmptyData(f"data file {p.name} holds no columns or rows") from exc
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
+    except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise TabularDataInvalid(f"cannot read {p.name}: {type(exc).__name__}: {exc}") from exc
-    return _frame_to_arrays(frame, label_column, p.name)
 
 
-def _frame_to_arrays(frame: Any, label_column: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+def frame_to_arrays(frame: Any, label_column: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Check a ``DataFrame`` and split it into ``float32`` features and ``int64`` labels.
+
+    Parameters
+    ----------
+    frame
+        The table (every column but ``label_column`` is a feature).
+    label_column
+        Name of the label column (see :func:`load_tabular`).
+    source
+        Name used in error messages (the file name).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``float32 [N, F]`` features and ``int64 [N]`` labels.
+
+    Raises
+    ------
+    LabelColumnMissing, EmptyData, NonNumericData
+        As :func:`load_tabular`.
+    """
     import pandas as pd
 
     if label_column not in frame.columns:
@@ -140,6 +186,8 @@ def from_torch_dataset(ds: torch.utils.data.Dataset[Any]) -> tuple[np.ndarray, n
     NonNumericData
         Non-finite features or non-integer labels.
     """
+    import torch
+
     n = len(ds)  # type: ignore[arg-type]
     if n == 0:
         raise EmptyData("the torch dataset has no items")

@@ -1,9 +1,11 @@
 """Per-round charts of a demo run as PNG bytes (matplotlib, Agg backend).
 
-Each chart has one line per participant over the rounds: accuracy
-(federated solid, local-only dashed, same colour), cumulative epsilon spent,
-the applied aggregation weight and the outlier score. Rounds in which a value
-is missing (an aborted round has no weights) leave a gap.
+Each chart has one line per participant over the rounds: accuracy, balanced
+accuracy, macro F1 and (binary tasks) ROC AUC (federated solid, local-only
+dashed, same colour), cumulative epsilon spent, the applied aggregation weight
+and the outlier score. Rounds in which a value is missing (an aborted round has
+no weights) leave a gap; a chart without any value (ROC AUC of a multi-class
+task) is left out of the report (:func:`has_values`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,21 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CHARTS", "line_chart"]
+__all__ = ["CHARTS", "has_values", "line_chart"]
 
 _WIDTH_IN, _HEIGHT_IN, _DPI = 6.4, 2.8, 110
 
 #: (key, title, y label, row fields) of each chart, in report order.
 CHARTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("accuracy", "Test accuracy", "accuracy", ("accuracy_federated", "accuracy_local")),
+    (
+        "balanced_accuracy",
+        "Test balanced accuracy (mean per-class recall)",
+        "balanced accuracy",
+        ("balanced_accuracy_federated", "balanced_accuracy_local"),
+    ),
+    ("macro_f1", "Test macro F1", "macro F1", ("macro_f1_federated", "macro_f1_local")),
+    ("roc_auc", "Test ROC AUC (binary task)", "ROC AUC", ("roc_auc_federated", "roc_auc_local")),
     ("epsilon", "Epsilon spent (cumulative)", "epsilon", ("epsilon_spent",)),
     ("weight", "Applied aggregation weight", "weight", ("weight",)),
     ("score", "Outlier score (pooled Mahalanobis)", "score", ("score",)),
@@ -32,6 +42,17 @@ def _series(rounds: Sequence[dict[str, Any]], pid: str, field: str) -> list[floa
         value = None if row is None else row.get(field)
         values.append(float(value) if isinstance(value, int | float) else None)
     return values
+
+
+def has_values(rounds: Sequence[dict[str, Any]], key: str) -> bool:
+    """Whether chart ``key`` has at least one value in ``rounds``."""
+    _, _, _, fields = next(c for c in CHARTS if c[0] == key)
+    return any(
+        isinstance(row.get(field), int | float)
+        for rnd in rounds
+        for row in rnd["rows"]
+        for field in fields
+    )
 
 
 def line_chart(rounds: Sequence[dict[str, Any]], key: str) -> bytes:

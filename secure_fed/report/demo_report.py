@@ -13,7 +13,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from secure_fed.report.charts import CHARTS, line_chart
+from secure_fed.report.charts import CHARTS, has_values, line_chart
 
 __all__ = ["render_demo_report", "write_demo_report"]
 
@@ -44,8 +44,10 @@ def render_demo_report(results: dict[str, Any]) -> str:
             + base64.b64encode(line_chart(rounds, key)).decode("ascii"),
         }
         for key, title, _, _ in CHARTS
+        if has_values(rounds, key)
     ]
-    return env.get_template("demo_report.html.j2").render(r=results, charts=charts)
+    binary = has_values(rounds, "roc_auc")
+    return env.get_template("demo_report.html.j2").render(r=results, charts=charts, binary=binary)
 
 
 def write_demo_report(results: dict[str, Any], path: Path) -> Path:

@@ -58,10 +58,16 @@ def test_digits_scaled_to_unit_range():
 
 
 def test_unknown_dataset_lists_registry():
-    with pytest.raises(UnknownDataset, match="breast_cancer, digits, fashion_mnist") as e:
+    with pytest.raises(UnknownDataset, match="bank_imbalanced, breast_cancer, cohort_") as e:
         load_task("cifar", seed=0)
     assert e.value.code == "LEARNING_UNKNOWN_DATASET"
-    assert set(DATASET_REGISTRY) == {"digits", "breast_cancer", "fashion_mnist"}
+    assert set(DATASET_REGISTRY) == {
+        "digits",
+        "breast_cancer",
+        "fashion_mnist",
+        "bank_imbalanced",
+        "cohort_imbalanced",
+    }
 
 
 @pytest.mark.parametrize(
