@@ -98,7 +98,8 @@ def test_attackers_upload_poison_and_are_down_weighted(task: TaskData, tmp_path:
     assert attacker[0].score > max(honest_scores)  # type: ignore[operator]
     honest_weights = [r.weight or 0.0 for r in result.rows if not r.attacker]
     assert (attacker[0].weight or 0.0) < min(honest_weights)
-    assert rows  # table has every participant
+    # the table has a row for every participant, and only for them
+    assert set(rows) == {m.participant.participant_id for m in fed.members} and len(rows) == 4
     # the audit log says which factor and which weight each participant got, and the
     # table's weights are exactly those (the federation's default only down-weights)
     assert isinstance(fed.audit, MemoryAuditSink)
