@@ -15,6 +15,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from fastapi import APIRouter, FastAPI
 
@@ -65,16 +66,16 @@ def create_app(settings: ApiSettings, *, context: AppContext | None = None) -> F
     settings
         The typed settings (:meth:`ApiSettings.load`).
     context
-        An already built context (tests share one); default: built from
-        ``settings`` and closed at shutdown.
+        An already built context (tests share one; its settings are replaced
+        by ``settings``); default: built from ``settings``, closed at shutdown.
 
     Raises
     ------
     ServiceMisconfigured
         When a configured key cannot be loaded.
     """
-    ctx = context if context is not None else build_context(settings)
     owned = context is None
+    ctx = build_context(settings) if context is None else replace(context, settings=settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

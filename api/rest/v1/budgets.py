@@ -45,7 +45,7 @@ def list_budgets(request: Request, principal: ReadBudgets) -> BudgetList:
     if not principal.sees_everyone:
         stmt = stmt.where(Budget.participant_id == principal.participant_id)
     with ctx.sessions() as session:
-        keys = list(session.execute(stmt).tuples())
+        keys = list(session.execute(stmt).all())
     return BudgetList(budgets=[BudgetSummary.of(ctx.ledger.budget_status(p, a)) for p, a in keys])
 
 

@@ -72,7 +72,7 @@ def _load(request: Request, only: str | None) -> list[ParticipantOut]:
         assets: dict[str, list[str]] = {}
         for pid, aid in session.execute(
             select(DataAsset.participant_id, DataAsset.asset_id).order_by(DataAsset.asset_id)
-        ).tuples():
+        ):
             assets.setdefault(pid, []).append(aid)
     return [
         ParticipantOut(

@@ -98,7 +98,7 @@ def list_rounds(
         .limit(limit)
     )
     with context(request).sessions() as session:
-        rows = list(session.execute(stmt).tuples())
+        rows = list(session.execute(stmt).all())
     return RoundList(
         rounds=[
             RoundSummary(round_id=r, stage=s, created_at=c, updated_at=u) for r, s, c, u in rows

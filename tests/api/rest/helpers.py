@@ -57,13 +57,19 @@ def settings_for(db_url: str, folder: Path, **extra: object) -> ApiSettings:
     key = folder / "log-signing-key.pem"
     if not key.exists():
         write_key(folder)
-    return ApiSettings(
-        database_url=db_url,
-        api_audit_key_file=key,
-        api_session_secret="s" * 40,  # type: ignore[arg-type]
-        api_audit_origin="secure-fed-test/api",
-        **extra,  # type: ignore[arg-type]
-    )
+    report_key = folder / "report-signing-key.pem"
+    if not report_key.exists():
+        report_key.write_bytes(SM2PrivateKey.generate().to_pem_unencrypted_insecure())
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "api_audit_key_file": key,
+        "api_report_key_file": report_key,
+        "api_log_public_key_file": folder / "log-public-key.pem",
+        "api_session_secret": "s" * 40,
+        "api_audit_origin": "secure-fed-test/api",
+    }
+    values.update(extra)
+    return ApiSettings(**values)  # type: ignore[arg-type]
 
 
 def seed(ctx: AppContext) -> None:
@@ -76,7 +82,22 @@ def seed(ctx: AppContext) -> None:
     event = MechanismEvent(
         noise_multiplier=1.1, sample_rate=0.01, steps=100, delta=1e-5, max_grad_norm=1.0
     )
-    ctx.rounds.save(ROUND, stage="completed", state={"participants": list(PARTICIPANTS)})
+    decisions = {
+        pid: {"participant_id": pid, "score": score, "action": action, "factor": factor}
+        for pid, score, action, factor in (
+            (PARTICIPANTS[0], 1.5, "keep", 1.0),
+            (PARTICIPANTS[1], 9.25, "exclude", 0.0),
+        )
+    }
+    state = {
+        "stage": "completed",
+        "uploads": {pid: {"participant_id": pid} for pid in PARTICIPANTS},
+        "excluded": [PARTICIPANTS[1]],
+        "decisions": decisions,
+        "weights": {PARTICIPANTS[0]: 1.0, PARTICIPANTS[1]: 0.0},
+        "reason": None,
+    }
+    ctx.rounds.save(ROUND, stage="completed", state=state)
     for pid in PARTICIPANTS:
         held = ledger.reserve(pid, ASSET, event, round_id=ROUND)
         ledger.commit(held.id)
@@ -106,3 +127,19 @@ def make_service(db_url: str, folder: Path, **extra: object) -> Service:
         pid = PARTICIPANTS[0] if role == "participant" else None
         tokens[role] = ctx.tokens.create(name=f"test-{role}", role=role, participant_id=pid).secret
     return Service(app=app, ctx=ctx, client=client, tokens=tokens, key_file=folder)
+
+
+def denials(ctx: AppContext) -> list[dict[str, object]]:
+    """The ``access.denied`` entries of the log, oldest first (their ``fields``)."""
+    from sqlalchemy import select
+
+    from privacy_ledger.audit import canonical
+    from privacy_ledger.audit.models import AuditEntryRow
+
+    with ctx.sessions() as session:
+        rows = session.execute(
+            select(AuditEntryRow.entry)
+            .where(AuditEntryRow.event == "access.denied")
+            .order_by(AuditEntryRow.entry_index)
+        ).scalars()
+        return [dict(canonical.decode(r)["fields"]) for r in rows]
