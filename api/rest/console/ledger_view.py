@@ -1,0 +1,187 @@
+"""What the budget and round pages show, read through the ledger's own query layers.
+
+Budgets come from :class:`privacy_ledger.budget.queries.BudgetQueries`
+(``budget_assets``, ``budget_status``, ``events``): the console shows the
+limit, spent, reserved and remaining epsilon and the per-round history
+exactly as the ledger computes them (whole-history accounting), never
+recomputed here. Rounds come from :class:`privacy_ledger.RoundStore`
+(stage, the decisions the round applied, uploads, decryption requests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from api.rest.console.charts import Chart, epsilon_chart
+from api.rest.context import AppContext
+from privacy_ledger.budget.types import BudgetStatus, Reservation
+from privacy_ledger.models import Participant, RoundRow
+from privacy_ledger.rounds import DecryptionRecord, RoundRecord, UploadRecord
+
+__all__ = [
+    "MAX_ROUNDS",
+    "all_decryptions",
+    "ParticipantBudgets",
+    "RoundDetail",
+    "RoundItem",
+    "budget_detail",
+    "participant_budgets",
+    "round_count",
+    "round_detail",
+    "round_timeline",
+]
+
+#: Rounds listed on the timeline (newest first).
+MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class ParticipantBudgets:
+    """One participant: registration, its budgets (ledger status) and their chart."""
+
+    participant_id: str
+    institution: str
+    kind: str
+    status: str
+    budgets: list[BudgetStatus]
+    chart: Chart
+
+
+@dataclass(frozen=True)
+class RoundItem:
+    """One round on the timeline."""
+
+    round_id: str
+    stage: str
+    created_at: float
+    updated_at: float
+    uploads: int
+    decryptions: int
+
+
+@dataclass(frozen=True)
+class RoundDetail:
+    """One round: the stored record, decisions applied, uploads and decryption requests."""
+
+    record: RoundRecord
+    decisions: list[dict[str, Any]]
+    excluded: list[str]
+    uploads: list[UploadRecord]
+    decryptions: list[DecryptionRecord]
+
+
+def participant_budgets(ctx: AppContext) -> list[ParticipantBudgets]:
+    """Return every registered participant with the status of each of its budgets."""
+    with ctx.sessions() as session:
+        rows = list(session.execute(select(Participant).order_by(Participant.id)).scalars())
+        people = [(p.id, p.institution, p.kind, p.status) for p in rows]
+    result = []
+    for pid, institution, kind, status in people:
+        budgets = [ctx.ledger.budget_status(pid, asset) for asset in ctx.ledger.budget_assets(pid)]
+        result.append(
+            ParticipantBudgets(
+                participant_id=pid,
+                institution=institution,
+                kind=kind,
+                status=status,
+                budgets=budgets,
+                chart=epsilon_chart(budgets),
+            )
+        )
+    return result
+
+
+def budget_detail(
+    ctx: AppContext, participant_id: str, asset_id: str
+) -> tuple[BudgetStatus, list[Reservation], Chart]:
+    """Return one budget's status, its privacy events (oldest first) and its chart.
+
+    Raises
+    ------
+    BudgetNotSet
+        When the participant has no budget for ``asset_id``.
+    """
+    status = ctx.ledger.budget_status(participant_id, asset_id)
+    events = ctx.ledger.events(participant_id, asset_id)
+    return status, events, epsilon_chart([status])
+
+
+def round_timeline(ctx: AppContext, *, limit: int = MAX_ROUNDS) -> list[RoundItem]:
+    """Return the stored rounds, newest first, with their upload and decryption counts."""
+    stmt = (
+        select(RoundRow.id, RoundRow.stage, RoundRow.created_at, RoundRow.updated_at)
+        .order_by(RoundRow.created_at.desc(), RoundRow.id)
+        .limit(limit)
+    )
+    with ctx.sessions() as session:
+        rows = list(session.execute(stmt).all())
+    return [
+        RoundItem(
+            round_id=rid,
+            stage=stage,
+            created_at=created,
+            updated_at=updated,
+            uploads=len(ctx.rounds.uploads(rid)),
+            decryptions=len(ctx.rounds.decryptions(rid)),
+        )
+        for rid, stage, created, updated in rows
+    ]
+
+
+def round_count(ctx: AppContext) -> int:
+    """Return how many rounds are stored."""
+    with ctx.sessions() as session:
+        return int(session.scalar(select(func.count()).select_from(RoundRow)) or 0)
+
+
+def _names(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return sorted(str(k) for k in value)
+    if isinstance(value, list | tuple | set):
+        return sorted(str(v) for v in value)
+    return []
+
+
+def _decisions(state: dict[str, Any]) -> list[dict[str, Any]]:
+    decisions, weights = state.get("decisions"), state.get("weights")
+    rows = []
+    for pid in _names(decisions):
+        value = decisions[pid] if isinstance(decisions, dict) else None
+        fields = dict(value) if isinstance(value, dict) else {}
+        weight = weights.get(pid) if isinstance(weights, dict) else None
+        rows.append(
+            {
+                "participant": pid,
+                "score": fields.get("score"),
+                "action": fields.get("action"),
+                "factor": fields.get("factor"),
+                "weight": weight,
+            }
+        )
+    return rows
+
+
+def round_detail(ctx: AppContext, round_id: str) -> RoundDetail:
+    """Return one round as stored.
+
+    Raises
+    ------
+    RoundUnknown
+        When no round has this id.
+    """
+    record = ctx.rounds.load(round_id)
+    return RoundDetail(
+        record=record,
+        decisions=_decisions(record.state),
+        excluded=_names(record.state.get("excluded")),
+        uploads=ctx.rounds.uploads(round_id),
+        decryptions=ctx.rounds.decryptions(round_id),
+    )
+
+
+def all_decryptions(ctx: AppContext, rounds: list[RoundItem]) -> list[DecryptionRecord]:
+    """Return the decryption requests of ``rounds``, newest round first, in arrival order."""
+    return [d for item in rounds for d in ctx.rounds.decryptions(item.round_id)]
