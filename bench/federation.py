@@ -38,12 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from secure_fed.errors import DatasetUnavailable
 from secure_fed.federation.config import FederationConfig
-from secure_fed.federation.federation import Federation
+from secure_fed.federation.federation import Federation, ParticipantRound
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, load_task
+from secure_fed.learning.metrics import METRIC_NAMES, Scores, evaluate_scores
 from secure_fed.learning.models import build_model
-from secure_fed.learning.private_training import evaluate, train_nonprivate
+from secure_fed.learning.private_training import train_nonprivate
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -83,9 +84,9 @@ def _run(
     results = fed.run()
     last = results[-1]
     out = {
-        "federated": {r.participant_id: round(r.accuracy_federated, 4) for r in last.rows},
+        "federated": {r.participant_id: _row_metrics(r, local=False) for r in last.rows},
         "local": {
-            r.participant_id: round(r.accuracy_local, 4)
+            r.participant_id: _row_metrics(r, local=True)
             for r in last.rows
             if r.accuracy_local is not None
         },
@@ -101,9 +102,20 @@ def _run(
     return out, fed
 
 
+def _rounded(scores: Scores) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, 4) for k, v in scores.as_dict().items()}
+
+
+def _row_metrics(row: ParticipantRound, *, local: bool) -> dict[str, float | None]:
+    return {
+        name: None if (v := row.metric(name, local=local)) is None else round(v, 4)
+        for name in METRIC_NAMES
+    }
+
+
 def _nonfederated(
     task: TaskData, fed: Federation, config: FederationConfig
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, dict[str, float | None]]]:
     """Local-only without DP and pooled training, per participant (architecture)."""
     epochs = config.rounds * config.epochs_per_round
     local, pooled = {}, {}
@@ -118,7 +130,7 @@ def _nonfederated(
         }
         alone = build_model(member.architecture, **kw)  # type: ignore[arg-type]
         train_nonprivate(alone, x, y, epochs=epochs, lr=0.05, batch_size=32, seed=k)
-        local[pid] = round(evaluate(alone, task.test_x, task.test_y), 4)
+        local[pid] = _rounded(evaluate_scores(alone, task.test_x, task.test_y))
         together = build_model(member.architecture, **kw)  # type: ignore[arg-type]
         train_nonprivate(
             together,
@@ -129,12 +141,17 @@ def _nonfederated(
             batch_size=32,
             seed=k,
         )
-        pooled[pid] = round(evaluate(together, task.test_x, task.test_y), 4)
+        pooled[pid] = _rounded(evaluate_scores(together, task.test_x, task.test_y))
     return {"local_only_nonprivate": local, "pooled": pooled}
 
 
-def _mean(d: dict[str, float]) -> float:
-    return round(float(np.mean(list(d.values()))), 4)
+def _means(per_participant: dict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """Mean of each metric over participants (None when no participant has it)."""
+    means: dict[str, float | None] = {}
+    for name in METRIC_NAMES:
+        values = [float(v) for m in per_participant.values() if (v := m[name]) is not None]
+        means[name] = round(float(np.mean(values)), 4) if values else None
+    return means
 
 
 def _points(a: float, b: float) -> float:
@@ -146,19 +163,26 @@ def case(
 ) -> dict[str, object]:
     """All five configurations for one dataset and participant count."""
     base = FederationConfig(
-        participants=k, rounds=rounds, alpha=0.5, epsilon=8.0, seed=seed, **overrides
-    )  # type: ignore[arg-type]
+        participants=k,
+        rounds=rounds,
+        alpha=0.5,
+        epsilon=8.0,
+        seed=seed,
+        **overrides,  # type: ignore[arg-type]
+    )
     dp, fed_dp = _run(task, base, tmp / f"{task.name}-{k}-dp")
     nondp, _ = _run(
         task, replace(base, private=False, baseline=False), tmp / f"{task.name}-{k}-nodp"
     )
-    accs: dict[str, dict[str, float]] = {
+    metrics: dict[str, dict[str, dict[str, float | None]]] = {
         "local_only_dp": dp["local"],  # type: ignore[dict-item]
         "fd_nonprivate": nondp["federated"],  # type: ignore[dict-item]
         "fd_dp": dp["federated"],  # type: ignore[dict-item]
         **_nonfederated(task, fed_dp, base),
     }
-    means = {name: _mean(v) for name, v in accs.items()}
+    mean_metrics = {name: _means(v) for name, v in metrics.items()}
+    means = {name: float(m["accuracy"] or 0.0) for name, m in mean_metrics.items()}
+    accs = {name: {pid: m["accuracy"] for pid, m in per.items()} for name, per in metrics.items()}
     return {
         "dataset": task.name,
         "participants": k,
@@ -173,8 +197,11 @@ def case(
         "epochs_per_round": base.epochs_per_round,
         "lr": base.lr,
         "distill_epochs": base.distill.epochs,
+        "positive_rate_test": _positive_rate(task),
         "accuracy": accs,
         "mean_accuracy": means,
+        "metrics": metrics,
+        "mean_metrics": mean_metrics,
         "epsilon_spent": dp["epsilon"],
         "fd_dp_mean_per_round": dp["per_round_mean_federated"],
         "seconds": {"fd_dp_with_twins": dp["seconds"], "fd_nonprivate": nondp["seconds"]},
@@ -186,7 +213,28 @@ def case(
             "fd_nonprivate_minus_fd_dp_points": _points(means["fd_nonprivate"], means["fd_dp"]),
             "met_plus_5_vs_local_only_dp": means["fd_dp"] >= means["local_only_dp"] + 0.05,
             "met_within_10_of_fd_nonprivate": means["fd_dp"] >= means["fd_nonprivate"] - 0.10,
+            **_imbalance_targets(mean_metrics),
         },
+    }
+
+
+def _positive_rate(task: TaskData) -> float | None:
+    """Share of class 1 in the test set of a binary task (None otherwise)."""
+    return round(float(np.mean(task.test_y == 1)), 4) if task.num_classes == 2 else None
+
+
+def _imbalance_targets(means: dict[str, dict[str, float | None]]) -> dict[str, object]:
+    """Balanced accuracy +5 points and ROC AUC not below local-only DP (binary tasks)."""
+    fd, local = means["fd_dp"], means["local_only_dp"]
+    if fd["roc_auc"] is None or local["roc_auc"] is None:
+        return {}
+    return {
+        "fd_dp_minus_local_only_dp_balanced_points": _points(
+            float(fd["balanced_accuracy"] or 0), float(local["balanced_accuracy"] or 0)
+        ),
+        "met_balanced_plus_5_vs_local_only_dp": float(fd["balanced_accuracy"] or 0)
+        >= float(local["balanced_accuracy"] or 0) + 0.05,
+        "met_auc_not_below_local_only_dp": fd["roc_auc"] >= local["roc_auc"],
     }
 
 
@@ -199,13 +247,22 @@ def _fashion_status() -> str:
     )
 
 
+#: Datasets the benchmark knows, in run order (the tabular ones have a 3% / 5% positive class).
+DATASETS = ("digits", "bank_imbalanced", "cohort_imbalanced", "fashion_mnist")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="digits only, K=4, 3 rounds")
+    parser.add_argument("--quick", action="store_true", help="K=4 only, 3 rounds")
     parser.add_argument(
         "--datasets",
         default="digits,fashion_mnist",
-        help="comma-separated subset of digits,fashion_mnist",
+        help="comma-separated subset of " + ",".join(DATASETS),
+    )
+    parser.add_argument(
+        "--participants",
+        default="4,10",
+        help="comma-separated K values (digits and the tabular sets; Fashion-MNIST is K=4)",
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
@@ -224,10 +281,14 @@ def main() -> None:
     tmp = args.workdir / tag
     cases: list[dict[str, object]] = []
     wanted = set(args.datasets.split(","))
-    if "digits" in wanted:
-        digits = load_task("digits", seed=args.seed)
-        for k in [4] if args.quick else [4, 10]:
-            cases.append(case(digits, k, rounds, args.seed, tmp, **extra))
+    unknown = wanted - set(DATASETS)
+    if unknown:
+        parser.error(f"unknown datasets {sorted(unknown)}; choose from {', '.join(DATASETS)}")
+    ks = [4] if args.quick else [int(k) for k in args.participants.split(",")]
+    for name in (d for d in DATASETS if d in wanted and d != "fashion_mnist"):
+        task = load_task(name, seed=args.seed)
+        for k in ks:
+            cases.append(case(task, k, rounds, args.seed, tmp, **extra))
     fashion = _fashion_status()
     if not args.quick and "fashion_mnist" in wanted:
         try:

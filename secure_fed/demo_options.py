@@ -82,6 +82,8 @@ class DemoConfig:
         UnknownDataset, UnknownMode, UnknownAttack, AttackSpecInvalid
             Listing what is registered.
         """
+        self._check_data()  # before the count: --participant tables fix it
+        self._check_ids()
         checks = [
             ("participants", 2 <= self.participants <= 100, "an integer in [2, 100]"),
             ("rounds", 1 <= self.rounds <= 1000, "an integer in [1, 1000]"),
@@ -96,8 +98,6 @@ class DemoConfig:
                 f"unknown dataset {self.dataset!r}; registered: {sorted(DATASET_REGISTRY)}"
             )
         self._check_central_dp()
-        self._check_data()
-        self._check_ids()
         self._check_architectures()
         attack = None
         if self.attack:
