@@ -89,7 +89,10 @@ async def _form_token(request: Request) -> str:
     body = await request.body()
     if len(body) > _MAX_FORM:
         raise Unauthenticated("login form too large", reason="API_LOGIN_INVALID")
-    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:  # more fields than a log-in form has
+        raise Unauthenticated("login form: too many fields", reason="API_LOGIN_INVALID") from None
     values = fields.get("token", [])
     if len(values) != 1 or not values[0].strip():
         raise Unauthenticated("login form: field 'token' is required", reason="API_LOGIN_INVALID")

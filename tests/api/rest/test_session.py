@@ -83,3 +83,15 @@ def test_production_cookies_are_secure(sqlite_service: Service, tmp_path: Path) 
         "/console/login", data={"token": sqlite_service.tokens["admin"]}, follow_redirects=False
     )
     assert answer.status_code == 303 and "Secure" in answer.headers["set-cookie"]
+
+
+def test_a_login_form_with_too_many_fields_is_refused(sqlite_service: Service) -> None:
+    body = "&".join(f"f{i}=x" for i in range(20)).encode()
+    answer = sqlite_service.client.post(
+        "/console/login",
+        content=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 401
+    assert denials(sqlite_service.ctx)[-1]["reason"] == "API_LOGIN_INVALID"
