@@ -1,28 +1,32 @@
-"""Quality of the robust pooled Mahalanobis filter on real, DP-trained participants.
+"""Quality of the robust filter and of the weighting on real, DP-trained participants.
 
 Prints one JSON document. For each Dirichlet alpha, one federation of 10
 participants with mixed architectures (mlp, cnn, transformer, logreg; DP-SGD at
 epsilon 8) is trained for a few rounds on digits; then the last three
-participants become attackers: each registered attack is applied to their real
-predictions on the held-out test set, and the filter (scores of
-``secure_fed.secure.scoring.mahalanobis``, the same in all three modes; decisions of
-``secure_fed.secure.scoring.outlier``; weights of
-``secure_fed.federation.weighting``, through the engine's own path
-``DynamicWeighting.weigh(scores, factors, max_weight=cap)`` with the outlier
-factors and the federation's default cap ``1 / quorum``) is run on the ten
-prediction matrices, with exclusion on and with down-weighting only.
+participants become attackers and the round's server side is replayed in the
+clear on their predictions on the held-out test set: scores of
+``secure_fed.secure.scoring.mahalanobis`` (the same in all three modes),
+decisions of ``secure_fed.secure.scoring.outlier``, evidence of correctness
+and near-duplicate counts of ``secure_fed.secure.scoring.evidence``, weights of
+``secure_fed.federation.weighting`` through the engine's own path
+``DynamicWeighting(registered=counts).weigh(factors, max_weight=cap,
+evidence=..., copies=...)`` with the federation's default cap ``1 / quorum``,
+with exclusion on and with down-weighting only. The first ``EVIDENCE_ROWS``
+test rows are the labeled slice the evidence is measured on; accuracies are on
+the other rows.
 
-Attacks: every registered one (clipped to the public bound) and ``alie``
-("A little is enough", Baruch et al. 2019): the colluding attackers know the
-honest predictions and all send ``mean - z * std`` cell by cell (the top class
-of the honest mean lowered, the other classes raised), with
-``z = Phi^-1((K - s) / K)``, ``s = floor(K / 2 + 1) - attackers``: close enough to
-the honest mean to score like an honest participant.
+Attacks: every registered participant-side one (each attacker transforms its
+own predictions, clipped to the public bound) and every collusion of
+``secure_fed.evaluation.collusion``, whose hook sees all honest uploads of the
+round: ``alie``, ``honest_mean``, ``mean_jitter``, ``copy``, ``copy_jitter``,
+``confident``.
 
-Reported per (alpha, attack, policy): attacker uploads excluded or weighted
-below 5% (target >= 95%), honest uploads excluded (target <= 5%), and the
-accuracy of the weighted aggregate on the test set next to the honest-only
-aggregate (target: within 2 points). ``--quick``: 2 rounds, alpha 0.5 only.
+Reported per (alpha, attack, policy): the attackers' total weight next to
+their sample share (target: at most the share + 2 points), the honest
+participants' median ratio of weight to sample share (target >= 0.5),
+attackers excluded or weighted below 5%, honest uploads excluded, and the
+accuracy of the weighted aggregate next to the honest-only aggregate.
+``--quick``: 2 rounds, alpha 0.5 only.
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-from secure_fed.evaluation.attacks import make_attack
+from secure_fed.evaluation.attacks import ATTACK_REGISTRY, make_attack
+from secure_fed.evaluation.collusion import COLLUSION_REGISTRY, collude
 from secure_fed.federation.config import FederationConfig
 from secure_fed.federation.federation import Federation
 from secure_fed.federation.store import JsonFileRoundStore
@@ -48,30 +52,26 @@ from secure_fed.federation.weighting import DynamicWeighting
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import load_task
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND, predict_public
+from secure_fed.secure.scoring.evidence import (
+    evidence_mask,
+    near_duplicates,
+    pairwise_distances,
+    plain_evidence,
+)
 from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis
 from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy, excluded_ids
 
-ATTACKS = ("label_flip", "sign_flip", "scaling", "constant", "gaussian", "alie")
 K, ATTACKERS = 10, 3
 QUORUM = 5  # FederationConfig(participants=10).quorum()
 CAP = 1.0 / QUORUM  # FederationConfig(participants=10).weight_cap()
-
-
-def alie(honest: list[np.ndarray]) -> np.ndarray:
-    """The colluders' common upload: ``z`` honest standard deviations from the mean."""
-    s = K // 2 + 1 - ATTACKERS
-    z = float(norm.ppf((K - s) / K))
-    stack = np.stack(honest)
-    mean, std = stack.mean(axis=0), stack.std(axis=0)
-    sign = -np.ones_like(mean)
-    sign[np.arange(len(mean)), mean.argmax(axis=1)] = 1.0
-    return np.asarray(np.clip(mean - z * std * sign, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND))
+EVIDENCE_ROWS = 100
+WEIGHTING = FederationConfig()  # the default merit sensitivity (alpha) and EMA (beta)
 
 
 def trained_predictions(
     dataset: str, alpha: float, rounds: int, seed: int
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Train one federation; return every participant's test-set logits and the labels."""
+) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, int]]:
+    """Train one federation; return every participant's test logits, the labels, the counts."""
     task = load_task(dataset, seed=seed)
     config = FederationConfig(participants=K, rounds=rounds, alpha=alpha, seed=seed, baseline=False)
     fed = Federation(
@@ -85,45 +85,96 @@ def trained_predictions(
         m.participant.participant_id: predict_public(m.participant.model, task.test_x)
         for m in fed.members
     }
-    return preds, task.test_y
+    counts = {m.participant.participant_id: int(m.participant.num_samples) for m in fed.members}
+    return preds, task.test_y, counts
+
+
+def weigh(
+    preds: dict[str, np.ndarray],
+    labels: np.ndarray,
+    ids: list[str],
+    counts: dict[str, int],
+    *,
+    exclude: bool,
+) -> tuple[dict[str, float], dict[str, float], set[str], dict[str, int]]:
+    """The server side of one round over ``ids``: scores, decisions, evidence, copies, weights."""
+    sub = {p: preds[p] for p in ids}
+    n, c = next(iter(sub.values())).shape
+    scores = pooled_mahalanobis(
+        PlainBackend(sub), sorted(ids), num_samples=n, config=ScoringConfig(min_subset=QUORUM)
+    ).scores
+    policy = OutlierPolicy(dof=c - 1, min_keep=QUORUM, config=OutlierConfig(exclude=exclude))
+    decisions = policy.decide(scores, round_id=1)
+    excluded = excluded_ids(decisions)
+    kept = sorted(p for p in ids if p not in excluded)
+    mask = evidence_mask(rows=range(EVIDENCE_ROWS), labels=labels[:EVIDENCE_ROWS], shape=(n, c))
+    kept_mats = {p: sub[p] for p in kept}
+    copies = near_duplicates(pairwise_distances(kept_mats), kept)
+    terms = DynamicWeighting(
+        alpha=WEIGHTING.weighting_alpha, beta=WEIGHTING.weighting_beta, registered=counts
+    ).weigh(
+        {p: decisions[p].factor for p in kept},
+        max_weight=CAP,
+        evidence=plain_evidence(kept_mats, mask),
+        copies=copies,
+    )
+    merit = {p: round(t.merit, 3) for p, t in terms.items()}
+    return {p: t.weight for p, t in terms.items()}, merit, excluded, copies
 
 
 def evaluate(
-    preds: dict[str, np.ndarray], labels: np.ndarray, attackers: set[str], exclude: bool
+    preds: dict[str, np.ndarray],
+    labels: np.ndarray,
+    attackers: set[str],
+    counts: dict[str, int],
+    exclude: bool,
 ) -> dict[str, object]:
-    """Score, decide, weight and aggregate once; return the quality figures."""
+    """Score, decide, weigh and aggregate once; return the quality figures."""
     ids = sorted(preds)
-    n = len(labels)
-    scores = pooled_mahalanobis(
-        PlainBackend(preds), ids, num_samples=n, config=ScoringConfig(min_subset=5)
-    ).scores
-    policy = OutlierPolicy(
-        dof=preds[ids[0]].shape[1] - 1, min_keep=5, config=OutlierConfig(exclude=exclude)
-    )
-    decisions = policy.decide(scores, round_id=1)
-    excluded = excluded_ids(decisions)
-    kept = [p for p in ids if p not in excluded]
-    terms = DynamicWeighting().weigh(
-        {p: scores[p] for p in kept}, {p: decisions[p].factor for p in kept}, max_weight=CAP
-    )
-    weights = {p: t.weight for p, t in terms.items()}
-    agg = np.sum([weights[p] * preds[p] for p in kept], axis=0)
+    weights, merit, excluded, copies = weigh(preds, labels, ids, counts, exclude=exclude)
+    rows = slice(EVIDENCE_ROWS, None)
+    agg = np.sum([w * preds[p] for p, w in weights.items()], axis=0)
     honest = [p for p in ids if p not in attackers]
-    hw = DynamicWeighting().weigh(
-        {p: scores[p] for p in honest}, dict.fromkeys(honest, 1.0), max_weight=CAP
-    )
-    honest_agg = np.sum([hw[p].weight * preds[p] for p in honest], axis=0)
+    hw = weigh(preds, labels, honest, counts, exclude=exclude)[0]
+    honest_agg = np.sum([w * preds[p] for p, w in hw.items()], axis=0)
+    total = sum(counts.values())
+    share = {p: counts[p] / total for p in ids}
     caught = [p for p in attackers if p in excluded or weights.get(p, 0.0) < 0.05]
+    attacker_weight = sum(weights.get(p, 0.0) for p in attackers)
+    attacker_share = sum(share[p] for p in attackers)
     return {
         "attackers_caught": len(caught) / len(attackers) if attackers else None,
         "honest_excluded": sum(p in excluded for p in honest) / len(honest),
-        "attacker_max_weight": round(max((weights.get(p, 0.0) for p in attackers), default=0.0), 4),
-        "attacker_total_weight": round(sum(weights.get(p, 0.0) for p in attackers), 4),
-        "accuracy_aggregate": round(float(np.mean(agg.argmax(1) == labels)), 4),
-        "accuracy_honest_only": round(float(np.mean(honest_agg.argmax(1) == labels)), 4),
-        "scores_honest": [round(scores[p], 1) for p in honest],
-        "scores_attackers": [round(scores[p], 1) for p in sorted(attackers)],
+        "attacker_total_weight": round(attacker_weight, 4),
+        "attacker_sample_share": round(attacker_share, 4),
+        "attacker_excess_points": round(100 * (attacker_weight - attacker_share), 2),
+        "honest_median_weight_over_share": round(
+            float(np.median([weights.get(p, 0.0) / share[p] for p in honest])), 3
+        ),
+        "accuracy_aggregate": round(float(np.mean(agg[rows].argmax(1) == labels[rows])), 4),
+        "accuracy_honest_only": round(
+            float(np.mean(honest_agg[rows].argmax(1) == labels[rows])), 4
+        ),
+        "merit_honest": [merit.get(p) for p in honest],
+        "merit_attackers": [merit.get(p) for p in sorted(attackers)],
+        "copies_attackers": [copies.get(p) for p in sorted(attackers)],
+        "copies_honest_flagged": sum(copies.get(p, 0) > 0 for p in honest),
     }
+
+
+def attacked(
+    preds: dict[str, np.ndarray], attackers: list[str], kind: str, seed: int
+) -> dict[str, np.ndarray]:
+    """The round's uploads with the attackers' replaced by ``kind``."""
+    out = dict(preds)
+    if kind in COLLUSION_REGISTRY:
+        honest = {p: m for p, m in preds.items() if p not in attackers}
+        out.update(collude(kind, honest, attackers, bound=PUBLIC_LOGIT_BOUND, seed=seed))
+        return out
+    for k, p in enumerate(attackers):
+        fn = make_attack(kind, bound=PUBLIC_LOGIT_BOUND, seed=seed + k)
+        out[p] = np.clip(fn(preds[p]), -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
+    return out
 
 
 def main() -> None:
@@ -141,15 +192,18 @@ def main() -> None:
         "K": K,
         "attackers": ATTACKERS,
         "rounds_trained": rounds,
+        "evidence_rows": EVIDENCE_ROWS,
+        "merit_alpha": WEIGHTING.weighting_alpha,
         "results": results,
     }
+    kinds = [*ATTACK_REGISTRY, *COLLUSION_REGISTRY]
     for alpha in alphas:
         t = time.perf_counter()
-        preds, labels = trained_predictions(args.dataset, alpha, rounds, seed=0)
+        preds, labels, counts = trained_predictions(args.dataset, alpha, rounds, seed=0)
         train_seconds = round(time.perf_counter() - t, 1)
         ids = sorted(preds, key=lambda p: int(p.split("-")[1]))
-        attackers = set(ids[-ATTACKERS:])
-        clean = evaluate(preds, labels, set(), exclude=True)
+        attackers = ids[-ATTACKERS:]
+        clean = evaluate(preds, labels, set(), counts, exclude=True)
         results.append(
             {
                 "alpha": alpha,
@@ -159,22 +213,15 @@ def main() -> None:
                 **clean,
             }
         )
-        for j, kind in enumerate(ATTACKS):
-            attacked = dict(preds)
-            common = alie([preds[p] for p in ids if p not in attackers])
-            for k, p in enumerate(sorted(attackers)):
-                if kind == "alie":
-                    attacked[p] = common
-                    continue
-                fn = make_attack(kind, bound=PUBLIC_LOGIT_BOUND, seed=100 * j + k)
-                attacked[p] = np.clip(fn(preds[p]), -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND)
+        for j, kind in enumerate(kinds):
+            sent = attacked(preds, attackers, kind, seed=100 * j)
             for exclude in (True, False):
                 results.append(
                     {
                         "alpha": alpha,
                         "attack": kind,
                         "exclude": exclude,
-                        **evaluate(attacked, labels, attackers, exclude),
+                        **evaluate(sent, labels, set(attackers), counts, exclude),
                     }
                 )
     print(json.dumps(out, indent=1))

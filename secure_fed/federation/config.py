@@ -26,7 +26,14 @@ KINDS = ("hospital", "bank")
 
 @dataclass(frozen=True, kw_only=True)
 class FederationConfig:
-    """Everything a run needs, validated (the parameter is named in every error)."""
+    """Everything a run needs, validated (the parameter is named in every error).
+
+    ``weighting_alpha`` and ``weighting_beta`` are the merit's inverse temperature
+    and the evidence EMA of :class:`~secure_fed.federation.weighting.DynamicWeighting`;
+    ``evidence_rows`` labeled rows of the private pool become the public slice the
+    evidence of correctness is measured on (0: no slice, every merit 1;
+    :func:`~secure_fed.federation.evidence.carve_evidence`).
+    """
 
     participants: int = 4
     rounds: int = 5
@@ -42,8 +49,9 @@ class FederationConfig:
     lr: float = 0.3
     batch_size: int = 128
     distill: DistillSettings = field(default_factory=DistillSettings)
-    weighting_alpha: float = 5.0
+    weighting_alpha: float = 1.0
     weighting_beta: float = 0.5
+    evidence_rows: int = 100
     sharpen_temperature: float = 0.5
     min_participants: int | None = None
     baseline: bool = True
@@ -64,6 +72,7 @@ class FederationConfig:
             ("lr", math.isfinite(self.lr) and self.lr > 0, "> 0"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("round_timeout", self.round_timeout > 0, "> 0"),
+            ("evidence_rows", 0 <= self.evidence_rows <= 100_000, "an integer in [0, 100000]"),
         ]
         for name, ok, what in checks:
             if not ok:

@@ -43,6 +43,7 @@ from secure_fed.federation.config import (
 )
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier
+from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
 from secure_fed.federation.observer import (
     ObservedAggregator,
@@ -246,6 +247,8 @@ class Federation:
         on_stage: StageObserver | None = None,
         insecure_noise: bool = False,
     ) -> None:
+        # the labeled public slice of the evidence of correctness (servers keep its labels)
+        task, self.evidence = carve_evidence(task, rows=config.evidence_rows, seed=config.seed)
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         self.on_stage, self.insecure_noise = on_stage, insecure_noise
         shape = (len(task.public_x), task.num_classes)
@@ -295,6 +298,7 @@ class Federation:
             audit=self.audit,
             sharpen_temperature=config.sharpen_temperature,
             clock=clock,
+            evidence=self.evidence,
         )
         signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
         # With a privacy ledger, the aggregator accepts an upload only with the ledger's
@@ -331,6 +335,10 @@ class Federation:
                 f"participants must be {len(parts)}, the number of participant tables, "
                 f"got {config.participants}"
             )
+        # base shares: the row counts the operator assigned, never an upload's own claim
+        self.engine.weighting.registered = {
+            planned.participant_id: len(idx) for planned, idx in zip(plan, parts, strict=True)
+        }
         self.members = [
             self._build(planned, idx, k, signing_keys[planned.participant_id])
             for k, (planned, idx) in enumerate(zip(plan, parts, strict=True))

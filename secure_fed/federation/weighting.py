@@ -6,9 +6,11 @@ reward being right", and docs/federation.md, section 5):
 
     b_k      = n_k / sum_j n_j                                     (base share)
     c_k^(t)  = beta * c_k^(t-1) + (1 - beta) * e_k^(t)             (EMA of the evidence)
-    m_k      = clip(exp(alpha * (c_k - median_j c_j)), m_min, 1)   (merit, at most 1)
+    r        = median_j c_j
+    m_k      = clip(exp(alpha * (c_k - r) / |r|), m_min, 1)        (merit, at most 1)
+    g_k      = 1 if c_k >= gate * r else f_k                       (closeness factor)
     u_k      = 1 / (1 + copies_k)                                  (near-duplicates share)
-    v_k      = b_k * m_k * u_k * f_k                               (f_k: outlier factor)
+    v_k      = b_k * m_k * g_k * u_k
     W_k      = min(w_max, lambda * v_k), sum_k W_k = 1             (capped, published)
 
 over the participants that were not excluded. ``n_k`` is the sample count an
@@ -27,8 +29,12 @@ minority cannot move the median outside the honest participants' values.
 ``copies_k`` is the number of other uploads that are near-duplicates of ``k``'s
 (FoolsGold, Fung et al. 2020): a group that sends one matrix shares one weight.
 ``f_k`` in ``(0, 1]`` is the outlier policy's factor: closeness to the consensus
-can only lower a weight, never raise it (excluded participants have weight 0).
-Without evidence (a mode or a task without a labeled slice) every merit is 1.
+can only lower a weight, never raise it (excluded participants have weight 0),
+and it lowers only participants whose evidence is below ``gate`` times the
+median: an architecture that predicts differently but is right at least as
+often as the median keeps its base share (with ``gate = 1``, the default).
+Without evidence (a mode or a task without a labeled slice) every merit is 1 and
+every outlier factor applies.
 
 Bound on a group ``G``: ``W_G <= sum_{k in G} b_k / sum_j b_j m_j u_j f_j``
 whatever ``G`` uploads, since every factor of ``G`` is at most 1; the denominator
@@ -50,8 +56,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from secure_fed.errors import WeightingInvalid
+from secure_fed.secure.release_plan import WEIGHT_FLOOR
+
+#: Smallest weight before the cap: twice the codec's resolution, so the published
+#: weight stays above the release plan's floor.
+MIN_WEIGHT = 2 * WEIGHT_FLOOR
 
 __all__ = [
+    "MIN_WEIGHT",
     "DynamicWeighting",
     "WeightTerms",
     "apply_factors",
@@ -84,10 +96,15 @@ def base_shares(ids: list[str], registered: Mapping[str, int]) -> dict[str, floa
 def merits(
     correctness: Mapping[str, float], *, alpha: float, floor: float
 ) -> tuple[float, dict[str, float]]:
-    """Return the median and ``clip(exp(alpha * (c_k - median)), floor, 1)`` per participant."""
+    """Return the median ``r`` and ``clip(exp(alpha (c_k - r) / |r|), floor, 1)`` per participant.
+
+    Relative to the median's size, so the merit does not depend on the logit
+    scale of the task (``|r|`` at least ``1e-6``).
+    """
     reference = float(np.median(list(correctness.values())))
+    scale = max(abs(reference), 1e-6)
     return reference, {
-        p: min(1.0, max(floor, math.exp(max(-700.0, alpha * (c - reference)))))
+        p: min(1.0, max(floor, math.exp(max(-700.0, alpha * (c - reference) / scale))))
         for p, c in correctness.items()
     }
 
@@ -200,7 +217,8 @@ class WeightTerms:
     copies
         Other uploads that are near-duplicates of this one (0 when not measured).
     factor
-        ``f_k``, the outlier policy's factor.
+        ``g_k``, the outlier policy's factor as applied (1 when the evidence
+        reached the gate).
     weight
         ``W_k``, the published weight, at most ``max_weight``.
     max_weight
@@ -229,12 +247,15 @@ class DynamicWeighting:
     Parameters
     ----------
     alpha
-        Inverse temperature of the merit, per logit of evidence (>= 0); 0 ignores
-        the evidence (every merit 1).
+        Inverse temperature of the merit, per relative distance of the evidence
+        from the median (>= 0); 0 ignores the evidence (every merit 1).
     beta
         EMA coefficient of the evidence in ``[0, 1)``; 0 disables smoothing.
     min_merit
         Smallest merit ``m_min`` in ``(0, 1]``.
+    gate
+        Outlier factors apply only below ``gate`` x the median evidence (>= 0;
+        a huge value applies them to everybody).
     registered
         Sample count an administrator registered per participant (not a header's
         claim); empty: equal base shares.
@@ -242,9 +263,10 @@ class DynamicWeighting:
         Smoothed evidence ``c_k`` of every participant seen so far (persisted state).
     """
 
-    alpha: float = 2.0
+    alpha: float = 1.0
     beta: float = 0.5
     min_merit: float = 0.05
+    gate: float = 1.0
     registered: dict[str, int] = field(default_factory=dict)
     history: dict[str, float] = field(default_factory=dict)
 
@@ -253,6 +275,8 @@ class DynamicWeighting:
             raise WeightingInvalid(f"alpha must be in [0, 100], got {self.alpha!r}")
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
+        if not (math.isfinite(self.gate) and self.gate >= 0):
+            raise WeightingInvalid(f"gate must be a finite number >= 0, got {self.gate!r}")
         if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
             raise WeightingInvalid(f"min_merit must be in (0, 1], got {self.min_merit!r}")
         for pid, n in self.registered.items():
@@ -280,6 +304,20 @@ class DynamicWeighting:
         }
         self.history.update(out)
         return out
+
+    def _closeness(
+        self, factors: Mapping[str, float], smoothed: Mapping[str, float] | None
+    ) -> dict[str, float]:
+        """Return the outlier factors that apply: only to evidence below ``gate`` x the median.
+
+        A participant at least that right keeps its base share however far it
+        sits from the consensus (a different architecture predicts differently).
+        Without evidence every factor applies.
+        """
+        if not smoothed:
+            return dict(factors)
+        cut = self.gate * float(np.median(list(smoothed.values())))
+        return {p: 1.0 if smoothed[p] >= cut else f for p, f in factors.items()}
 
     def weigh(
         self,
@@ -318,8 +356,11 @@ class DynamicWeighting:
         base = base_shares(ids, self.registered)
         smoothed = self.smooth(evidence) if evidence is not None else None
         merit = merits(smoothed, alpha=self.alpha, floor=self.min_merit)[1] if smoothed else None
-        raw = {p: base[p] * (merit[p] if merit else 1.0) * factors[p] / (1 + dup[p]) for p in ids}
-        weights = cap_weights(apply_factors(raw, dict.fromkeys(ids, 1.0)), max_weight)
+        applied = self._closeness(factors, smoothed)
+        raw = {p: base[p] * (merit[p] if merit else 1.0) * applied[p] / (1 + dup[p]) for p in ids}
+        shares = apply_factors(raw, dict.fromkeys(ids, 1.0))
+        # a weight the shares codec would round to zero is refused by the release plan
+        weights = cap_weights({p: max(w, MIN_WEIGHT) for p, w in shares.items()}, max_weight)
         return {
             p: WeightTerms(
                 base=base[p],
@@ -327,7 +368,7 @@ class DynamicWeighting:
                 correctness=smoothed[p] if smoothed is not None else None,
                 merit=merit[p] if merit else 1.0,
                 copies=dup[p],
-                factor=factors[p],
+                factor=applied[p],
                 weight=weights[p],
                 max_weight=max_weight,
             )

@@ -18,7 +18,8 @@ the secure modes reproduce:
 * **Near-duplicates** (FoolsGold, Fung et al., "The Limitations of Federated
   Learning in Sybil Settings", RAID 2020). Pairwise mean squared distances
   ``d_jk = mean_i ||p_j,i - p_k,i||^2``; participant ``k``'s *copies* count is
-  the number of others within ``theta`` times the median pairwise distance.
+  the number of others within ``theta`` times the typical distance (the median
+  over participants of each one's median distance to the others).
   A group of ``n`` participants sending the same matrix then shares one
   participant's weight (each gets the factor ``1 / n``). The gatekeeper that
   computes the distances (the key authority in ckks mode) learns the ``K(K-1)/2``
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 #: Two uploads closer than this fraction of the median pairwise distance are near-duplicates.
-DUPLICATE_THETA = 0.02
+DUPLICATE_THETA = 0.25
 
 
 def evidence_mask(
@@ -102,9 +103,13 @@ def near_duplicates(
     *,
     theta: float = DUPLICATE_THETA,
 ) -> dict[str, int]:
-    """Return, per id, how many others lie within ``theta`` x the median pairwise distance.
+    """Return, per id, how many others lie within ``theta`` x the typical distance.
 
-    A median of zero (most uploads identical) makes every zero distance a duplicate.
+    The typical distance is the median over participants of each one's median
+    distance to the others: a minority far away (noise, scaling) cannot inflate
+    it, since every honest participant's median is a distance to another honest
+    one. A typical distance of zero (most uploads identical) makes every zero
+    distance a duplicate.
 
     Raises
     ------
@@ -122,13 +127,24 @@ def near_duplicates(
     values = np.array([distances[p] for p in pairs], dtype=np.float64)
     if values.size and not (np.isfinite(values).all() and values.min() >= 0):
         raise ScoringInvalid("pairwise distances must be finite and >= 0")
-    cut = theta * float(np.median(values)) if values.size else 0.0
+    cut = theta * _typical(distances, names)
     counts = dict.fromkeys(names, 0)
     for (j, k), d in zip(pairs, values, strict=True):
         if d <= cut:
             counts[j] += 1
             counts[k] += 1
     return counts
+
+
+def _typical(distances: Mapping[tuple[str, str], float], names: Sequence[str]) -> float:
+    """Median over ``names`` of each one's median distance to the others (0 for one name)."""
+    if len(names) < 2:
+        return 0.0
+    per = [
+        float(np.median([distances[(min(j, k), max(j, k))] for k in names if k != j]))
+        for j in names
+    ]
+    return float(np.median(per))
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def test_upload_is_bounded_bytes_bound_to_round(task: TaskData, tmp_path: Path) 
     assert header.round_id == 7 and header.schema_hash == config.schema.schema_hash()
     assert header.num_samples == fed.members[0].participant.num_samples
     matrix = decode_matrix(payload)  # the plaintext mode's frame, shape read from it
-    assert matrix.shape == (len(task.public_x), task.num_classes)
+    assert matrix.shape == (len(fed.task.public_x), task.num_classes)  # with the labeled slice
     assert np.abs(matrix).max() <= 8.0
 
 

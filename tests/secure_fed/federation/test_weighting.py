@@ -26,10 +26,21 @@ def test_merit_is_a_softmax_relative_to_the_median_capped_at_one() -> None:
         dict.fromkeys("abc", 1.0), evidence={"a": 3.0, "b": 2.0, "c": 1.5}
     )
     assert terms["a"].merit == terms["b"].merit == 1.0  # above the median: no reward beyond 1
-    assert terms["c"].merit == pytest.approx(np.exp(2.0 * -0.5))
-    total = 2 + np.exp(-1.0)
+    assert terms["c"].merit == pytest.approx(np.exp(2.0 * -0.5 / 2.0))  # relative to |median|
+    total = 2 + np.exp(-0.5)
     assert terms["a"].weight == pytest.approx(1 / total)
-    assert terms["c"].weight == pytest.approx(np.exp(-1.0) / total)
+    assert terms["c"].weight == pytest.approx(np.exp(-0.5) / total)
+
+
+def test_merit_does_not_depend_on_the_logit_scale() -> None:
+    evidence = {"a": 3.0, "b": 2.0, "c": 1.5}
+    small = DynamicWeighting(beta=0.0).weigh(dict.fromkeys("abc", 1.0), evidence=evidence)
+    large = DynamicWeighting(beta=0.0).weigh(
+        dict.fromkeys("abc", 1.0), evidence={p: 4 * e for p, e in evidence.items()}
+    )
+    assert {p: t.merit for p, t in small.items()} == pytest.approx(
+        {p: t.merit for p, t in large.items()}
+    )
 
 
 def test_ema_smooths_the_evidence_across_rounds() -> None:
@@ -38,8 +49,8 @@ def test_ema_smooths_the_evidence_across_rounds() -> None:
     terms = wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 0.0})
     assert terms["b"].correctness == pytest.approx(1.0) and wt.history["b"] == pytest.approx(1.0)
     assert terms["b"].evidence == 0.0
-    # median of (2, 1) is 1.5: b's merit exp(-0.5), not the instant exp(-1)
-    assert terms["b"].merit == pytest.approx(np.exp(-0.5))
+    # median of (2, 1) is 1.5: b's merit exp(-0.5 / 1.5), not the instant exp(-1)
+    assert terms["b"].merit == pytest.approx(np.exp(-0.5 / 1.5))
 
 
 def test_new_participant_and_dropout_renormalise() -> None:
@@ -96,12 +107,22 @@ def test_factor_only_lowers_the_weight() -> None:
     assert apply_factors({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.25}) == pytest.approx(
         {"a": 0.8, "b": 0.2}
     )
-    terms = DynamicWeighting(alpha=1.0).weigh(
-        {"a": 1.0, "b": 1.0, "c": 0.1}, evidence={"a": 1.0, "b": 1.0, "c": 1.0}
-    )
+    terms = DynamicWeighting().weigh({"a": 1.0, "b": 1.0, "c": 0.1})  # no evidence: applies
     assert terms["c"].weight == pytest.approx(0.1 / 2.1)
     assert terms["a"].weight == pytest.approx(1 / 2.1)
     assert sum(t.weight for t in terms.values()) == pytest.approx(1.0)
+
+
+def test_closeness_lowers_only_below_the_median_evidence() -> None:
+    """A participant far from the consensus but right keeps its share; a wrong one does not."""
+    factors = {"a": 1.0, "b": 1.0, "far_right": 0.1, "far_wrong": 0.1}
+    evidence = {"a": 2.0, "b": 2.0, "far_right": 2.5, "far_wrong": 1.9}
+    terms = DynamicWeighting(beta=0.0).weigh(factors, evidence=evidence)
+    assert terms["far_right"].factor == 1.0 and terms["far_wrong"].factor == 0.1
+    assert terms["far_right"].weight == pytest.approx(terms["a"].weight)
+    assert terms["far_wrong"].weight < 0.1 * terms["a"].weight
+    strict = DynamicWeighting(beta=0.0, gate=1e9).weigh(factors, evidence=evidence)
+    assert strict["far_right"].factor == 0.1
 
 
 @pytest.mark.parametrize(
