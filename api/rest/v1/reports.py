@@ -61,7 +61,10 @@ def _scope(participant: str | None, start: str | None, end: str | None) -> Scope
     responses={
         200: {
             "description": "The report file (attachment).",
-            "content": {media: {} for media in MEDIA_TYPES.values()},
+            "content": {
+                media: {"schema": {"type": "string", "format": "binary"}}
+                for media in MEDIA_TYPES.values()
+            },
         },
         **problem_responses(409, 422, 503),
     },
