@@ -11,6 +11,16 @@ from tests.api.rest.helpers import Service, make_service
 from tests.privacy_ledger.conftest import _admin, pg_schema_url
 
 
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    schema = "rest_" + secrets.token_hex(6)
+    _admin(f"CREATE SCHEMA {schema}")
+    try:
+        yield pg_schema_url(schema)
+    finally:
+        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 @pytest.fixture(scope="module")
 def pg_module_url() -> Iterator[str]:
     schema = "rest_" + secrets.token_hex(6)
