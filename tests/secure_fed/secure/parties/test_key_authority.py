@@ -12,14 +12,17 @@ from secure_fed.errors import (
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.parties.central_dp import central_sensitivity
 from secure_fed.secure.parties.key_authority import (
     CentralDP,
     KeyAuthority,
     decryption_request,
     plan_request,
 )
+from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import plan, population
+from tests.tolerances import aggregate_tolerance
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +73,12 @@ def test_aggregate_over_enough_participants_is_released_flooded(ckks, uploads) -
     preds, ups = uploads
     ids = sorted(ups)[:3]
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
-    from secure_fed.wire import decode_array, decode_frame
-
     head, raw = decode_frame(
         dep.authority.handle(_request("aggregate", ids, agg.to_bytes())), b"SFKA", max_bytes=1 << 30
     )
     out = decode_array(head["array"], raw)
-    np.testing.assert_allclose(out, np.mean([preds[p] for p in ids], axis=0), atol=5e-3)
+    tolerance = aggregate_tolerance(dep.authority.keys.public_context.preset, values=out.size)
+    assert np.abs(out - np.mean([preds[p] for p in ids], axis=0)).max() <= tolerance
     assert dep.authority.log[-1].contributors == 3 and dep.authority.log[-1].released
     assert sink.named("decryption.released")[-1]["contributors"] == 3
 
@@ -169,7 +171,7 @@ def test_bad_request_headers_are_refused(ckks, field, value, fragment) -> None: 
 
 def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: ignore[no-untyped-def]
     dep, _ = ckks
-    _, ups = uploads
+    preds, ups = uploads
     gate = InMemoryBudgetGate(epsilon=100.0, delta=1e-5)
     ids = sorted(ups)[:3]
     for p in ids:
@@ -185,8 +187,15 @@ def test_central_dp_charges_every_contributor(ckks, uploads) -> None:  # type: i
     ka.keys = dep.authority.keys  # the same key epoch, a second authority object
     ka.install_plan(_plan_request(_ROUND[0]))
     agg = weighted_sum([ups[p] for p in ids], [1 / 3] * 3)
-    ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))
+    reply = ka.handle(_request("aggregate", ids, agg.to_bytes(), bound=8.0, max_weight=1 / 3))
     assert ka.log[-1].central_dp
+    # the noise itself, not only the flag: z times the sensitivity under the plan's weight cap
+    head, raw = decode_frame(reply, KEY_AUTHORITY_REPLY, max_bytes=1 << 30)
+    noise = decode_array(head["array"], raw) - np.mean([preds[p] for p in ids], axis=0)
+    max_weight = ka.plans.tracker(_ROUND[0]).plan.max_weight  # type: ignore[union-attr]
+    sensitivity = central_sensitivity(size=N * C, bound=8.0, max_weight=max_weight)
+    assert head["central_dp"] is True
+    assert np.std(noise) == pytest.approx(5.0 * sensitivity, rel=0.1)  # 3000 draws
     assert all(gate.epsilon_spent(p, "private-train") > 0 for p in ids)
     _ROUND[0] += 1  # the plan allows one publication per round
     ka.install_plan(_plan_request(_ROUND[0]))
