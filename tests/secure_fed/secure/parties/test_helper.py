@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused
+from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadMalformed
 from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.parties.helper import reply_array
 from secure_fed.wire import HELPER_REQUEST, SHARES_UPLOAD, decode_frame
@@ -66,6 +66,20 @@ def test_one_participant_never_counts_twice(loaded, names: list[str]) -> None:  
     assert not dep.helper.log[-1].released
     denied = sink.named("access.denied")[-1]
     assert denied["party"] == "helper" and "repeat" in str(denied["reason"])
+
+
+def test_an_upload_id_belongs_to_one_participant(loaded) -> None:  # type: ignore[no-untyped-def]
+    """An aggregator re-labelling p01's upload with p00's upload id is refused before decryption."""
+    dep, _, uids = loaded
+    stolen = {"op": "load", "participant_id": "p01", "upload_id": uids["p00"], "round_id": 1}
+    with pytest.raises(UploadMalformed, match="already used by another participant"):
+        dep.helper.handle(signed(dep, stolen, b"\x00" * 64))
+    # the id still names p00's share: an opening over it is p00's contribution
+    _linear(dep, [uids["p00"], uids["p01"], uids["p02"]], [1 / 3] * 3)
+    assert dep.helper.log[-1].participant_ids == ("p00", "p01", "p02")
+    # the same participant re-sending its own upload is an idempotent reload
+    again = {"op": "load", "participant_id": "p00", "upload_id": uids["p00"], "round_id": 1}
+    assert reply_array(dep.helper.handle(signed(dep, again, b""))) == ({"ok": True}, b"")
 
 
 def test_weights_and_purposes_are_checked(loaded) -> None:  # type: ignore[no-untyped-def]
