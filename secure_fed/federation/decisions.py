@@ -80,8 +80,9 @@ def decision_events(
 
     Each carries the decision (score, EMA, thresholds, action, factor), the
     declared sample count (recorded, never used) and the weight terms that were
-    applied: base share, evidence, its EMA, merit, copies count and the
-    published weight. ``terms`` is None when the round aborted
+    applied: base share, evidence, its EMA, merit, copies count, the outlier
+    factor as applied (1 when the evidence reached the gate) and the published
+    weight. ``terms`` is None when the round aborted
     at the filter: nothing was aggregated and every weight is null. Otherwise an
     excluded participant has weight 0. ``max_weight`` is the round's public cap
     on one weight (every recorded weight is at most it).
@@ -99,6 +100,7 @@ def decision_events(
                 "correctness": t.correctness if t else None,
                 "merit": t.merit if t else None,
                 "copies": t.copies if t else None,
+                "applied_factor": t.factor if t else None,
                 "weight": None if terms is None else (t.weight if t else 0.0),
                 "max_weight": max_weight,
                 "publication_sm3": publication_sm3,

@@ -6,9 +6,9 @@ reward being right", and docs/federation.md, section 5):
 
     b_k      = n_k / sum_j n_j                                     (base share)
     c_k^(t)  = beta * c_k^(t-1) + (1 - beta) * e_k^(t)             (EMA of the evidence)
-    r        = median_j c_j
+    r        = quantile_q(c)                  (q = 1/4: the lower quartile)
     m_k      = clip(exp(alpha * (c_k - r) / |r|), m_min, 1)        (merit, at most 1)
-    g_k      = 1 if c_k >= gate * r else f_k                       (closeness factor)
+    g_k      = 1 if c_k >= gate * median_j c_j else f_k            (closeness factor)
     u_k      = 1 / (1 + copies_k)                                  (near-duplicates share)
     v_k      = b_k * m_k * g_k * u_k
     W_k      = min(w_max, lambda * v_k), sum_k W_k = 1             (capped, published)
@@ -21,11 +21,13 @@ participant's *evidence of correctness*: its mean centred true-class logit on a
 labeled slice of the public set, a public linear function of its upload that the
 secure modes compute without opening the upload
 (:mod:`secure_fed.secure.scoring.evidence`). The merit is a softmax with
-temperature ``1 / alpha`` over the smoothed evidence (the seeds' contribution
-weighting by validation accuracy: FedFomo, Zhang et al. 2021; CFFL, Lyu et al.
-2020), normalised so that the *median* participant has merit 1 and capped at 1:
-being right above the median cannot raise a weight beyond the base share, and a
-minority cannot move the median outside the honest participants' values.
+temperature ``1 / alpha`` over the smoothed evidence, relative to the size of the
+reference (the seeds' contribution weighting by validation accuracy: FedFomo,
+Zhang et al. 2021; CFFL, Lyu et al. 2020), normalised so that a participant at
+the reference has merit 1 and capped at 1: being right cannot raise a weight
+beyond the base share. The reference is the lower quartile, not the median:
+only the clearly less right lose weight, and a minority that shows large
+evidence (overconfident logits) pushes fewer honest participants below it.
 ``copies_k`` is the number of other uploads that are near-duplicates of ``k``'s
 (FoolsGold, Fung et al. 2020): a group that sends one matrix shares one weight.
 ``f_k`` in ``(0, 1]`` is the outlier policy's factor: closeness to the consensus
@@ -94,14 +96,14 @@ def base_shares(ids: list[str], registered: Mapping[str, int]) -> dict[str, floa
 
 
 def merits(
-    correctness: Mapping[str, float], *, alpha: float, floor: float
+    correctness: Mapping[str, float], *, alpha: float, floor: float, quantile: float = 0.5
 ) -> tuple[float, dict[str, float]]:
-    """Return the median ``r`` and ``clip(exp(alpha (c_k - r) / |r|), floor, 1)`` per participant.
+    """Return ``r`` (the ``quantile``) and ``clip(exp(alpha (c_k - r) / |r|), floor, 1)`` each.
 
-    Relative to the median's size, so the merit does not depend on the logit
+    Relative to the reference's size, so the merit does not depend on the logit
     scale of the task (``|r|`` at least ``1e-6``).
     """
-    reference = float(np.median(list(correctness.values())))
+    reference = float(np.quantile(list(correctness.values()), quantile))
     scale = max(abs(reference), 1e-6)
     return reference, {
         p: min(1.0, max(floor, math.exp(max(-700.0, alpha * (c - reference) / scale))))
@@ -254,8 +256,11 @@ class DynamicWeighting:
     min_merit
         Smallest merit ``m_min`` in ``(0, 1]``.
     gate
-        Outlier factors apply only below ``gate`` x the median evidence (>= 0;
-        a huge value applies them to everybody).
+        Outlier factors apply only below ``gate`` x the ``gate_quantile`` of the
+        evidence (>= 0; a huge value applies them to everybody).
+    quantile, gate_quantile
+        Quantiles of the smoothed evidence that give the merit's reference
+        (default the lower quartile) and the gate's (default the median).
     registered
         Sample count an administrator registered per participant (not a header's
         claim); empty: equal base shares.
@@ -267,6 +272,8 @@ class DynamicWeighting:
     beta: float = 0.5
     min_merit: float = 0.05
     gate: float = 1.0
+    quantile: float = 0.25
+    gate_quantile: float = 0.5
     registered: dict[str, int] = field(default_factory=dict)
     history: dict[str, float] = field(default_factory=dict)
 
@@ -275,6 +282,10 @@ class DynamicWeighting:
             raise WeightingInvalid(f"alpha must be in [0, 100], got {self.alpha!r}")
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
+        for name in ("quantile", "gate_quantile"):
+            q = getattr(self, name)
+            if not (math.isfinite(q) and 0 <= q <= 1):
+                raise WeightingInvalid(f"{name} must be in [0, 1], got {q!r}")
         if not (math.isfinite(self.gate) and self.gate >= 0):
             raise WeightingInvalid(f"gate must be a finite number >= 0, got {self.gate!r}")
         if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
@@ -316,7 +327,7 @@ class DynamicWeighting:
         """
         if not smoothed:
             return dict(factors)
-        cut = self.gate * float(np.median(list(smoothed.values())))
+        cut = self.gate * float(np.quantile(list(smoothed.values()), self.gate_quantile))
         return {p: 1.0 if smoothed[p] >= cut else f for p, f in factors.items()}
 
     def weigh(
@@ -355,7 +366,11 @@ class DynamicWeighting:
                 raise WeightingInvalid(f"copies of {pid!r} must be in [0, {len(ids)}), got {n!r}")
         base = base_shares(ids, self.registered)
         smoothed = self.smooth(evidence) if evidence is not None else None
-        merit = merits(smoothed, alpha=self.alpha, floor=self.min_merit)[1] if smoothed else None
+        merit = (
+            merits(smoothed, alpha=self.alpha, floor=self.min_merit, quantile=self.quantile)[1]
+            if smoothed
+            else None
+        )
         applied = self._closeness(factors, smoothed)
         raw = {p: base[p] * (merit[p] if merit else 1.0) * applied[p] / (1 + dup[p]) for p in ids}
         shares = apply_factors(raw, dict.fromkeys(ids, 1.0))

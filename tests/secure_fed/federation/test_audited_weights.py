@@ -126,7 +126,7 @@ def _recompute(
     kept = {str(e["participant_id"]): e for e in events if e["action"] != "exclude"}
     assert all(e["evidence"] is None and _num(e["merit"]) == 1.0 for e in kept.values())
     raw = {
-        p: _num(e["base_share"]) * _num(e["factor"]) / (1 + int(str(e["copies"])))
+        p: _num(e["base_share"]) * _num(e["applied_factor"]) / (1 + int(str(e["copies"])))
         for p, e in kept.items()
     }
     total = sum(REGISTERED[p] for p in kept)

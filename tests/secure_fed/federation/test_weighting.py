@@ -22,7 +22,7 @@ def test_alpha_zero_is_equal_weighting() -> None:
 
 
 def test_merit_is_a_softmax_relative_to_the_median_capped_at_one() -> None:
-    terms = DynamicWeighting(alpha=2.0, beta=0.0).weigh(
+    terms = DynamicWeighting(alpha=2.0, beta=0.0, quantile=0.5).weigh(
         dict.fromkeys("abc", 1.0), evidence={"a": 3.0, "b": 2.0, "c": 1.5}
     )
     assert terms["a"].merit == terms["b"].merit == 1.0  # above the median: no reward beyond 1
@@ -30,6 +30,17 @@ def test_merit_is_a_softmax_relative_to_the_median_capped_at_one() -> None:
     total = 2 + np.exp(-0.5)
     assert terms["a"].weight == pytest.approx(1 / total)
     assert terms["c"].weight == pytest.approx(np.exp(-0.5) / total)
+
+
+def test_default_reference_is_the_lower_quartile() -> None:
+    """Only the clearly less right lose weight; three at the top move the reference little."""
+    evidence = {"a": 1.0, "b": 2.0, "c": 2.1, "d": 2.2, "e": 2.3}
+    terms = DynamicWeighting(beta=0.0).weigh(dict.fromkeys(evidence, 1.0), evidence=evidence)
+    assert [terms[p].merit for p in "bcde"] == [1.0] * 4
+    assert terms["a"].merit == pytest.approx(np.exp(-1.0 / 2.0))
+    boosted = {**evidence, "c": 9.0, "d": 9.0, "e": 9.0}  # a minority shows huge evidence
+    after = DynamicWeighting(beta=0.0).weigh(dict.fromkeys(evidence, 1.0), evidence=boosted)
+    assert after["b"].merit == 1.0
 
 
 def test_merit_does_not_depend_on_the_logit_scale() -> None:
@@ -44,7 +55,7 @@ def test_merit_does_not_depend_on_the_logit_scale() -> None:
 
 
 def test_ema_smooths_the_evidence_across_rounds() -> None:
-    wt = DynamicWeighting(alpha=1.0, beta=0.5)
+    wt = DynamicWeighting(alpha=1.0, beta=0.5, quantile=0.5)
     wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 2.0})
     terms = wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 0.0})
     assert terms["b"].correctness == pytest.approx(1.0) and wt.history["b"] == pytest.approx(1.0)
@@ -97,6 +108,10 @@ def test_inputs_validated() -> None:
         wt.weigh({"a": 1.0}, evidence={"a": float("nan")})
     with pytest.raises(WeightingInvalid, match="copies of 'a'"):
         wt.weigh({"a": 1.0, "b": 1.0}, copies={"a": 2, "b": 0})
+    with pytest.raises(WeightingInvalid, match="quantile"):
+        DynamicWeighting(quantile=1.5)
+    with pytest.raises(WeightingInvalid, match="gate must"):
+        DynamicWeighting(gate=float("inf"))
     with pytest.raises(WeightingInvalid, match="min_merit"):
         DynamicWeighting(min_merit=0.0)
     with pytest.raises(WeightingInvalid, match="registered sample count of 'a'"):
