@@ -16,6 +16,13 @@ inside its byte handler):
   key authority and helper time, which are also reported on their own;
 * ``ratio_to_plaintext`` of ``server_seconds``.
 
+The ``flooding`` section (ckks run) counts the ciphertexts the key authority
+decrypted in the round (the ``t`` of the noise-flooding bound, per round), the
+statistical security the default epoch's flooding keeps after one round and
+after its sized count, and the effect on the round's outlier decisions of
+flooding the scores with the noise ``s = 40`` would need (Gaussian noise on the
+exact plaintext scores, decisions compared over ``FLOOD_TRIALS`` draws).
+
 Shares mode's ``load_seconds`` includes the range check every upload passes at load
 (``crypto.shares.range_check``). The ``range_check`` section measures it on its own,
 per participant at N x 10, in both circuit layouts: seconds of the dealer and of each
@@ -38,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
+from crypto.ckks import CKKS_PUBLICATION, get_preset
 from crypto.shares import (
     RING_PREDICTIONS,
     RangeCheckParty,
@@ -50,6 +58,7 @@ from crypto.shares import (
 )
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
+from secure_fed.secure.modes.ckks import PRESET as CKKS_MODE_PRESET
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
 from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment
 from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids
@@ -143,6 +152,65 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
         ),
         "helper_seconds": round((helper.seconds - load_helper) if helper else 0.0, 3),
         "excluded": sorted(excluded),
+        "scores": {p: round(float(v), 4) for p, v in scores.items()},
+        "ciphertexts_released": _released(dep),
+    }
+
+
+def _released(dep: SecureDeployment) -> int | None:
+    """Ciphertexts the key authority decrypted so far (ckks), else ``None``."""
+    keys = getattr(getattr(dep, "authority", None), "keys", None)
+    return int(keys.releases) if keys is not None else None
+
+
+#: Draws of the score-flooding noise per sigma in :func:`score_flooding`.
+FLOOD_TRIALS = 200
+
+
+def score_flooding(
+    ckks_run: dict[str, object], exact: dict[str, float], c: int
+) -> dict[str, object]:
+    """Security of the default epoch's flooding, and what s = 40 on scores would cost.
+
+    ``exact`` are the plaintext-mode scores of the same uploads; the round's
+    decisions under noise ``N(0, sigma^2)`` added to each score are compared with
+    the noiseless ones (``FLOOD_TRIALS`` draws per sigma, numpy's generator: this
+    is a measurement, not a release).
+    """
+    preset = get_preset(CKKS_MODE_PRESET)
+    t_round = int(ckks_run["ciphertexts_released"] or 1)  # type: ignore[call-overload]
+    policy = OutlierPolicy(dof=c - 1)
+    reference = excluded_ids(policy.decide(exact, round_id=1))
+    rng = np.random.default_rng(7)
+    # scores are flooded relative to max(|score|, 1) (crypto.ckks.decrypt_score);
+    # sigma_rel is the relative noise s = 40 needs at t decryptions
+    flips = {}
+    for label, t in (("one_round", t_round), ("sized_count", preset.max_decryptions)):
+        sigma_rel = preset.decryption_error_bound * 2.0**20 * float(np.sqrt(64 * t))
+        changed = 0
+        for _ in range(FLOOD_TRIALS):
+            noisy = {
+                p: max(0.0, v + sigma_rel * max(abs(v), 1.0) * float(rng.standard_normal()))
+                for p, v in exact.items()
+            }
+            changed += excluded_ids(policy.decide(noisy, round_id=1)) != reference
+        flips[label] = {
+            "t": t,
+            "relative_sigma_for_40_bits": sigma_rel,
+            "decisions_changed_fraction": changed / FLOOD_TRIALS,
+        }
+    return {
+        "preset": preset.name,
+        "ciphertexts_per_round": t_round,
+        "bits_after_one_round": round(preset.flood_bits(t_round), 2),
+        "bits_at_sized_count": round(preset.guaranteed_bits, 2),
+        "sized_count": preset.max_decryptions,
+        "score_flooding_for_40_bits": flips,
+        "publication_preset": {
+            "name": CKKS_PUBLICATION.name,
+            "bits_at_sized_count": round(CKKS_PUBLICATION.guaranteed_bits, 2),
+            "sized_count": CKKS_PUBLICATION.max_decryptions,
+        },
     }
 
 
@@ -187,6 +255,9 @@ def main() -> None:
     """Run the benchmark and print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 samples, K = 5 and 10")
+    parser.add_argument(
+        "--no-scaling", action="store_true", help="only the K = 10 round (no K sweep)"
+    )
     args = parser.parse_args()
     n = 2000 if args.quick else 10_000
     ks = (5, 10) if args.quick else (5, 10, 20, 40)
@@ -195,9 +266,15 @@ def main() -> None:
     base = float(main_runs["plaintext"]["server_seconds"]) or 1e-9
     for r in main_runs.values():
         r["ratio_to_plaintext"] = round(float(r["server_seconds"]) / base, 1)
+    flooding = score_flooding(
+        main_runs["ckks"],
+        main_runs["plaintext"]["scores"],  # type: ignore[arg-type]
+        10,
+    )
     scaling = {
         m: [run_mode(m, population(k, n, 10, attackers=k * 3 // 10)) for k in ks]
         for m in ("ckks", "shares")
+        if not args.no_scaling
     }
     print(
         json.dumps(
@@ -205,6 +282,7 @@ def main() -> None:
                 "machine": {"python": platform.python_version(), "processor": platform.machine()},
                 "quick": args.quick,
                 "round": main_runs,
+                "flooding": flooding,
                 "range_check": [range_check_run(preds["p00"], lay) for lay in ("prefix", "ripple")],
                 "scaling": {
                     m: [

@@ -106,3 +106,9 @@ class SharesOutOfRange(CryptoError):
     """A range check on shares found a value outside the public bound (values never named)."""
 
     code = "CRYPTO_SHARES_OUT_OF_RANGE"
+
+
+class ReleaseLimitReached(CryptoError):
+    """A key epoch released the decryptions its preset's noise flooding was sized for."""
+
+    code = "CRYPTO_RELEASE_LIMIT_REACHED"

@@ -9,11 +9,19 @@ from crypto.ckks.authority import decrypt_aggregate, decrypt_score
 from crypto.ckks.export import export_secret_key_encrypted, import_secret_key_encrypted
 from crypto.ckks.keys import KeyAuthorityKeys, PublicContext, generate_keys
 from crypto.ckks.packing import EncryptedMatrix, Layout, pack_class_major
-from crypto.ckks.presets import CKKS_AGGREGATION, CKKS_SCORING, PRESETS, CkksPreset, get_preset
+from crypto.ckks.presets import (
+    CKKS_AGGREGATION,
+    CKKS_PUBLICATION,
+    CKKS_SCORING,
+    PRESETS,
+    CkksPreset,
+    get_preset,
+)
 from crypto.ckks.wire import load_encrypted
 
 __all__ = [
     "CKKS_AGGREGATION",
+    "CKKS_PUBLICATION",
     "CKKS_SCORING",
     "PRESETS",
     "CkksPreset",

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from crypto.ckks import _tenseal
 from crypto.ckks.aggregate import score_factor
 from crypto.ckks.flooding import flood
-from crypto.ckks.keys import KeyAuthorityKeys, _count_release, _private_context
+from crypto.ckks.keys import KeyAuthorityKeys, _private_context, _reserve_releases
 from crypto.ckks.packing import EncryptedMatrix, unpack_class_major
 from crypto.errors import ContextMismatch, ParameterInvalid
 
@@ -57,6 +57,8 @@ def decrypt_aggregate(
         Not an aggregate, or fewer contributors than ``min_contributors``.
     ContextMismatch
         Another key epoch.
+    ReleaseLimitReached
+        The epoch already released the ciphertexts its preset is sized for.
     DecryptionFailed
         SEAL refused to decrypt.
     """
@@ -67,12 +69,12 @@ def decrypt_aggregate(
         raise ParameterInvalid(
             f"aggregate over {aggregate.contributors} uploads; at least {min_contributors} needed"
         )
+    _reserve_releases(keys, len(aggregate.vectors))  # before anything is decrypted
     ctx = _private_context(keys)
     runs = [_tenseal.decrypt_vector(ctx, v) for v in aggregate.vectors]
     matrix = unpack_class_major(aggregate.layout, runs)
     if aggregate.weight_bits:
         matrix = matrix / float(1 << aggregate.weight_bits)
-    _count_release(keys)
     logger.info(
         "released flooded aggregate %dx%d over %d contributors",
         aggregate.layout.n_samples,
@@ -93,14 +95,16 @@ def decrypt_score(keys: KeyAuthorityKeys, score: EncryptedMatrix) -> float:
         Not a score.
     ContextMismatch
         Another key epoch.
+    ReleaseLimitReached
+        The epoch already released the ciphertexts its preset is sized for.
     DecryptionFailed
         SEAL refused to decrypt.
     """
     _check_epoch(keys, score, "score")
+    _reserve_releases(keys, 1)  # before anything is decrypted
     value = _tenseal.decrypt_vector(_private_context(keys), score.vectors[0])
     n = score.layout.n_samples
     mean = float(value[0]) / (score_factor(n) ** 2 * n)
-    _count_release(keys)
     logger.info("released one flooded score")
     sigma = keys.preset.flood_sigma * max(abs(mean), 1.0)
     return float(flood(np.array([mean]), sigma=sigma)[0])

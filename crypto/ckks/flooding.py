@@ -80,14 +80,12 @@ def statistical_security_bits(preset: CkksPreset, *, decryptions: int = 1) -> fl
     """Statistical security ``s`` of the preset's flooding for ``t`` decryptions.
 
     Solves ``sigma = E * 2^(s/2) * sqrt(64 t)`` for ``s`` with the preset's
-    ``flood_sigma`` and ``decryption_error_bound``.
+    ``flood_sigma`` and ``decryption_error_bound`` (:meth:`CkksPreset.flood_bits`;
+    each decrypted ciphertext is one decryption).
 
     Raises
     ------
     ParameterInvalid
         If ``decryptions`` is not a positive integer.
     """
-    if not isinstance(decryptions, int) or decryptions < 1:
-        raise ParameterInvalid(f"decryptions must be a positive integer, got {decryptions!r}")
-    ratio = preset.flood_sigma / preset.decryption_error_bound
-    return 2.0 * (math.log2(ratio) - 0.5 * math.log2(64 * decryptions))
+    return preset.flood_bits(decryptions)

@@ -23,7 +23,13 @@ import numpy as np
 from crypto.ckks import _tenseal
 from crypto.ckks._tenseal import TsContext
 from crypto.ckks.presets import CkksPreset, get_preset
-from crypto.errors import ContextMismatch, KeyExportRefused, KeyInvalid, ParameterInvalid
+from crypto.errors import (
+    ContextMismatch,
+    KeyExportRefused,
+    KeyInvalid,
+    ParameterInvalid,
+    ReleaseLimitReached,
+)
 from crypto.sm import sm3_digest
 
 __all__ = ["KeyAuthorityKeys", "PublicContext", "generate_keys"]
@@ -207,10 +213,11 @@ class KeyAuthorityKeys:
 
     @property
     def releases(self) -> int:
-        """Decryptions released by this handle (the ``t`` of the flooding bound).
+        """Ciphertexts decrypted and released by this handle (the ``t`` of the flooding bound).
 
-        The key-authority runtime compares it with its policy and rotates the key
-        epoch when the budget is spent; it is not persisted across imports.
+        :func:`crypto.ckks.decrypt_aggregate` and :func:`crypto.ckks.decrypt_score`
+        refuse beyond the preset's ``max_decryptions``; the key-authority runtime
+        may stop earlier and rotates the key epoch. Not persisted across imports.
         """
         return self._releases
 
@@ -285,8 +292,23 @@ def _private_context(keys: KeyAuthorityKeys) -> TsContext:
     return keys._ctx
 
 
-def _count_release(keys: KeyAuthorityKeys) -> None:
-    keys._releases += 1
+def _reserve_releases(keys: KeyAuthorityKeys, count: int) -> None:
+    """Count ``count`` decrypted ciphertexts, refusing beyond the preset's ``max_decryptions``.
+
+    Raises
+    ------
+    ReleaseLimitReached
+        If the epoch would release more ciphertexts than its flooding is sized for;
+        nothing is counted then.
+    """
+    limit = keys._preset.max_decryptions
+    if keys._releases + count > limit:
+        raise ReleaseLimitReached(
+            f"key epoch {keys.fingerprint.hex()[:16]} released {keys._releases} of the "
+            f"{limit} ciphertexts {keys._preset.name} is sized for; {count} more would "
+            f"lower its flooding below {keys._preset.guaranteed_bits:.0f} bits: rotate the keys"
+        )
+    keys._releases += count
 
 
 def _public_ts(public: PublicContext) -> TsContext:

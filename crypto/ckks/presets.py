@@ -14,6 +14,7 @@ them are in ``docs/crypto-ckks.md``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -25,6 +26,7 @@ from crypto.errors import ParameterInvalid
 __all__ = [
     "CKKS_AGGREGATION",
     "CKKS_AGGREGATION_STRICT",
+    "CKKS_PUBLICATION",
     "CKKS_SCORING",
     "HE_STANDARD_MAX_BITS_128",
     "PRESETS",
@@ -76,13 +78,20 @@ class CkksPreset:
         Bound ``E`` of the CKKS error of that result, in value units: the
         measured maximum rounded up to a power of two (aggregation: worst case
         of one weight equal to 1 over 100,000 values; scores: mean scores up
-        to 16). Measurements in ``docs/crypto-ckks.md``.
+        to 16). Measurements in ``docs/crypto-ckks.md``. The preset's error
+        budget (:attr:`error_budget`) holds for ``E`` plus 5.5 ``flood_sigma``.
     flood_sigma
         Standard deviation of the Gaussian noise added to every value that
         leaves the key authority decrypted: value units for aggregates; for
         scores relative, ``flood_sigma * max(|score|, 1)``, so that the relative
         error budget holds for every score (scores below 1 get the absolute
         noise of a score of 1).
+    max_decryptions
+        Decrypted ciphertexts one key epoch may release: the ``t`` the flooding is
+        sized for. :func:`crypto.ckks.decrypt_aggregate` and
+        :func:`crypto.ckks.decrypt_score` refuse beyond it
+        (``CRYPTO_RELEASE_LIMIT_REACHED``); :attr:`guaranteed_bits` (the
+        :meth:`flood_bits` at this ``t``) is the statistical security the preset keeps.
     """
 
     name: str
@@ -100,6 +109,7 @@ class CkksPreset:
     error_budget: float
     decryption_error_bound: float
     flood_sigma: float
+    max_decryptions: int
 
     def __post_init__(self) -> None:
         bound = HE_STANDARD_MAX_BITS_128.get(self.poly_modulus_degree)
@@ -113,6 +123,32 @@ class CkksPreset:
             )
         if self.depth != len(self.coeff_mod_bit_sizes) - 2:
             raise ParameterInvalid("depth must equal the number of rescaling primes")
+        if not isinstance(self.max_decryptions, int) or self.max_decryptions < 1:
+            raise ParameterInvalid(
+                f"max_decryptions must be an integer >= 1, got {self.max_decryptions!r}"
+            )
+
+    def flood_bits(self, decryptions: int) -> float:
+        """Statistical security ``s`` of the flooding after ``decryptions`` releases.
+
+        Solves ``flood_sigma = E * 2^(s/2) * sqrt(64 t)`` (Li, Micciancio, Schultz,
+        Sorrell, CRYPTO 2022) with ``E = decryption_error_bound``; each decrypted
+        ciphertext counts as one decryption.
+
+        Raises
+        ------
+        ParameterInvalid
+            If ``decryptions`` is not a positive integer.
+        """
+        if not isinstance(decryptions, int) or isinstance(decryptions, bool) or decryptions < 1:
+            raise ParameterInvalid(f"decryptions must be a positive integer, got {decryptions!r}")
+        ratio = self.flood_sigma / self.decryption_error_bound
+        return 2.0 * (math.log2(ratio) - 0.5 * math.log2(64 * decryptions))
+
+    @property
+    def guaranteed_bits(self) -> float:
+        """Statistical security of the flooding at :attr:`max_decryptions` (the epoch's end)."""
+        return self.flood_bits(self.max_decryptions)
 
     @property
     def total_bits(self) -> int:
@@ -169,6 +205,7 @@ CKKS_AGGREGATION = CkksPreset(
     error_budget=5e-4,
     decryption_error_bound=2.0**-22,
     flood_sigma=2.0**-14,
+    max_decryptions=1024,
 )
 
 CKKS_AGGREGATION_STRICT = CkksPreset(
@@ -187,6 +224,7 @@ CKKS_AGGREGATION_STRICT = CkksPreset(
     error_budget=5e-4,
     decryption_error_bound=2.0**-38,
     flood_sigma=2.0**-14,
+    max_decryptions=1024,
 )
 
 CKKS_SCORING = CkksPreset(
@@ -205,10 +243,30 @@ CKKS_SCORING = CkksPreset(
     error_budget=1e-3,
     decryption_error_bound=2.0**-15,
     flood_sigma=2.0**-13,
+    max_decryptions=1 << 16,
+)
+
+CKKS_PUBLICATION = CkksPreset(
+    name="CKKS_PUBLICATION",
+    wire_id=4,
+    purpose="the published weighted sum, flooded at s >= 40 for 16,384 ciphertexts per epoch",
+    poly_modulus_degree=4096,
+    coeff_mod_bit_sizes=(60, 30, 19),
+    scale_bits=58,
+    depth=1,
+    relin_keys=False,
+    galois_keys=False,
+    weight_encoding="integer",
+    weight_bits=20,
+    input_bound=8.0,
+    error_budget=5e-4,
+    decryption_error_bound=2.0**-44,
+    flood_sigma=2.0**-14,
+    max_decryptions=1 << 14,
 )
 
 PRESETS: Mapping[str, CkksPreset] = MappingProxyType(
-    {p.name: p for p in (CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING)}
+    {p.name: p for p in (CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING, CKKS_PUBLICATION)}
 )
 """Registry of every preset, by name."""
 

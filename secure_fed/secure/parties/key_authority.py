@@ -37,7 +37,7 @@ from crypto.ckks import (
     load_encrypted,
 )
 from crypto.ckks.wire import claimed_kind
-from crypto.errors import CryptoError
+from crypto.errors import CryptoError, ReleaseLimitReached
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
 from secure_fed.errors import (
     AuthorityRequestMalformed,
@@ -96,8 +96,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: Decryptions one key epoch may release (the ``t`` of the flooding bound); then rotate.
-DEFAULT_MAX_RELEASES = 1024
+#: Decrypted ciphertexts one key epoch may release when ``max_releases`` is not set:
+#: the preset's ``max_decryptions`` (the ``t`` its flooding is sized for); then rotate.
+DEFAULT_MAX_RELEASES: int | None = None
 
 
 @dataclass(frozen=True)
@@ -148,13 +149,16 @@ class KeyAuthority:
         The enrolled aggregator's SM2 identity; every request must be signed by
         it (without one, every request is refused).
     max_releases
-        Decryptions this key epoch may release before it must be rotated.
+        Decrypted ciphertexts this key epoch may release before it must be rotated
+        (each ciphertext of a request counts: a ``10,000 x 10`` aggregate is 25
+        under ``CKKS_SCORING``). ``None``: the preset's ``max_decryptions``, the
+        ``t`` its noise flooding is sized for; a larger value is refused.
     """
 
     min_participants: int
     keys: KeyAuthorityKeys | None = None
     aggregator: ServerIdentity | None = None
-    max_releases: int = DEFAULT_MAX_RELEASES
+    max_releases: int | None = DEFAULT_MAX_RELEASES
     audit: AuditSink | None = None
     central_dp: CentralDP | None = None
     budget: ChargeGate | None = None
@@ -174,9 +178,17 @@ class KeyAuthority:
             raise KeyAuthorityConfigInvalid(
                 f"min_participants must be an integer >= 2, got {self.min_participants!r}"
             )
-        if not isinstance(self.max_releases, int) or self.max_releases < 1:
+        if self.max_releases is not None and (
+            not isinstance(self.max_releases, int) or self.max_releases < 1
+        ):
             raise KeyAuthorityConfigInvalid(
-                f"max_releases must be an integer >= 1, got {self.max_releases!r}"
+                f"max_releases must be an integer >= 1 or None, got {self.max_releases!r}"
+            )
+        sized = self.keys.preset.max_decryptions if self.keys is not None else None
+        if sized is not None and self.max_releases is not None and self.max_releases > sized:
+            raise KeyAuthorityConfigInvalid(
+                f"max_releases {self.max_releases} exceeds the {sized} decryptions "
+                f"{self.keys.preset.name} floods for"  # type: ignore[union-attr]
             )
         if self.aggregator is not None:
             self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
@@ -256,7 +268,12 @@ class KeyAuthority:
         except ReleaseRefused as exc:
             self._journal(verified, claim, granted=False, reason=str(exc))
             raise
-        values = self._decrypt(payload, ask.value_kind, shape)
+        try:
+            values = self._decrypt(payload, ask.value_kind, shape)
+        except ReleaseLimitReached as exc:  # this request would cross the sized t
+            self._journal(verified, claim, granted=False, reason=str(exc))
+            self._deny(ask, str(exc), KeyEpochExhausted)
+            raise AssertionError from exc  # unreachable: _deny raises
         if step == "moments":  # the plan's one covariance, as the C x C second moment
             values = self._moment_matrix(values, len(ids))
         # the plan's publication is the round's only first-order release: it, and only
@@ -394,12 +411,19 @@ class KeyAuthority:
             )
         return step
 
+    @property
+    def release_limit(self) -> int:
+        """Ciphertexts this epoch may release: ``max_releases``, else the preset's sized ``t``."""
+        keys = self._keys()
+        sized = keys.preset.max_decryptions
+        return sized if self.max_releases is None else min(self.max_releases, sized)
+
     def _check_epoch(self, ask: ReleaseRequest) -> None:
         keys = self._keys()
-        if keys.releases >= self.max_releases:
+        if keys.releases >= self.release_limit:
             reason = (
                 f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
-                f"{self.max_releases} decryptions; rotate the keys"
+                f"{self.release_limit} decryptions; rotate the keys"
             )
             self._deny(ask, reason, KeyEpochExhausted)
 
@@ -441,6 +465,13 @@ class KeyAuthority:
             )
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
+        keys = self._keys()
+        if keys.releases + len(matrix.vectors) > self.release_limit:
+            raise ReleaseLimitReached(
+                f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
+                f"{self.release_limit} decryptions; {len(matrix.vectors)} more are asked: "
+                f"rotate the keys"
+            )
         if kind == "score":
             return np.array([decrypt_score(self._keys(), matrix)])
         return decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)

@@ -41,7 +41,8 @@ def test_handles_cannot_be_built_directly(agg_keys: KeyAuthorityKeys) -> None:
 
 def test_unknown_preset_refused() -> None:
     with pytest.raises(
-        ParameterInvalid, match="allowed: CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_SCORING"
+        ParameterInvalid,
+        match="allowed: CKKS_AGGREGATION, CKKS_AGGREGATION_STRICT, CKKS_PUBLICATION, CKKS_SCORING",
     ):
         generate_keys("CKKS_BIG")
 
