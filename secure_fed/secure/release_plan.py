@@ -12,7 +12,11 @@ hold it next to the aggregator. It allows, per round and in this order:
    plan's rule), centred on ``H``'s never-opened mean;
 3. ``final``: one scalar per participant, whitened with the ``W`` derived from
    that covariance and centred on ``H``'s mean;
-4. ``publication``: exactly ONE first-order release, the weighted sum over
+4. ``evidence`` (when the plan has a labeled slice, ``evidence_rows > 0``): one
+   scalar per participant of the roster, ``sum(M * p_k)`` with ``M`` the public
+   mask of the slice (:mod:`secure_fed.secure.scoring.evidence`): a PUBLIC
+   linear function of one upload, the same kind of release as a score;
+5. ``publication``: exactly ONE first-order release, the weighted sum over
    the accepted set ``A``: ``A`` inside the roster, ``|A| >= min_participants``,
    at most a minority excluded, and every excluded participant's final score
    above the plan's exclusion floor; every weight at least the codec's
@@ -62,12 +66,15 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Steps of a round, in order (``done`` after the publication).
-STEPS = ("ranking", "moments", "final", "publication", "done")
+STEPS = ("ranking", "moments", "final", "evidence", "publication", "done")
 #: Smallest publication weight: the shares codec's weight resolution (2^-16).
 WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
 #: A plan's moment and ranking rows are at least ``min(N, MIN_MOMENT_ROWS)``: one scalar
 #: per participant must average over many samples, never expose one sample's square.
 MIN_MOMENT_ROWS = 256
+#: An evidence scalar averages over at least ``min(N, MIN_EVIDENCE_ROWS)`` labeled rows: a
+#: public linear function of one upload must not single out a few rows.
+MIN_EVIDENCE_ROWS = 64
 #: Relative rounding slack of the weight cap check (a renormalised capped weight may sit
 #: a few ulps above the cap; an excess this small moves no fixed-point weight).
 CAP_TOLERANCE = 1e-12
@@ -115,6 +122,9 @@ class ReleasePlan:
         Bounds of every publication weight.
     exclude_above
         An excluded participant's final score must exceed this.
+    evidence_rows
+        Rows of the labeled slice: after the final scores, one evidence scalar
+        per roster member averaged over exactly these many rows (0: no step).
     """
 
     round_id: int
@@ -130,6 +140,7 @@ class ReleasePlan:
     weight_floor: float = WEIGHT_FLOOR
     max_weight: float = 1.0
     exclude_above: float = 27.877
+    evidence_rows: int = 0
 
     def __post_init__(self) -> None:
         ints = ("round_id", "min_participants", "num_samples", "num_classes", "moment_samples")
@@ -147,6 +158,7 @@ class ReleasePlan:
             ("weight_floor", 0 < self.weight_floor <= 1),
             ("max_weight", self.weight_floor <= self.max_weight <= 1),
             ("exclude_above", math.isfinite(self.exclude_above)),
+            ("evidence_rows", 0 <= self.evidence_rows <= self.num_samples),
         ]
         for name, ok in checks:
             if not ok:
@@ -163,6 +175,7 @@ class ReleasePlan:
         scored: bool = True,
         max_weight: float = 1.0,
         exclude_above: float | None = None,
+        evidence_rows: int = 0,
     ) -> ReleasePlan:
         """Build a round's plan from its config and the aggregator's scoring parameters."""
         floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
@@ -179,6 +192,7 @@ class ReleasePlan:
             ranking=scoring.c_steps >= 1,
             max_weight=max_weight,
             exclude_above=floor,
+            evidence_rows=evidence_rows if scored else 0,
         )
 
     def subset_size(self, count: int) -> int:
@@ -234,6 +248,7 @@ class PlanTracker:
     pass_scores: dict[str, float] = field(default_factory=dict)
     ranking_scores: dict[str, float] = field(default_factory=dict)
     final_scores: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.plan.scored:
@@ -244,11 +259,13 @@ class PlanTracker:
     def step_of(self, request: ReleaseRequest) -> str | None:
         """Return the plan step ``request`` asks for (``None``: none, e.g. a mean)."""
         if request.purpose == "score":
-            return request.step if request.step in ("ranking", "final") else None
+            return request.step if request.step in ("ranking", "final", "evidence") else None
         return {"moments": "moments", "aggregate": "publication"}.get(request.purpose)
 
     def rows(self, step: str) -> int:
         """Rows a score or moment of ``step`` averages over."""
+        if step == "evidence":
+            return self.plan.evidence_rows
         return self.plan.num_samples if step == "final" else self.plan.moment_samples
 
     def reason(self, request: ReleaseRequest) -> str | None:
@@ -264,7 +281,22 @@ class PlanTracker:
             return f"the plan allows {self.phase!r} now, not {step!r}"
         if step == "publication":
             return self._publication_reason(request)
+        if step == "evidence":
+            return self._evidence_reason(request)
         return self._roster_reason(request, step) or self._score_reason(request, step)
+
+    def _evidence_reason(self, request: ReleaseRequest) -> str | None:
+        """One scalar of the slice's public mask per roster member, no centre, no whitening."""
+        if tuple(sorted(request.roster or ())) != self.roster:
+            return "evidence: the roster must be the scored roster"
+        if request.centre is not None or request.whitening is not None:
+            return "evidence: a public linear function has no centre and no whitening"
+        if request.samples != self.plan.evidence_rows:
+            return f"evidence: the plan fixes {self.plan.evidence_rows} rows, not {request.samples}"
+        pid = request.contributors[0] if len(request.contributors) == 1 else None
+        if pid is None or pid in self.pass_scores or pid not in (self.roster or ()):
+            return "evidence: one unreleased member of the roster at a time"
+        return None
 
     def _roster_reason(self, request: ReleaseRequest, step: str) -> str | None:
         roster = request.contributors if step == "moments" else request.roster
@@ -370,7 +402,7 @@ class PlanTracker:
             self.phase = "done"
         elif step == "moments":
             self._record_moments(request, values)
-        elif step in ("ranking", "final"):
+        elif step in ("ranking", "final", "evidence"):
             self._record_score(request, step, values)
 
     def _record_moments(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
@@ -397,8 +429,11 @@ class PlanTracker:
             h = self.plan.subset_size(len(self.roster))
             self.subset = tuple(lowest_scores(scores, h))
             self.phase = "moments"
-        else:
+        elif step == "final":
             self.final_scores = scores
+            self.phase = "evidence" if self.plan.evidence_rows else "publication"
+        else:
+            self.evidence = scores
             self.phase = "publication"
 
     def whitening_claim(self, step: str) -> tuple[tuple[float, ...], ...] | None:
@@ -464,6 +499,8 @@ class PlanBook:
             return f"weight floor {plan.weight_floor!r} is below the codec's {WEIGHT_FLOOR!r}"
         if plan.moment_samples < min(plan.num_samples, MIN_MOMENT_ROWS):
             return f"{plan.moment_samples} rows: scores must average over more samples"
+        if 0 < plan.evidence_rows < min(plan.num_samples, MIN_EVIDENCE_ROWS):
+            return f"{plan.evidence_rows} evidence rows: the evidence must average over more rows"
         if self.shape is not None and (plan.num_samples, plan.num_classes) != self.shape:
             return f"upload shape {(plan.num_samples, plan.num_classes)} is not {self.shape}"
         return None
