@@ -61,6 +61,7 @@ def environment() -> Environment:
     )
     env.filters["utc"] = utc
     env.filters["number"] = number
+    env.filters["when"] = when
     env.globals["navigation"] = NAVIGATION
     return env
 
