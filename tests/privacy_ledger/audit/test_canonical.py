@@ -90,3 +90,54 @@ def test_roundtrip(value: object) -> None:
     data = encode(value)
     assert decode(data) == value
     assert encode(decode(data)) == data
+
+
+_decimals = st.decimals(
+    allow_nan=False, allow_infinity=False, min_value=-(10**30), max_value=10**30
+)
+
+
+@given(_decimals)
+def test_decimal_is_an_exact_plain_string(value: Decimal) -> None:
+    data = encode(value)
+    text = decode(data)
+    assert isinstance(text, str) and "E" not in text.upper()  # plain notation, never a float
+    assert Decimal(text) == value  # exact: nothing rounded through binary floating point
+    assert encode(Decimal(text)) == data  # re-reading the stored string gives the same bytes
+
+
+_with_decimals = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | _decimals,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _as_stored(value: object) -> object:
+    """What decode returns for ``value``: decimals as their plain strings."""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, list):
+        return [_as_stored(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items()}
+    return value
+
+
+@given(_with_decimals)
+def test_roundtrip_with_decimals_is_stable(value: object) -> None:
+    data = encode(value)
+    assert decode(data) == _as_stored(value)
+    assert encode(decode(data)) == data  # one byte string per stored value
+
+
+# ledger quantities (epsilons, noise multipliers, rates): written within 100 plain digits
+_quantities = st.floats(min_value=-1e30, max_value=1e30).filter(lambda f: f == 0 or abs(f) >= 1e-30)
+
+
+@given(_quantities)
+def test_decimal_from_float_is_the_shortest_repr(value: float) -> None:
+    converted = decimal_from_float(value)
+    assert float(converted) == value  # no value is changed
+    assert converted == Decimal(repr(value))
+    assert encode(converted) == encode(Decimal(repr(value)))
