@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, not_, or_, select
 
 from api.rest.context import AppContext
 from compliance.derive import Deriver
@@ -30,6 +30,8 @@ __all__ = ["MAX_AUDIT_ROWS", "ChainStatus", "Head", "audit_rows", "chain_status"
 
 #: Newest matching audit entries read for the decision and decryption pages.
 MAX_AUDIT_ROWS = 2000
+#: Subject prefix of the REST service's own denials (api.rest.denials), never decryption refusals.
+_API_SUBJECT = "api:"
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,10 @@ def _entries(ctx: AppContext, limit: int) -> list[tuple[int, bytes]]:
     wanted = or_(
         AuditEntryRow.event == "outlier.decision",
         AuditEntryRow.event.startswith("decryption."),
-        AuditEntryRow.event == "access.denied",
+        and_(  # refusals by the key authority or helper; the API's own denials are "api:..."
+            AuditEntryRow.event == "access.denied",
+            not_(AuditEntryRow.subject.startswith(_API_SUBJECT)),
+        ),
     )
     stmt = select(AuditEntryRow.entry_index, AuditEntryRow.entry).where(wanted)
     stmt = stmt.order_by(AuditEntryRow.entry_index.desc()).limit(limit)

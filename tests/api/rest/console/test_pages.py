@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from api.rest.console.audit_view import audit_rows
 from api.rest.console.render import TEMPLATES
 from privacy_ledger.audit import canonical
 from privacy_ledger.audit.models import AuditEntryRow, TreeHeadRow
@@ -288,3 +289,35 @@ def test_stylesheet_is_served_under_the_csp(service: Service) -> None:
     answer = anonymous(service).get("/console/static/console.css")
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/css")
     assert ":focus-visible" in answer.text and ".skip-link:focus" in answer.text
+
+
+def test_decryption_events_come_from_the_log_without_api_denials(sqlite_service: Service) -> None:
+    svc = sqlite_service
+    with svc.ctx.sessions() as session, session.begin():
+        released = svc.ctx.audit.append(
+            session,
+            event="decryption.released",
+            subject=f"round:{ROUND}",
+            fields={"round_id": ROUND, "party": "key_authority", "purpose": "soft labels"},
+        )
+        refused = svc.ctx.audit.append(
+            session,
+            event="access.denied",
+            subject=f"round:{ROUND}",
+            fields={"round_id": ROUND, "party": "helper", "reason": "SECURE_REPLAYED"},
+        )
+    client = logged_in(svc)
+    for _ in range(3):  # API denials are newer but never read as decryption refusals
+        anonymous(svc).get("/console/decryptions", follow_redirects=False)
+    assert denials(svc.ctx)[-1]["resource"] == "/console/decryptions"
+    newest = audit_rows(svc.ctx, limit=2)["decryptions"]
+    assert [r["entry"] for r in newest] == [released, refused]
+    for path, caption in (
+        ("/console/decryptions", "decryption.* entries"),
+        (f"/console/rounds/{ROUND}", "Decryption events of this round"),
+    ):
+        rows = parse(client.get(path).text).body_rows(caption)
+        assert [(r[0], r[2], r[4]) for r in rows] == [
+            (str(released), "decryption.released", "key_authority"),
+            (str(refused), "access.denied", "helper"),
+        ]
