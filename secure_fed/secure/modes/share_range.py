@@ -52,10 +52,14 @@ Reply = tuple[dict[str, object], bytes]
 
 
 class RangeDealer(Protocol):
-    """Deals one range check's material: (blob for the aggregator, blob for the helper)."""
+    """Byte channel to the range-check dealer: a signed request in, two blobs out.
 
-    def __call__(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
-        """Deal material for ``count`` values labelled ``(round_id, tensor)``."""
+    The request is :func:`~secure_fed.secure.parties.key_authority.deal_request`
+    with ``purpose="range"``; the reply is (blob for the aggregator, blob for the helper).
+    """
+
+    def __call__(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal the range-check material a signed ``request`` asks for."""
         ...
 
 
@@ -75,6 +79,8 @@ class _Keys(Protocol):
     def channel_key(self) -> ShareMacKey: ...
 
     def tagged(self, header: Mapping[str, object], payload: bytes, *, round_id: int) -> bytes: ...
+
+    def deal_range(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]: ...
 
 
 def _label(check: str) -> ShareLabel:
@@ -101,7 +107,7 @@ def check_upload(keys: _Keys, *, pid: str, uid: str, share: np.ndarray, round_id
         raise AuthorityRequestMalformed("shares mode needs a range dealer (the key authority)")
     values = np.asarray(share, dtype=np.uint64).reshape(-1)
     check = f"{uid}-{secrets.token_hex(4)}"
-    blob0, blob1 = keys.range_dealer(round_id=0, tensor=check, count=values.size)
+    blob0, blob1 = keys.deal_range(round_id=round_id, tensor=check, count=values.size)
     try:
         material = RangeMaterial.parse(
             blob0, key=keys.dealer_key, label=_label(check), party=0, count=values.size

@@ -174,7 +174,9 @@ class SharesKeys:
     dealer_key, channel_key
         MAC keys of the dealer's blobs to the aggregator and of the helper channel.
     range_dealer
-        Deals the range check every upload passes at load (the key authority).
+        Byte channel to the dealer of the range check every upload passes at load
+        (the key authority's :meth:`~KeyAuthority.handle_deal_range`); it deals only
+        for requests signed with ``signing_key``.
     request_key
         HMAC-SM3 key of the aggregator's requests to the helper (it tags every
         request: plan, load, range, linear, open, finish; the helper serves none
@@ -232,6 +234,21 @@ class SharesKeys:
         return self.dealer(
             deal_request(round_id=round_id, tensor=tensor, count=count, signer=self.signing_key)
         )
+
+    def deal_range(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        """Ask for one upload's range-check material (``round_id``: the current round), signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no range dealer or no signing key is configured.
+        """
+        if self.range_dealer is None or self.signing_key is None:
+            raise ModeSetupInvalid("a range dealer and signing_key are needed for range checks")
+        request = deal_request(
+            round_id=round_id, tensor=tensor, count=count, signer=self.signing_key, purpose="range"
+        )
+        return self.range_dealer(request)
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SharesKeys cannot be pickled")
@@ -697,7 +714,7 @@ class SharesDeployment(SecureDeployment):
             helper=self.helper.handle,
             dealer=self._deal,
             range_dealer=partial(
-                self.authority.deal_range,
+                self.authority.handle_deal_range,
                 key_aggregator=self._macs["aggregator"],
                 key_helper=self._macs["helper"],
             ),

@@ -529,15 +529,8 @@ class KeyAuthority:
         ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
             As :meth:`handle`; a request for anything but triples is malformed.
         """
-        verified = self._verify(request)
-        head = verified.header
-        tensor, count = head.get("tensor"), head.get("count")
-        if verified.purpose != "triples" or not isinstance(tensor, str):
-            raise AuthorityRequestMalformed(
-                "a dealing request names purpose 'triples' and a tensor"
-            )
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise AuthorityRequestMalformed("a dealing request needs a count >= 1")
+        verified = self._verify(request, op="triples")
+        tensor, count = _deal_fields(verified, "triples")
         return self.deal(
             round_id=verified.round_id,
             tensor=tensor,
@@ -569,6 +562,29 @@ class KeyAuthority:
         )
         return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
 
+    def handle_deal_range(
+        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
+    ) -> tuple[bytes, bytes]:
+        """Deal one upload's range-check material for a signed request (:func:`deal_range_request`).
+
+        The request's round is the aggregator's current round (freshness only); the
+        material's label names round 0, as every upload's range check does.
+
+        Raises
+        ------
+        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
+            As :meth:`handle_deal`; a request for anything but a range check is malformed.
+        """
+        verified = self._verify(request, op="range")
+        tensor, count = _deal_fields(verified, "range")
+        return self.deal_range(
+            round_id=0,
+            tensor=tensor,
+            count=count,
+            key_aggregator=key_aggregator,
+            key_helper=key_helper,
+        )
+
     def deal_range(
         self,
         *,
@@ -590,6 +606,17 @@ class KeyAuthority:
         )
         self.log.append(record)
         return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
+
+
+def _deal_fields(verified: VerifiedRequest, purpose: str) -> tuple[str, int]:
+    """Return the signed request's tensor label and count; refuse another purpose."""
+    head = verified.header
+    tensor, count = head.get("tensor"), head.get("count")
+    if verified.purpose != purpose or not isinstance(tensor, str):
+        raise AuthorityRequestMalformed(f"a dealing request names purpose {purpose!r} and a tensor")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise AuthorityRequestMalformed("a dealing request needs a count >= 1")
+    return tensor, count
 
 
 def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tuple[int, int]]:
@@ -705,9 +732,16 @@ def plan_request(plan: ReleasePlan, *, signer: Signer) -> bytes:
     )
 
 
-def deal_request(*, round_id: int, tensor: str, count: int, signer: Signer) -> bytes:
-    """Build the bytes of a signed request for ``count`` Beaver triples (aggregator side)."""
+def deal_request(
+    *, round_id: int, tensor: str, count: int, signer: Signer, purpose: str = "triples"
+) -> bytes:
+    """Build the bytes of a signed request for ``count`` Beaver triples (aggregator side).
+
+    ``purpose="range"`` asks for one upload's range-check material instead
+    (:meth:`KeyAuthority.handle_deal_range`; ``round_id`` is then the aggregator's
+    current round, for freshness).
+    """
     header: dict[str, object] = {"round_id": round_id, "tensor": tensor, "count": count}
     return authenticate_request(
-        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose="triples"
+        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose=purpose
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from secure_fed.errors import (
+    AuthorityRequestMalformed,
     ModeSetupInvalid,
     OpeningRefused,
     ServerRequestReplayed,
@@ -56,8 +57,9 @@ def _round(tmp_path: Path, registry: Path | None = None):  # type: ignore[no-unt
     )
     harness = Harness(dep, tmp_path, ids=IDS, min_participants=3, audit=sink)
     agg = harness.engine.aggregator
-    dealer, helper = _Tap(agg.keys.dealer), _Tap(agg.keys.helper)  # type: ignore[attr-defined]
-    agg.keys = replace(agg.keys, dealer=dealer, helper=helper)  # type: ignore[attr-defined]
+    keys = agg.keys  # type: ignore[attr-defined]
+    dealer, helper, ranges = _Tap(keys.dealer), _Tap(keys.helper), _Tap(keys.range_dealer)
+    agg.keys = replace(keys, dealer=dealer, helper=helper, range_dealer=ranges)  # type: ignore[attr-defined]
     uploads: list[bytes] = []
     load = agg.load
 
@@ -67,7 +69,7 @@ def _round(tmp_path: Path, registry: Path | None = None):  # type: ignore[no-unt
 
     agg.load = keep  # type: ignore[method-assign]
     harness.round(1, population(4, 120, 10, seed=9))
-    return dep, sink, harness, dealer, helper, uploads
+    return dep, sink, harness, dealer, helper, uploads, ranges
 
 
 def _macs(dep):  # type: ignore[no-untyped-def]
@@ -75,7 +77,7 @@ def _macs(dep):  # type: ignore[no-untyped-def]
 
 
 def test_an_honest_round_deals_only_through_signed_requests(tmp_path: Path) -> None:
-    dep, _, _, dealer, _, _ = _round(tmp_path)
+    dep, _, _, dealer, _, _, _ = _round(tmp_path)
     assert len(dealer.seen) == 3  # ranking pass, moments, final pass
     for request in dealer.seen:
         head, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
@@ -85,7 +87,7 @@ def test_an_honest_round_deals_only_through_signed_requests(tmp_path: Path) -> N
 
 
 def test_unsigned_foreign_altered_and_replayed_deals_are_refused(tmp_path: Path) -> None:
-    dep, sink, _, dealer, _, _ = _round(tmp_path)
+    dep, sink, _, dealer, _, _, _ = _round(tmp_path)
     dealt = len(dep.authority.log)
     captured = dealer.seen[-1]
     head, payload = decode_frame(captured, KEY_AUTHORITY_REQUEST)
@@ -124,7 +126,7 @@ def test_the_registry_file_refuses_a_replayed_triple_after_a_helper_restart(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "helper-registry.sqlite"
-    dep, sink, harness, _, helper_tap, uploads = _round(tmp_path, registry=path)
+    dep, sink, harness, _, helper_tap, uploads, _ = _round(tmp_path, registry=path)
     assert dep.helper.registry.path == str(path)  # type: ignore[attr-defined]
     captured = next(
         r for r in helper_tap.seen if decode_frame(r, HELPER_REQUEST)[0]["op"] == "open"
@@ -169,3 +171,38 @@ def test_without_a_registry_file_the_deployment_warns(
             min_participants=3,
             registry_path="",
         )
+
+
+def test_range_material_is_dealt_only_for_signed_fresh_requests(tmp_path: Path) -> None:
+    dep, sink, _, _, _, _, ranges = _round(tmp_path)
+    assert len(ranges.seen) == len(IDS)  # one range check per upload
+    for request in ranges.seen:
+        head, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
+        assert head["auth"]["purpose"] == "range"  # type: ignore[index]
+    dealt = len(dep.authority.log)
+    head, payload = decode_frame(ranges.seen[-1], KEY_AUTHORITY_REQUEST)
+    bare = {k: v for k, v in head.items() if k not in ("auth", "signature")}
+    with pytest.raises(ServerRequestReplayed):
+        dep.authority.handle_deal_range(ranges.seen[-1], **_macs(dep))
+    for request in (
+        encode_frame(KEY_AUTHORITY_REQUEST, bare, payload),
+        encode_frame(KEY_AUTHORITY_REQUEST, {**head, "count": 1}, payload),
+        deal_request(
+            round_id=1,
+            tensor="x",
+            count=1,
+            signer=ServerSigningKey.generate("aggregator"),
+            purpose="range",
+        ),
+    ):
+        with pytest.raises(ServerRequestUnauthenticated):
+            dep.authority.handle_deal_range(request, **_macs(dep))
+    signed_triples = deal_request(
+        round_id=1,
+        tensor="t",
+        count=1,
+        signer=dep._signing_key,  # type: ignore[attr-defined]
+    )
+    with pytest.raises(AuthorityRequestMalformed, match="'range'"):
+        dep.authority.handle_deal_range(signed_triples, **_macs(dep))  # a triple request
+    assert len(dep.authority.log) == dealt
