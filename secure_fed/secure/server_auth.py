@@ -230,13 +230,20 @@ class RequestVerifier:
         The enrolled sender: its SM2 :class:`ServerIdentity` or the link's :class:`ChannelKey`.
     max_nonces
         Bound of the per-round nonce cache; a round that exceeds it is refused.
+    any_round
+        For requests that belong to no round of their own (an upload's load and
+        range check, which an aggregator restarted mid-round sends again under the
+        newest round it knows): no round order is enforced, and the last
+        ``max_nonces`` nonces of every round are remembered (oldest forgotten first).
     """
 
     kind: MessageKind
     sender: ServerIdentity | ChannelKey
     max_nonces: int = MAX_NONCES_PER_ROUND
+    any_round: bool = False
     _round: int = field(default=-1, repr=False)
     _nonces: set[str] = field(default_factory=set, repr=False)
+    _recent: dict[str, None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.sender, ServerIdentity | ChannelKey):
@@ -317,6 +324,13 @@ class RequestVerifier:
             _unauthenticated("the request's SM2 signature is wrong")
 
     def _check_fresh(self, request: VerifiedRequest) -> None:
+        if self.any_round:
+            if request.nonce in self._recent:
+                raise ServerRequestReplayed("nonce already used")
+            self._recent[request.nonce] = None
+            if len(self._recent) > self.max_nonces:  # forget the oldest (insertion order)
+                del self._recent[next(iter(self._recent))]
+            return
         if request.round_id < self._round:
             raise ServerRequestReplayed(
                 f"request for round {request.round_id} after round {self._round} was served"

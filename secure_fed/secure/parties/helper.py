@@ -184,11 +184,15 @@ class HelperParty:
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _op_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
+    _upload_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if self.request_key is not None:
             self._plan_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
             self._op_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
+            self._upload_verifier = RequestVerifier(
+                HELPER_REQUEST, self.request_key, any_round=True
+            )
         self.plans = PlanBook(
             min_participants=self.min_participants,
             enrolled=frozenset(self.secrets),
@@ -239,11 +243,18 @@ class HelperParty:
         """Check the request's tag, that its signed purpose is ``op``, and freshness.
 
         Plans have their own freshness window (they are fixed ahead of a round's
-        openings); every other operation shares one, so a request of an older
-        round than one already served, or a nonce seen in its round, is a replay.
+        openings); the openings (linear, open, finish) share one, so a request of
+        an older round than one already served, or a nonce seen in its round, is a
+        replay; an upload's load and range check belong to no round (an aggregator
+        restarted mid-round sends them again), so only their nonces are checked.
         A refusal is an ``access.denied`` event.
         """
-        verifier = self._plan_verifier if op == "plan" else self._op_verifier
+        if op == "plan":
+            verifier = self._plan_verifier
+        elif op in ("load", "range"):
+            verifier = self._upload_verifier
+        else:
+            verifier = self._op_verifier
         try:
             if verifier is None:
                 raise ServerRequestUnauthenticated("no aggregator channel key is enrolled")

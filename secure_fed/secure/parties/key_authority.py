@@ -172,6 +172,7 @@ class KeyAuthority:
     plans: PlanBook = field(init=False, repr=False)
     _verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
+    _range_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_participants, int) or self.min_participants < 2:
@@ -194,6 +195,10 @@ class KeyAuthority:
             self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
             # plans are fixed ahead of a round's decryptions: their own freshness window
             self._plan_verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
+            # range checks run at an upload's load, which belongs to no round of its own
+            self._range_verifier = RequestVerifier(
+                KEY_AUTHORITY_REQUEST, self.aggregator, any_round=True
+            )
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
         self.plans = PlanBook(
@@ -575,7 +580,7 @@ class KeyAuthority:
         ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
             As :meth:`handle_deal`; a request for anything but a range check is malformed.
         """
-        verified = self._verify(request, op="range")
+        verified = self._verify(request, self._range_verifier, op="range")
         tensor, count = _deal_fields(verified, "range")
         return self.deal_range(
             round_id=0,

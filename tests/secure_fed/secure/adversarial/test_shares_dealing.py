@@ -206,3 +206,19 @@ def test_range_material_is_dealt_only_for_signed_fresh_requests(tmp_path: Path) 
     with pytest.raises(AuthorityRequestMalformed, match="'range'"):
         dep.authority.handle_deal_range(signed_triples, **_macs(dep))  # a triple request
     assert len(dep.authority.log) == dealt
+
+
+def test_an_aggregator_restarted_mid_round_reloads_its_uploads(tmp_path: Path) -> None:
+    """Loads and range checks belong to no round: a fresh aggregator may send them again."""
+    dep, _, _, _, helper_tap, uploads, _ = _round(tmp_path)
+    fresh = SharesAggregator(
+        shape=dep.shape,
+        bound=BOUND,
+        keys=dep.server_keys(),  # type: ignore[attr-defined]
+        min_participants=3,
+    )
+    handle = fresh.load(uploads[0])  # tagged for round 0 after the helper served round 1
+    assert handle.uid in dep.helper._seeds  # type: ignore[attr-defined]
+    load = next(r for r in helper_tap.seen if decode_frame(r, HELPER_REQUEST)[0]["op"] == "load")
+    with pytest.raises(ServerRequestReplayed):  # its nonce is still remembered
+        dep.helper.handle(load)  # type: ignore[attr-defined]
