@@ -13,6 +13,7 @@ the service is configured with one, else the key the log itself records.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def _entries(ctx: AppContext, limit: int) -> list[tuple[int, bytes]]:
 
 
 def audit_rows(
-    ctx: AppContext, *, round_id: str | None = None, limit: int = MAX_AUDIT_ROWS
+    ctx: AppContext, *, rounds: Collection[str] | None = None, limit: int = MAX_AUDIT_ROWS
 ) -> dict[str, list[dict[str, Any]]]:
     """Return the ``outlier_decisions`` and ``decryptions`` report rows, oldest first.
 
@@ -84,15 +85,16 @@ def audit_rows(
     ----------
     ctx
         The service's context.
-    round_id
-        Only rows of this round (matched on the row's ``round`` field).
+    rounds
+        Only rows whose ``round`` field is one of these ids (a round's store
+        id and its protocol number: :attr:`RoundDetail.aliases`).
     limit
         Newest candidate entries read (the page says when it is reached).
     """
     rows: dict[str, list[dict[str, Any]]] = {"outlier_decisions": [], "decryptions": []}
 
     def sink(section: str, row: dict[str, Any]) -> None:
-        if section in rows and (round_id is None or str(row.get("round")) == round_id):
+        if section in rows and (rounds is None or str(row.get("round")) in rounds):
             rows[section].append(row)
 
     deriver = Deriver(scope=Scope(), sink=sink)

@@ -10,6 +10,7 @@ recomputed here. Rounds come from :class:`privacy_ledger.RoundStore`
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "round_count",
     "round_detail",
     "round_timeline",
+    "stored_rounds",
 ]
 
 #: Rounds listed on the timeline (newest first).
@@ -71,6 +73,8 @@ class RoundDetail:
     excluded: list[str]
     uploads: list[UploadRecord]
     decryptions: list[DecryptionRecord]
+    stages: list[tuple[str, float]]
+    aliases: list[str]
 
 
 def participant_budgets(ctx: AppContext) -> list[ParticipantBudgets]:
@@ -164,6 +168,25 @@ def _decisions(state: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _stages(state: dict[str, Any]) -> list[tuple[str, float]]:
+    log = state.get("log")
+    if not isinstance(log, list):
+        return []
+    return [
+        (str(item[0]), float(item[1]))
+        for item in log
+        if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[1], int | float)
+    ]
+
+
+def _aliases(record: RoundRecord) -> list[str]:
+    """Ids the audit entries of this round may carry: the store's id and the protocol's number."""
+    config = record.state.get("config")
+    number = config.get("round_id") if isinstance(config, dict) else None
+    extra = [str(number)] if isinstance(number, int | str) and str(number) != record.id else []
+    return [record.id, *extra]
+
+
 def round_detail(ctx: AppContext, round_id: str) -> RoundDetail:
     """Return one round as stored.
 
@@ -179,7 +202,18 @@ def round_detail(ctx: AppContext, round_id: str) -> RoundDetail:
         excluded=_names(record.state.get("excluded")),
         uploads=ctx.rounds.uploads(round_id),
         decryptions=ctx.rounds.decryptions(round_id),
+        stages=_stages(record.state),
+        aliases=_aliases(record),
     )
+
+
+def stored_rounds(ctx: AppContext, round_ids: Collection[str | None]) -> set[str]:
+    """Return which of ``round_ids`` the round store holds (to link only to existing pages)."""
+    wanted = sorted({r for r in round_ids if r is not None})
+    if not wanted:
+        return set()
+    with ctx.sessions() as session:
+        return set(session.execute(select(RoundRow.id).where(RoundRow.id.in_(wanted))).scalars())
 
 
 def all_decryptions(ctx: AppContext, rounds: list[RoundItem]) -> list[DecryptionRecord]:

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse
 
 from api.rest.auth import context
 from api.rest.console.access import Officer
-from api.rest.console.ledger_view import budget_detail, participant_budgets
+from api.rest.console.ledger_view import budget_detail, participant_budgets, stored_rounds
 from api.rest.console.render import page
 from api.rest.v1.schemas import ID_PATTERN
 from privacy_ledger.errors import BudgetNotSet
@@ -39,8 +39,9 @@ def budgets(request: Request, principal: Officer) -> HTMLResponse:
 @router.get("/console/budgets/{participant_id}/{asset_id}", response_class=HTMLResponse)
 def budget(request: Request, participant_id: Id, asset_id: Id, principal: Officer) -> HTMLResponse:
     """Show one budget: its status, epsilon after each round and its privacy events."""
+    ctx = context(request)
     try:
-        status, events, chart = budget_detail(context(request), participant_id, asset_id)
+        status, events, chart = budget_detail(ctx, participant_id, asset_id)
     except BudgetNotSet:
         return page(
             request,
@@ -60,4 +61,5 @@ def budget(request: Request, participant_id: Id, asset_id: Id, principal: Office
         used=status.limit - status.remaining,
         events=events,
         chart=chart,
+        stored=stored_rounds(ctx, [r.round_id for r in status.per_round]),
     )

@@ -65,7 +65,7 @@ def round_page(request: Request, round_id: RoundId, principal: Officer) -> HTMLR
         title=f"Round {round_id}",
         principal=principal,
         detail=detail,
-        audit=audit_rows(ctx, round_id=round_id),
+        audit=audit_rows(ctx, rounds=detail.aliases),
     )
 
 

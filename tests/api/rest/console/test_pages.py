@@ -321,3 +321,32 @@ def test_decryption_events_come_from_the_log_without_api_denials(sqlite_service:
             (str(released), "decryption.released", "key_authority"),
             (str(refused), "access.denied", "helper"),
         ]
+
+
+def test_round_page_finds_entries_by_the_protocol_round_number(sqlite_service: Service) -> None:
+    from privacy_ledger import MechanismEvent
+
+    svc, pid = sqlite_service, PARTICIPANTS[0]
+    log = [["open", 1796050480.0], ["collecting", 1796050481.0], ["published", 1796050490.0]]
+    state = {"config": {"round_id": 9}, "stage": "published", "log": log, "decisions": {}}
+    svc.ctx.rounds.save("demo:00000009", stage="published", state=state)
+    with svc.ctx.sessions() as session, session.begin():
+        index = svc.ctx.audit.append(
+            session,
+            event="outlier.decision",
+            subject=f"participant:{pid}",
+            fields={"round_id": 9, "participant_id": pid, "score": "2.5", "action": "keep"},
+        )
+    event = MechanismEvent(
+        noise_multiplier=1.0, sample_rate=0.02, steps=50, delta=1e-5, max_grad_norm=1.0
+    )
+    svc.ctx.ledger.commit(svc.ctx.ledger.reserve(pid, ASSET, event, round_id="r9").id)
+    client = logged_in(svc)
+    page = parse(client.get("/console/rounds/demo:00000009").text)
+    rows = page.body_rows("outlier.decision entries of this round (round demo:00000009 or 9)")
+    assert [(r[0], r[2], r[3]) for r in rows] == [(str(index), "9", pid)]
+    assert page.texts["stage"][1:] == ["open", "collecting", "published"]  # after the facts
+    history = parse(client.get(f"/console/budgets/{pid}/{ASSET}").text)
+    assert "/console/rounds/round-1" in history.links
+    assert not [h for h in history.links if h.endswith("/r9")]  # not a stored round: no link
+    assert ["2", "r9"] == history.body_rows("Cumulative epsilon after each")[1][:2]
