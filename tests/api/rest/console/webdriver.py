@@ -82,7 +82,6 @@ class Browser:
             stderr=subprocess.DEVNULL,
         )
         self._http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0)
-        wait_http(f"http://127.0.0.1:{port}/status")
         options = {
             "binary": binary,
             "args": [
@@ -109,9 +108,15 @@ class Browser:
             "goog:chromeOptions": options,
             "goog:loggingPrefs": {"browser": "ALL"},
         }
-        created = self._post("/session", {"capabilities": {"alwaysMatch": caps}})
-        self.session = f"/session/{created['sessionId']}"
-        self.cdp("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
+        self.session = ""
+        try:
+            wait_http(f"http://127.0.0.1:{port}/status")
+            created = self._post("/session", {"capabilities": {"alwaysMatch": caps}})
+            self.session = f"/session/{created['sessionId']}"
+            self.cdp("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
+        except BaseException:
+            self.close()
+            raise
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         answer = self._http.post(path, json=body)
@@ -206,10 +211,11 @@ class Browser:
 
     def close(self) -> None:
         """End the session and the driver."""
-        try:
-            self._http.delete(self.session)
-        except httpx.HTTPError:
-            pass
+        if self.session:
+            try:
+                self._http.delete(self.session)
+            except httpx.HTTPError:
+                pass
         self._http.close()
         self._driver.terminate()
         try:
