@@ -16,8 +16,12 @@ more processes at the same time:
   ``i`` is due at ``start + i / rate`` and its latency is measured from that
   due time, so a slow server cannot hide queueing (no coordinated omission).
 
-Reported per worker count: achieved requests/s, p50 / p99 / max latency,
-non-200 answers, writer cycles/s. Target (docs/benchmarks.md): p99 < 50 ms at
+Reported per worker count: achieved requests/s, p50 / p99 / max latency, CPU
+milliseconds per answered request of the uvicorn workers, of PostgreSQL (all
+its processes, the writer's work included) and of the load generator,
+non-200 answers, writer cycles/s. Requests still unanswered 15 s after the
+last one was sent count as failed, with infinite latency (a percentile that
+falls on them prints -1). Target (docs/benchmarks.md): p99 < 50 ms at
 200 requests/s with 4 workers on 2 cores.
 """
 
@@ -28,6 +32,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import secrets
 import signal
 import socket
@@ -44,6 +49,8 @@ PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ASSET = "records"
 PARTICIPANTS = [f"bench-{i}" for i in range(4)]
 CLI = [sys.executable, "-c", "from api.cli import main; main()"]
+#: Seconds the load generator waits for answers after sending its last request.
+_GRACE = 15.0
 
 
 def _admin(sql: str, base: str) -> None:
@@ -122,6 +129,24 @@ def _start_server(url: str, folder: Path, workers: int) -> tuple[subprocess.Pope
     raise RuntimeError("server did not start")
 
 
+def _cpu_ms(match: Any) -> float:
+    """CPU milliseconds (user + system) of the processes whose /proc stat ``match`` accepts."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if match(comm, int(fields[2])):  # fields[2] is the process group
+            total += int(fields[11]) + int(fields[12])
+    return 1000.0 * total / tick
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     os.killpg(proc.pid, signal.SIGINT)
     try:
@@ -182,21 +207,31 @@ async def _load(base: str, token: str, rate: float, duration: float) -> dict[str
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(due)))
-        await asyncio.gather(*tasks)
+        _, pending = await asyncio.wait(tasks, timeout=_GRACE)
+        for task in pending:  # a saturated server: what is still queued counts as failed
+            task.cancel()
         elapsed = time.perf_counter() - start
+    unfinished = len(pending)
+    failures += unfinished
+    latencies.extend([float("inf")] * unfinished)
     latencies.sort()
 
     def pct(q: float) -> float:
-        return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 2)
+        value = latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+        return round(1000 * value, 2) if value != float("inf") else -1.0
 
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
+        "cpu_ms": 1000.0 * (usage.ru_utime + usage.ru_stime),
         "requests": total,
-        "achieved_rps": round(total / elapsed, 1),
+        "completed_ok": total - failures,
+        "achieved_rps": round((total - failures) / elapsed, 1),
         "p50_ms": pct(0.50),
         "p90_ms": pct(0.90),
         "p99_ms": pct(0.99),
-        "max_ms": round(1000 * latencies[-1], 2),
-        "non_200": failures,
+        "max_ms": round(1000 * latencies[-1], 2) if latencies[-1] != float("inf") else -1.0,
+        "non_200_or_unfinished": failures,
+        "unfinished": unfinished,
     }
 
 
@@ -217,15 +252,27 @@ def one_config(workers: int, rate: float, duration: float, writer_rate: float, p
             key = str(folder / "log-signing-key.pem")
             write = _run_child(["--_writer", url, key, str(writer_rate), str(duration + 3)])
             time.sleep(1.0)
+            server_before = _cpu_ms(lambda _c, group: group == proc.pid)
+            pg_before = _cpu_ms(lambda comm, _g: comm.startswith("postgres"))
             load = _run_child(["--_load", base, token, str(rate), str(duration)])
             load_out, _ = load.communicate()
+            server_cpu = _cpu_ms(lambda _c, group: group == proc.pid) - server_before
+            pg_cpu = _cpu_ms(lambda comm, _g: comm.startswith("postgres")) - pg_before
             write_out, _ = write.communicate()
         finally:
             _stop(proc)
+        figures = json.loads(load_out)
+        done = max(1, figures["completed_ok"])
+        cpu = {
+            "server_ms": round(server_cpu / done, 2),
+            "postgres_ms_incl_writer": round(pg_cpu / done, 2),
+            "load_generator_ms": round(figures.pop("cpu_ms") / done, 2),
+        }
         return {
             "workers": workers,
             "target_rps": rate,
-            **json.loads(load_out),
+            **figures,
+            "cpu_per_request": cpu,
             "writer": json.loads(write_out),
         }
     finally:

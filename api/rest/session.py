@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from api.rest.auth import Principal, context
 from api.rest.errors import AccessDenied, Unauthenticated
 from api.rest.problems import problem_responses
-from privacy_ledger.api_tokens import ApiToken, TokenError, hmac_sm3
+from privacy_ledger.api_tokens import ApiToken, TokenError, TokenUnknown, hmac_sm3
 
 __all__ = ["COOKIE", "router", "make_cookie", "token_of_cookie", "LoggedOut"]
 
@@ -63,7 +63,7 @@ def token_of_cookie(request: Request) -> ApiToken:
         raise Unauthenticated("session cookie: expired, log in again", reason="API_SESSION_EXPIRED")
     try:
         token = ctx.tokens.get(parts[0])
-    except Exception:  # the id was signed by us: an unknown id means the token was deleted
+    except TokenUnknown:  # the id was signed by us: the token was deleted since
         raise Unauthenticated("session cookie: token gone", reason="API_SESSION_INVALID") from None
     if token.revoked_at is not None:
         raise Unauthenticated("session cookie: token revoked", reason="LEDGER_TOKEN_REVOKED")
