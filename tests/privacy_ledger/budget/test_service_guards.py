@@ -1,0 +1,134 @@
+"""Guards of the budget service that mutation testing found unchecked.
+
+Each test names what ``scripts/mutation budget`` changed and every test stayed
+green: a reservation id that is not a string, the exact refusal messages, the
+audit fields of a resolution, idempotent commit and abort (no second event, no
+version bump), the abort's ``released_anything`` flag, and the expiry
+deadline (inclusive, the caller's ``now``, counted over every budget).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from crypto.sm import SM2PrivateKey
+from privacy_ledger import PrivacyLedger
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.audit.models import AuditEntryRow
+from privacy_ledger.errors import LedgerParameterInvalid
+from privacy_ledger.models import Budget, PrivacyEventRow
+
+from ..helpers import event, setup_budget
+
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture(scope="module")
+def signer() -> SM2PrivateKey:
+    return SM2PrivateKey.generate()
+
+
+@pytest.fixture
+def clocked(db_url: str, signer: SM2PrivateKey) -> Iterator[tuple[PrivacyLedger, list[float]]]:
+    now = [T0]
+    audit = AuditLog(signer=signer, origin="test.secure-fed.example/ledger", clock=lambda: now[0])
+    ledger = PrivacyLedger.from_url(db_url, audit=audit, clock=lambda: now[0])
+    setup_budget(ledger, "8")
+    try:
+        yield ledger, now
+    finally:
+        ledger.engine.dispose()
+
+
+def _entries(ledger: PrivacyLedger, name: str) -> list[dict[str, object]]:
+    with Session(ledger.engine) as session:
+        rows = session.execute(select(AuditEntryRow).order_by(AuditEntryRow.entry_index))
+        return [json.loads(r.entry) for r in rows.scalars() if r.event == name]
+
+
+def _version(ledger: PrivacyLedger) -> int:
+    with Session(ledger.engine) as session:
+        return int(session.execute(select(Budget.version)).scalar_one())
+
+
+def _row(ledger: PrivacyLedger, reservation_id: str) -> PrivacyEventRow:
+    with Session(ledger.engine) as session:
+        return session.execute(
+            select(PrivacyEventRow).where(PrivacyEventRow.id == reservation_id)
+        ).scalar_one()
+
+
+@pytest.mark.parametrize("bad", [123, None, "", b"abc"])
+def test_a_reservation_id_must_be_a_non_empty_string(
+    clocked: tuple[PrivacyLedger, list[float]], bad: object
+) -> None:
+    ledger, _ = clocked
+    for resolve in (ledger.commit, ledger.abort):
+        with pytest.raises(
+            LedgerParameterInvalid, match="reservation_id: must be a non-empty string"
+        ):
+            resolve(bad)  # type: ignore[arg-type]
+
+
+def test_released_anything_must_be_a_bool(clocked: tuple[PrivacyLedger, list[float]]) -> None:
+    ledger, _ = clocked
+    held = ledger.reserve("h1", "ct", event(steps=50))
+    with pytest.raises(LedgerParameterInvalid, match="released_anything: must be a bool"):
+        ledger.abort(held.id, released_anything="yes")  # type: ignore[arg-type]
+    assert _row(ledger, held.id).state == "reserved"  # nothing changed
+
+
+def test_abort_is_recorded_once_with_its_fields(clocked: tuple[PrivacyLedger, list[float]]) -> None:
+    ledger, now = clocked
+    held = ledger.reserve("h1", "ct", event(steps=50), round_id="r3")
+    before = _version(ledger)
+    now[0] += 7
+    ledger.abort(held.id)
+    row = _row(ledger, held.id)
+    assert (row.state, row.resolved_at, row.released_anything) == ("aborted", T0 + 7, False)
+    assert _version(ledger) == before + 1
+    ledger.abort(held.id)  # idempotent: no second event, no version bump
+    assert _version(ledger) == before + 1
+    (aborted,) = _entries(ledger, "budget.aborted")
+    details = json.dumps(aborted)
+    for field in ('"reservation"', '"previous_state"', '"round"', held.id, '"reserved"', '"r3"'):
+        assert field in details, (field, aborted)
+
+
+def test_commit_twice_charges_and_records_once(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, now = clocked
+    held = ledger.reserve("h1", "ct", event(steps=50), round_id="r4")
+    before = _version(ledger)
+    now[0] += 3
+    ledger.commit(held.id)
+    ledger.commit(held.id)
+    assert _version(ledger) == before + 1
+    row = _row(ledger, held.id)
+    assert (row.state, row.resolved_at) == ("committed", T0 + 3)
+    (committed,) = _entries(ledger, "budget.committed")
+    assert held.id in json.dumps(committed) and '"previous_state"' in json.dumps(committed)
+
+
+def test_expiry_uses_the_callers_now_and_an_inclusive_deadline(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    setup_budget(ledger, "8", pid="h2")
+    first = ledger.reserve("h1", "ct", event(steps=50), ttl_seconds=60)
+    second = ledger.reserve("h2", "ct", event(steps=50), ttl_seconds=60)
+    kept = ledger.reserve("h1", "ct", event(steps=50), ttl_seconds=60)
+    ledger.commit(kept.id)  # committed rows never expire
+    assert ledger.expire_reservations(now=T0 + 59) == 0  # the clock (T0) is not used
+    assert _row(ledger, first.id).state == "reserved"
+    # at the deadline itself, both budgets' reservations expire, and both are counted
+    assert ledger.expire_reservations(now=T0 + 60) == 2
+    assert {_row(ledger, r.id).state for r in (first, second)} == {"expired"}
+    assert _row(ledger, first.id).resolved_at == T0 + 60
+    assert _row(ledger, kept.id).state == "committed"
