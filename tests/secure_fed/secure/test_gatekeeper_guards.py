@@ -1,0 +1,76 @@
+"""Guards of the gatekeepers' keys and policy that surviving mutants showed unchecked.
+
+``scripts/mutation gatekeepers`` changed each of these and the selected tests
+stayed green: a channel tag that ignores the message, a non-bytes channel key,
+the refusal and pickling messages, the key fingerprint shown by ``repr``, the
+central-DP flag of a release recorded without it, and an extra release rule
+that does not observe releases.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from crypto.sm import SM2PrivateKey
+from secure_fed.errors import DecryptionRefused, ModeSetupInvalid
+from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
+from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
+
+AGG = ReleaseRequest(
+    round_id=2,
+    purpose="aggregate",
+    contributors=("a", "b", "c"),
+    value_kind="aggregate",
+    shape=(4, 3),
+)
+
+
+def test_a_channel_tag_covers_the_message() -> None:
+    key = ChannelKey.generate("aggregator")
+    tag = key.tag(b"open round 1")
+    assert len(tag) == 32 and key.check(b"open round 1", tag)
+    assert key.tag(b"open round 2") != tag
+    assert not key.check(b"open round 2", tag)
+    other = ChannelKey(name="aggregator", key=b"\x01" * 32)
+    assert not other.check(b"open round 1", tag)  # the tag is the key's
+
+
+@pytest.mark.parametrize("bad", ["k" * 40, bytearray(40), b"k" * 31, None])
+def test_a_channel_key_is_at_least_32_bytes(bad: object) -> None:
+    with pytest.raises(ModeSetupInvalid, match="a channel key must be at least 32 bytes"):
+        ChannelKey(name="aggregator", key=bad)  # type: ignore[arg-type]
+
+
+def test_server_keys_are_opaque() -> None:
+    key = SM2PrivateKey.generate()
+    signing = ServerSigningKey(name="aggregator", key=key)
+    assert repr(signing) == (
+        f"ServerSigningKey('aggregator', {key.public_key.fingerprint()[:12]}...)"
+    )
+    with pytest.raises(TypeError, match="ServerSigningKey cannot be pickled"):
+        pickle.dumps(signing)
+    with pytest.raises(TypeError, match="ChannelKey cannot be pickled"):
+        pickle.dumps(ChannelKey.generate("helper"))
+
+
+def test_a_release_without_central_dp_is_recorded_without_it() -> None:
+    policy = ReleasePolicy(party="helper", min_participants=3, refusal=DecryptionRefused)
+    policy.released(AGG)
+    assert policy.log[-1].released and not policy.log[-1].central_dp
+
+
+def test_extra_rules_need_not_observe_releases() -> None:
+    seen: list[ReleaseRequest] = []
+
+    def allow_all(request: ReleaseRequest) -> str | None:
+        seen.append(request)
+        return None
+
+    policy = ReleasePolicy(
+        party="key_authority", min_participants=3, refusal=DecryptionRefused, rules=(allow_all,)
+    )
+    policy.check(AGG)
+    policy.released(AGG)  # a rule without observe() is simply not told
+    assert seen == [AGG] and policy.log[-1].released
