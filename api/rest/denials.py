@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.rest.errors import AccessDenied
-from api.rest.problems import _typed
+from api.rest.problems import render_error
 
 __all__ = ["record_denial", "install_denial_handler"]
 
@@ -60,7 +60,7 @@ def record_denial(request: Request, exc: AccessDenied, status: int) -> int:
 
 async def _on_denied(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AccessDenied)
-    response = _typed(request, exc)
+    response = render_error(request, exc)
     await run_in_threadpool(record_denial, request, exc, response.status_code)
     return response
 

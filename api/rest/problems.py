@@ -43,6 +43,8 @@ __all__ = [
     "STATUS_BY_CODE",
     "install_problem_handlers",
     "problem_response",
+    "problem_responses",
+    "render_error",
     "status_of",
 ]
 
@@ -160,7 +162,8 @@ def problem_response(
     )
 
 
-def _typed(request: Request, exc: Exception) -> JSONResponse:
+def render_error(request: Request, exc: Exception) -> JSONResponse:
+    """Render a typed error (``code``, ``message``) as its problem at its status."""
     status = status_of(exc)
     code = str(getattr(exc, "code", InternalFault.code))
     message = str(getattr(exc, "message", exc))
@@ -171,7 +174,7 @@ def _typed(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_typed(request: Request, exc: Exception) -> JSONResponse:
-    return _typed(request, exc)
+    return render_error(request, exc)
 
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
