@@ -10,11 +10,13 @@ that does not observe releases.
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 
 from crypto.sm import SM2PrivateKey
 from secure_fed.errors import DecryptionRefused, ModeSetupInvalid
+from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
 from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 
@@ -74,3 +76,22 @@ def test_extra_rules_need_not_observe_releases() -> None:
     policy.check(AGG)
     policy.released(AGG)  # a rule without observe() is simply not told
     assert seen == [AGG] and policy.log[-1].released
+
+
+def test_a_release_event_states_what_was_released() -> None:
+    sink = MemoryAuditSink()
+    policy = ReleasePolicy(
+        party="helper", min_participants=3, refusal=DecryptionRefused, audit=sink
+    )
+    policy.released(replace(AGG, weights=(0.5, 0.25, 0.25)), central_dp=True)
+    (event,) = sink.named("decryption.released")
+    assert {k: v for k, v in event.items() if k != "at"} == {
+        "party": "helper",
+        "round_id": 2,
+        "purpose": "aggregate",
+        "contributors": 3,
+        "shape": [4, 3],
+        "central_dp": True,
+        "weights": [0.5, 0.25, 0.25],
+        "participant_ids": ["a", "b", "c"],
+    }
