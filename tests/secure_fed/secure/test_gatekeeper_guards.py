@@ -9,6 +9,7 @@ that does not observe releases.
 
 from __future__ import annotations
 
+import copy
 import pickle
 from dataclasses import replace
 
@@ -53,8 +54,14 @@ def test_server_keys_are_opaque() -> None:
     )
     with pytest.raises(TypeError, match="ServerSigningKey cannot be pickled"):
         pickle.dumps(signing)
+    channel = ChannelKey.generate("helper")
+    assert repr(channel) == "ChannelKey('helper')"
     with pytest.raises(TypeError, match="ChannelKey cannot be pickled"):
-        pickle.dumps(ChannelKey.generate("helper"))
+        pickle.dumps(channel)
+    for key, kind in ((signing, "ServerSigningKey"), (channel, "ChannelKey")):
+        for clone in (copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=f"{kind} cannot be copied"):
+                clone(key)
 
 
 def test_a_release_without_central_dp_is_recorded_without_it() -> None:
