@@ -42,7 +42,7 @@ COMMANDS = {
     ),
     "api": LazyCommand(
         "api.cli.api:api_app",
-        "Serve the REST API over the ledger (default: the demo's) and manage its tokens.",
+        "Serve the REST API (budgets, audit log, reports, rounds) and manage its tokens.",
     ),
 }
 
