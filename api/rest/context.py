@@ -24,6 +24,7 @@ from crypto.sm import SM2PrivateKey, SM2PublicKey
 from privacy_ledger import AuditLog, PrivacyLedger, RoundStore
 from privacy_ledger.api_tokens import ApiTokenStore
 from privacy_ledger.audit.models import LOG_STATE_ID, LogStateRow
+from privacy_ledger.budget.receipts import ReceiptIssuer
 from privacy_ledger.db import create_ledger_engine, upgrade
 
 __all__ = ["AppContext", "build_context", "load_key"]
@@ -55,6 +56,8 @@ class AppContext:
         API tokens (revocation takes effect on the next request).
     report_key
         SM2 key signing exported JSON bundles, if configured.
+    receipts
+        Issuer of budget receipts (the ledger's receipt key), if configured.
     log_public_key
         The log's pinned public key, if configured.
     session_key
@@ -69,6 +72,7 @@ class AppContext:
     rounds: RoundStore
     tokens: ApiTokenStore
     report_key: SM2PrivateKey | None
+    receipts: ReceiptIssuer | None
     log_public_key: SM2PublicKey | None
     session_key: bytes
 
@@ -143,6 +147,11 @@ def build_context(settings: ApiSettings, *, migrate: bool = True) -> AppContext:
         if settings.api_report_key_file is not None
         else None
     )
+    receipt_key = (
+        load_key(settings.api_receipt_key_file, settings, "receipt key")
+        if settings.api_receipt_key_file is not None
+        else None
+    )
     log_public_key = None
     if settings.api_log_public_key_file is not None:
         pem = _read(settings.api_log_public_key_file, "log public key")
@@ -154,16 +163,18 @@ def build_context(settings: ApiSettings, *, migrate: bool = True) -> AppContext:
     if migrate:
         upgrade(engine)
     audit = AuditLog(signer=audit_key, origin=_origin(engine, settings.api_audit_origin))
+    ledger = PrivacyLedger(engine, audit=audit)
     logger.info("REST service over %s (audit log %s)", engine.url.render_as_string(), audit)
     return AppContext(
         settings=settings,
         engine=engine,
         sessions=sessionmaker(engine, expire_on_commit=False),
-        ledger=PrivacyLedger(engine, audit=audit),
+        ledger=ledger,
         audit=audit,
         rounds=RoundStore(engine),
         tokens=ApiTokenStore(engine),
         report_key=report_key,
+        receipts=None if receipt_key is None else ReceiptIssuer(ledger=ledger, key=receipt_key),
         log_public_key=log_public_key,
         session_key=settings.session_key(),
     )

@@ -63,6 +63,8 @@ class ApiSettings(BaseSettings):
         Log origin used when the log is still empty.
     api_report_key_file
         SM2 key signing exported JSON report bundles (``None``: JSON export refused).
+    api_receipt_key_file
+        The ledger's receipt key (``privacy_ledger.budget.receipts``; ``None``: no receipts).
     api_log_public_key_file
         The log's public key obtained out of band, pinned by report exports.
     api_max_body_bytes
@@ -87,6 +89,7 @@ class ApiSettings(BaseSettings):
     api_audit_key_file: Path | None = None
     api_audit_origin: str = "secure-fed/api"
     api_report_key_file: Path | None = None
+    api_receipt_key_file: Path | None = None
     api_log_public_key_file: Path | None = None
     api_max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     api_session_seconds: int = Field(default=8 * 3600, ge=60, le=7 * 86400)

@@ -1,19 +1,23 @@
-"""``/v1/budgets``: limit, spent, reserved, remaining and per-round history; reservations.
+"""``/v1/budgets``: limit, spent, reserved, remaining, per-round history; reservations, receipts.
 
 Thin router over :class:`privacy_ledger.budget.queries.BudgetQueries` (read)
 and :meth:`privacy_ledger.PrivacyLedger.set_budget` (administrators; audited
-by the ledger as ``budget.set`` in the same transaction). A participant reads
-only its own budgets: another participant's id is a 403, audited.
+by the ledger as ``budget.set`` in the same transaction). Receipts are signed by
+:class:`privacy_ledger.budget.receipts.ReceiptIssuer` from the ledger's committed
+rows. A participant reads only its own budgets and receipts: another
+participant's id is a 403, audited.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from sqlalchemy import select
 
 from api.rest.auth import ReadBudgets, WriteBudgets, context
+from api.rest.errors import ServiceMisconfigured
 from api.rest.problems import problem_responses
 from api.rest.v1.schemas import (
     ID_PATTERN,
@@ -21,6 +25,7 @@ from api.rest.v1.schemas import (
     BudgetList,
     BudgetSet,
     BudgetSummary,
+    ReceiptOut,
     ReservationList,
     ReservationOut,
 )
@@ -32,6 +37,7 @@ router = APIRouter(prefix="/budgets", tags=["budgets"], responses=problem_respon
 
 ParticipantId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 AssetId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+RoundId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 _STATES = "^(reserved|committed|aborted|expired)$"
 
 
@@ -91,6 +97,33 @@ def set_budget(
         participant_id, asset_id, epsilon=body.epsilon, delta=body.delta, accountant=body.accountant
     )
     return BudgetDetail.of(ledger.budget_status(participant_id, asset_id))
+
+
+@router.get(
+    "/{participant_id}/{asset_id}/receipts/{round_id}",
+    response_model=ReceiptOut,
+    responses=problem_responses(404, 503),
+)
+def receipt(
+    request: Request,
+    participant_id: ParticipantId,
+    asset_id: AssetId,
+    round_id: RoundId,
+    principal: ReadBudgets,
+) -> ReceiptOut:
+    """Return a signed budget receipt for the participant's committed charge of a round."""
+    principal.require_participant(participant_id)
+    issuer = context(request).receipts
+    if issuer is None:
+        raise ServiceMisconfigured("this service issues no receipts (api_receipt_key_file unset)")
+    data = issuer.issue(participant_id=participant_id, asset_id=asset_id, round_id=round_id)
+    return ReceiptOut(
+        participant_id=participant_id,
+        asset_id=asset_id,
+        round_id=round_id,
+        receipt_b64=base64.b64encode(data).decode("ascii"),
+        public_key_pem=issuer.public_key.to_pem().decode("ascii"),
+    )
 
 
 @router.get(

@@ -15,6 +15,7 @@ __all__ = [
     "BudgetList",
     "BudgetSet",
     "BudgetSummary",
+    "ReceiptOut",
     "ReservationList",
     "ReservationOut",
     "RoundEpsilonOut",
@@ -133,6 +134,16 @@ class ReservationOut(BaseModel):
             expires_at=r.expires_at,
             resolved_at=r.resolved_at,
         )
+
+
+class ReceiptOut(BaseModel):
+    """A signed budget receipt (``u16 length | canonical JSON body | DER SM2``, base64)."""
+
+    participant_id: str
+    asset_id: str
+    round_id: str
+    receipt_b64: str
+    public_key_pem: str
 
 
 class ReservationList(BaseModel):

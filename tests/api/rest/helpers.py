@@ -58,12 +58,15 @@ def settings_for(db_url: str, folder: Path, **extra: object) -> ApiSettings:
     if not key.exists():
         write_key(folder)
     report_key = folder / "report-signing-key.pem"
-    if not report_key.exists():
-        report_key.write_bytes(SM2PrivateKey.generate().to_pem_unencrypted_insecure())
+    receipt_key = folder / "receipt-key.pem"
+    for path in (report_key, receipt_key):
+        if not path.exists():
+            path.write_bytes(SM2PrivateKey.generate().to_pem_unencrypted_insecure())
     values: dict[str, object] = {
         "database_url": db_url,
         "api_audit_key_file": key,
         "api_report_key_file": report_key,
+        "api_receipt_key_file": receipt_key,
         "api_log_public_key_file": folder / "log-public-key.pem",
         "api_session_secret": "s" * 40,
         "api_audit_origin": "secure-fed-test/api",

@@ -52,6 +52,8 @@ def rows(*, own_entry: int, other_entry: int, bundle: bytes) -> list[Row]:
         Row("GET", f"/v1/budgets/{P2}/{ASSET}", only(*NOT_P)),
         Row("GET", f"/v1/budgets/{P1}/{ASSET}/reservations", everyone()),
         Row("GET", f"/v1/budgets/{P2}/{ASSET}/reservations", only(*NOT_P)),
+        Row("GET", f"/v1/budgets/{P1}/{ASSET}/receipts/{ROUND}", everyone()),
+        Row("GET", f"/v1/budgets/{P2}/{ASSET}/receipts/{ROUND}", only(*NOT_P)),
         Row("PUT", f"/v1/budgets/{P1}/{ASSET}", only("admin"), json=BUDGET),
         Row("PUT", f"/v1/budgets/{P2}/{ASSET}", only("admin"), json=BUDGET),
         Row("DELETE", f"/v1/budgets/{P1}/{ASSET}", {}, default=405),

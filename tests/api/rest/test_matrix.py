@@ -152,3 +152,29 @@ def test_scopes_narrow_a_role(service: Service) -> None:
     )
     assert put.status_code == 403
     assert service.client.get("/v1/rounds", headers=headers).status_code == 403
+
+
+def test_a_participant_gets_a_receipt_the_aggregator_accepts(service: Service) -> None:
+    import base64
+
+    from crypto.sm import SM2PublicKey
+    from privacy_ledger.budget.receipts import ReceiptVerifier
+    from privacy_ledger.errors import ReceiptInvalid
+
+    own = PARTICIPANTS[0]
+    answer = service.client.get(
+        f"/v1/budgets/{own}/records/receipts/round-1", headers=service.auth("participant")
+    )
+    assert answer.status_code == 200
+    body = answer.json()
+    verifier = ReceiptVerifier(public_key=SM2PublicKey.from_pem(body["public_key_pem"].encode()))
+    receipt = verifier.parse(base64.b64decode(body["receipt_b64"]))
+    assert (receipt.participant_id, receipt.round_id) == (own, "round-1")
+    forged = bytearray(base64.b64decode(body["receipt_b64"]))
+    forged[10] ^= 1
+    with pytest.raises(ReceiptInvalid):
+        verifier.parse(bytes(forged))
+    held = service.client.get(
+        f"/v1/budgets/{own}/records/receipts/round-2", headers=service.auth("participant")
+    )
+    assert held.status_code == 404 and held.json()["code"] == "LEDGER_RECEIPT_UNAVAILABLE"
