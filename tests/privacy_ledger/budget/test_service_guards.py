@@ -132,3 +132,20 @@ def test_expiry_uses_the_callers_now_and_an_inclusive_deadline(
     assert {_row(ledger, r.id).state for r in (first, second)} == {"expired"}
     assert _row(ledger, first.id).resolved_at == T0 + 60
     assert _row(ledger, kept.id).state == "committed"
+
+
+def test_a_bad_round_id_is_named(clocked: tuple[PrivacyLedger, list[float]]) -> None:
+    ledger, _ = clocked
+    with pytest.raises(LedgerParameterInvalid, match=r"^\[\w+\] round_id: 'round 1!' must be"):
+        ledger.reserve("h1", "ct", event(steps=50), round_id="round 1!")
+    assert ledger.events("h1", "ct") == []
+
+
+def test_an_expiry_is_logged_with_its_reservation(
+    clocked: tuple[PrivacyLedger, list[float]], caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger, _ = clocked
+    held = ledger.reserve("h1", "ct", event(steps=50), ttl_seconds=60)
+    with caplog.at_level("INFO", logger="privacy_ledger.budget.service"):
+        ledger.expire_reservations(now=T0 + 60)
+    assert f"reservation {held.id} expired (nothing released)" in caplog.messages

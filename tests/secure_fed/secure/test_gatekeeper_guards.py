@@ -102,3 +102,17 @@ def test_a_release_event_states_what_was_released() -> None:
         "weights": [0.5, 0.25, 0.25],
         "participant_ids": ["a", "b", "c"],
     }
+
+
+def test_a_refusal_is_logged_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    policy = ReleasePolicy(party="helper", min_participants=3, refusal=DecryptionRefused)
+    with (
+        caplog.at_level("WARNING", logger="secure_fed.secure.release_policy"),
+        pytest.raises(DecryptionRefused),
+    ):
+        policy.check(replace(AGG, contributors=("a", "b")))
+    assert caplog.messages == [
+        "helper refused aggregate of round 2: aggregate over 2 distinct participants; "
+        "at least 3 needed"
+    ]
+    assert policy.log[-1].kind == "refused" and not policy.log[-1].central_dp
