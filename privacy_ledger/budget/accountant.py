@@ -231,11 +231,22 @@ def epsilon(events: Iterable[MechanismEvent], *, delta: float, accountant: str) 
     AccountantNotAllowed
         When ``accountant`` is not allowed for enforcement.
     """
-    compute = ACCOUNTANTS[check_accountant(accountant)]
+    name = check_accountant(accountant)
     history = compose(events)
     if not history:
         return Decimal(0)
-    return round_up(compute(history, delta))
+    return round_up(_memo_epsilon(name, tuple(history), float(delta)))
+
+
+@functools.lru_cache(maxsize=2048)
+def _memo_epsilon(accountant: str, history: tuple[HistoryEntry, ...], delta: float) -> float:
+    """Memoised accountant call: a pure function of the composed history.
+
+    Budget queries recompute the epsilon of every committed prefix on every
+    call; the PRV accountant takes about half a second per history, so a
+    read-heavy caller (the REST API) would otherwise pay it on each request.
+    """
+    return ACCOUNTANTS[accountant](history, delta)
 
 
 def round_ends(round_ids: Iterable[str | None]) -> list[tuple[str | None, int]]:
