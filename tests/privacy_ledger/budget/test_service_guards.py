@@ -17,10 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger import PrivacyLedger
+from privacy_ledger import BudgetExceeded, PrivacyLedger
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.models import AuditEntryRow
-from privacy_ledger.errors import LedgerParameterInvalid
+from privacy_ledger.errors import LedgerParameterInvalid, ParticipantSuspended
 from privacy_ledger.models import Budget, PrivacyEventRow
 
 from ..helpers import event, setup_budget
@@ -149,3 +149,33 @@ def test_an_expiry_is_logged_with_its_reservation(
     with caplog.at_level("INFO", logger="privacy_ledger.budget.service"):
         ledger.expire_reservations(now=T0 + 60)
     assert f"reservation {held.id} expired (nothing released)" in caplog.messages
+
+
+def test_a_refusal_is_audited_with_the_budget_and_logged(
+    clocked: tuple[PrivacyLedger, list[float]], caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger, _ = clocked
+    ledger.commit(ledger.reserve("h1", "ct", event(steps=500), round_id="r1").id)
+    with (
+        caplog.at_level("INFO", logger="privacy_ledger.budget.service"),
+        pytest.raises(BudgetExceeded) as info,
+    ):
+        ledger.reserve("h1", "ct", event(steps=50_000), round_id="r2")
+    (refused,) = _entries(ledger, "budget.refused")
+    text = json.dumps(refused)
+    for key in ('"limit"', '"spent"', '"reserved"', '"epsilon_projected"', '"round"', '"r2"'):
+        assert key in text, (key, refused)
+    assert f"refused: {info.value.message}" in caplog.messages
+
+
+def test_a_suspended_participant_is_refused_and_audited(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    ledger.set_participant_status("h1", "suspended")
+    with pytest.raises(ParticipantSuspended, match="'h1' is suspended"):
+        ledger.reserve("h1", "ct", event(steps=50), round_id="r5")
+    (refused,) = _entries(ledger, "budget.refused")
+    text = json.dumps(refused)
+    assert '"round"' in text and '"r5"' in text and "participant suspended" in text
+    assert ledger.events("h1", "ct") == []
