@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import time
 from dataclasses import replace
 
 import pytest
@@ -19,7 +20,8 @@ from crypto.sm import SM2PrivateKey
 from secure_fed.errors import DecryptionRefused, ModeSetupInvalid
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
-from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
+from secure_fed.secure.server_auth import ChannelKey, RequestVerifier, ServerSigningKey
+from secure_fed.wire import HELPER_REQUEST
 
 AGG = ReleaseRequest(
     round_id=2,
@@ -116,3 +118,19 @@ def test_a_refusal_is_logged_with_its_reason(caplog: pytest.LogCaptureFixture) -
         "at least 3 needed"
     ]
     assert policy.log[-1].kind == "refused" and not policy.log[-1].central_dp
+
+
+def test_a_log_row_keeps_round_time_and_weights() -> None:
+    policy = ReleasePolicy(party="helper", min_participants=3, refusal=DecryptionRefused)
+    before = time.time()
+    policy.released(replace(AGG, weights=(0.5, 0.25, 0.25)))
+    row = policy.log[-1]
+    assert (row.round_id, row.purpose, row.weights) == (2, "aggregate", (0.5, 0.25, 0.25))
+    assert before <= row.at <= time.time()
+
+
+def test_server_key_and_verifier_arguments_are_typed() -> None:
+    with pytest.raises(ModeSetupInvalid, match="key must be an SM2PrivateKey"):
+        ServerSigningKey(name="aggregator", key=b"k" * 32)  # type: ignore[arg-type]
+    with pytest.raises(ModeSetupInvalid, match="sender must be a ServerIdentity or a ChannelKey"):
+        RequestVerifier(HELPER_REQUEST, "aggregator")  # type: ignore[arg-type]
