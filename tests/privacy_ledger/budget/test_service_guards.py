@@ -20,6 +20,7 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger import BudgetExceeded, PrivacyLedger
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.models import AuditEntryRow
+from privacy_ledger.budget.accountant import epsilon
 from privacy_ledger.errors import LedgerParameterInvalid, ParticipantSuspended
 from privacy_ledger.models import Budget, PrivacyEventRow
 
@@ -179,3 +180,24 @@ def test_a_suspended_participant_is_refused_and_audited(
     text = json.dumps(refused)
     assert '"round"' in text and '"r5"' in text and "participant suspended" in text
     assert ledger.events("h1", "ct") == []
+
+
+def test_a_reservation_may_use_the_budget_exactly(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    planned = event(steps=500)
+    exact = epsilon([planned], delta=1e-5, accountant="rdp")
+    setup_budget(ledger, str(exact), pid="h3")
+    before = _version_of(ledger, "h3")
+    ledger.commit(ledger.reserve("h3", "ct", planned).id)  # projected == limit: allowed
+    assert ledger.budget_status("h3", "ct").spent == exact
+    assert _version_of(ledger, "h3") == before + 2  # the reservation and its commit
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("h3", "ct", event(steps=1))
+
+
+def _version_of(ledger: PrivacyLedger, pid: str) -> int:
+    with Session(ledger.engine) as session:
+        query = select(Budget.version).where(Budget.participant_id == pid)
+        return int(session.execute(query).scalar_one())
