@@ -201,3 +201,26 @@ def _version_of(ledger: PrivacyLedger, pid: str) -> int:
     with Session(ledger.engine) as session:
         query = select(Budget.version).where(Budget.participant_id == pid)
         return int(session.execute(query).scalar_one())
+
+
+def test_a_budget_change_records_the_previous_limit_of_that_asset(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    ledger.register_asset("h1", "mri", description="MRI")
+    ledger.set_budget("h1", "mri", epsilon="2", delta=1e-5)  # a first budget of another asset
+    ledger.set_budget("h1", "ct", epsilon="6", delta=1e-5)
+    sets = [json.dumps(e) for e in _entries(ledger, "budget.set")]
+    assert '"previous_limit":null' in sets[1].replace(" ", "")  # mri had none
+    assert '"previous_limit":"8"' in sets[2].replace(" ", "")  # ct had 8 (the fixture's)
+    with pytest.raises(LedgerParameterInvalid, match=r"delta: must be a float in \(0, 1\)"):
+        ledger.set_budget("h1", "ct", epsilon="6", delta=0.0)
+
+
+def test_a_reservation_is_audited_with_its_id(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    held = ledger.reserve("h1", "ct", event(steps=50))
+    (reserved,) = _entries(ledger, "budget.reserved")
+    assert f'"reservation": "{held.id}"' in json.dumps(reserved)

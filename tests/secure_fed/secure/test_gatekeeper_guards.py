@@ -17,10 +17,20 @@ from dataclasses import replace
 import pytest
 
 from crypto.sm import SM2PrivateKey
-from secure_fed.errors import DecryptionRefused, ModeSetupInvalid
+from secure_fed.errors import (
+    DecryptionRefused,
+    ModeSetupInvalid,
+    ServerRequestReplayed,
+    ServerRequestUnauthenticated,
+)
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
-from secure_fed.secure.server_auth import ChannelKey, RequestVerifier, ServerSigningKey
+from secure_fed.secure.server_auth import (
+    ChannelKey,
+    RequestVerifier,
+    ServerSigningKey,
+    authenticate_request,
+)
 from secure_fed.wire import HELPER_REQUEST
 
 AGG = ReleaseRequest(
@@ -134,3 +144,40 @@ def test_server_key_and_verifier_arguments_are_typed() -> None:
         ServerSigningKey(name="aggregator", key=b"k" * 32)  # type: ignore[arg-type]
     with pytest.raises(ModeSetupInvalid, match="sender must be a ServerIdentity or a ChannelKey"):
         RequestVerifier(HELPER_REQUEST, "aggregator")  # type: ignore[arg-type]
+
+
+def test_a_round_serves_at_most_max_nonces_requests() -> None:
+    key = ChannelKey.generate("aggregator")
+    verifier = RequestVerifier(HELPER_REQUEST, key, max_nonces=2)
+
+    def request() -> bytes:
+        return authenticate_request(
+            HELPER_REQUEST, {"op": "x"}, signer=key, round_id=1, purpose="x"
+        )
+
+    verifier.verify(request())
+    verifier.verify(request())
+    with pytest.raises(ServerRequestReplayed, match="round 1 exceeded 2 requests"):
+        verifier.verify(request())
+
+
+def test_a_wrong_tag_or_signature_is_named() -> None:
+    key = ChannelKey.generate("aggregator")
+    forged = authenticate_request(
+        HELPER_REQUEST,
+        {"op": "x"},
+        signer=ChannelKey(name="aggregator", key=b"\x02" * 32),
+        round_id=1,
+        purpose="x",
+    )
+    with pytest.raises(ServerRequestUnauthenticated, match="the request's HMAC-SM3 tag is wrong"):
+        RequestVerifier(HELPER_REQUEST, key).verify(forged)
+    signer, stranger = (
+        ServerSigningKey.generate("aggregator"),
+        ServerSigningKey.generate("aggregator"),
+    )
+    signed = authenticate_request(
+        HELPER_REQUEST, {"op": "x"}, signer=stranger, round_id=1, purpose="x"
+    )
+    with pytest.raises(ServerRequestUnauthenticated, match="the request's SM2 signature is wrong"):
+        RequestVerifier(HELPER_REQUEST, signer.identity).verify(signed)
