@@ -224,3 +224,32 @@ def test_a_reservation_is_audited_with_its_id(
     held = ledger.reserve("h1", "ct", event(steps=50))
     (reserved,) = _entries(ledger, "budget.reserved")
     assert f'"reservation": "{held.id}"' in json.dumps(reserved)
+
+
+def test_a_budget_is_stored_in_plain_digits_and_versioned(
+    clocked: tuple[PrivacyLedger, list[float]],
+) -> None:
+    ledger, _ = clocked
+    ledger.register_asset("h1", "xr", description="X-ray")
+    ledger.set_budget("h1", "xr", epsilon="1e1", delta=1e-5, accountant="prv")
+    with Session(ledger.engine) as session:
+        row = session.execute(select(Budget).where(Budget.asset_id == "xr")).scalar_one()
+        assert (row.epsilon_limit, row.delta, row.accountant, row.version) == (
+            "10",
+            1e-5,
+            "prv",
+            1,
+        )
+    ledger.set_budget("h1", "xr", epsilon="12", delta=1e-5)
+    with Session(ledger.engine) as session:
+        assert (
+            session.execute(select(Budget.version).where(Budget.asset_id == "xr")).scalar_one() == 2
+        )
+    text = json.dumps(_entries(ledger, "budget.set")[-1]).replace(" ", "")
+    for fragment in (
+        '"epsilon_limit":"12"',
+        '"delta":',
+        '"accountant":"rdp"',
+        '"previous_limit":"10"',
+    ):
+        assert fragment in text, (fragment, text)
