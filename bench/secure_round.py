@@ -21,7 +21,10 @@ decrypted in the round (the ``t`` of the noise-flooding bound, per round), the
 statistical security the default epoch's flooding keeps after one round and
 after its sized count, and the effect on the round's outlier decisions of
 flooding the scores with the noise ``s = 40`` would need (Gaussian noise on the
-exact plaintext scores, decisions compared over ``FLOOD_TRIALS`` draws).
+exact plaintext scores, decisions compared over ``FLOOD_TRIALS`` draws). The
+ckks round runs with the publication epoch (the default: the published sum is
+decrypted under ``CKKS_PUBLICATION``, counted on its own) and once more without
+it (``ckks_without_publication_epoch``, the opt-out), for the cost ratio.
 
 Shares mode's ``load_seconds`` includes the range check every upload passes at load
 (``crypto.shares.range_check``). The ``range_check`` section measures it on its own,
@@ -113,13 +116,22 @@ def _timed_aggregator(
     return dep.aggregator(bound=BOUND), None, None, None
 
 
-def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
-    """Encode, load, filter and aggregate one round in ``mode``; return the figures."""
+def run_mode(
+    mode: str, preds: dict[str, np.ndarray], *, publication_preset: str | None = "CKKS_PUBLICATION"
+) -> dict[str, object]:
+    """Encode, load, filter and aggregate one round in ``mode``; return the figures.
+
+    ``publication_preset=None``: ckks without the publication epoch (the weaker opt-out).
+    """
     ids = sorted(preds)
     n, c = next(iter(preds.values())).shape
     t = time.perf_counter()
     dep = SecureDeployment.create(
-        mode=mode, shape=(n, c), participant_ids=ids, min_participants=max(2, len(ids) // 2)
+        mode=mode,
+        shape=(n, c),
+        participant_ids=ids,
+        min_participants=max(2, len(ids) // 2),
+        publication_preset=publication_preset,
     )
     setup = time.perf_counter() - t
     agg, ka, helper, dealer = _timed_aggregator(dep)
@@ -154,12 +166,17 @@ def run_mode(mode: str, preds: dict[str, np.ndarray]) -> dict[str, object]:
         "excluded": sorted(excluded),
         "scores": {p: round(float(v), 4) for p, v in scores.items()},
         "ciphertexts_released": _released(dep),
+        "publication_ciphertexts_released": _released(dep, "publication_keys"),
     }
 
 
-def _released(dep: SecureDeployment) -> int | None:
-    """Ciphertexts the key authority decrypted so far (ckks), else ``None``."""
-    keys = getattr(getattr(dep, "authority", None), "keys", None)
+def _released(dep: SecureDeployment, epoch: str = "keys") -> int | None:
+    """Ciphertexts the key authority decrypted so far under ``epoch`` (ckks), else ``None``.
+
+    ``keys`` is the scoring epoch (with the publication epoch off, it also
+    released the publication); ``publication_keys`` the publication epoch.
+    """
+    keys = getattr(getattr(dep, "authority", None), epoch, None)
     return int(keys.releases) if keys is not None else None
 
 
@@ -179,6 +196,8 @@ def score_flooding(
     """
     preset = get_preset(CKKS_MODE_PRESET)
     t_round = int(ckks_run["ciphertexts_released"] or 1)  # type: ignore[call-overload]
+    released = ckks_run.get("publication_ciphertexts_released")
+    t_publication = released if isinstance(released, int) and released > 0 else 1
     policy = OutlierPolicy(dof=c - 1)
     reference = excluded_ids(policy.decide(exact, round_id=1))
     rng = np.random.default_rng(7)
@@ -208,6 +227,8 @@ def score_flooding(
         "score_flooding_for_40_bits": flips,
         "publication_preset": {
             "name": CKKS_PUBLICATION.name,
+            "ciphertexts_per_round": ckks_run.get("publication_ciphertexts_released"),
+            "bits_after_one_round": round(CKKS_PUBLICATION.flood_bits(t_publication), 2),
             "bits_at_sized_count": round(CKKS_PUBLICATION.guaranteed_bits, 2),
             "sized_count": CKKS_PUBLICATION.max_decryptions,
         },
@@ -263,6 +284,8 @@ def main() -> None:
     ks = (5, 10) if args.quick else (5, 10, 20, 40)
     preds = population(10, n, 10, attackers=3)
     main_runs = {m: run_mode(m, preds) for m in ("plaintext", "ckks", "shares")}
+    # the same ckks round without the publication epoch (the weaker opt-out), for the ratio
+    main_runs["ckks_without_publication_epoch"] = run_mode("ckks", preds, publication_preset=None)
     base = float(main_runs["plaintext"]["server_seconds"]) or 1e-9
     for r in main_runs.values():
         r["ratio_to_plaintext"] = round(float(r["server_seconds"]) / base, 1)

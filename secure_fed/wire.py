@@ -51,6 +51,7 @@ from secure_fed.errors import (
 )
 
 __all__ = [
+    "CKKS_UPLOAD",
     "ENVELOPE",
     "HELPER_REPLY",
     "HELPER_REQUEST",
@@ -124,6 +125,7 @@ _TABLE = (
     ("publication", b"SFPB", 256, 64, _U, "aggregator -> participants: weights + matrix"),
     ("matrix", b"SFMX", 256, 1, _U, "a [rows, cols] float32 matrix (plaintext, publication)"),
     ("shares_upload", b"SFSH", 256, 4, _U, "shares payload: aggregator share + sealed seed"),
+    ("ckks_upload", b"SFCU", 256, 1, _U, "ckks payload: scoring + publication ciphertexts"),
     ("key_authority_request", b"SFKR", 1024, 1024, _A, "aggregator -> key authority"),
     ("key_authority_reply", b"SFKA", 1024, 1024, _A, "key authority -> aggregator"),
     ("helper_request", b"SFHR", 1024, 1024, _A, "aggregator -> shares-mode helper"),
@@ -142,6 +144,7 @@ ENVELOPE = MESSAGE_KINDS["envelope"]
 PUBLICATION = MESSAGE_KINDS["publication"]
 MATRIX = MESSAGE_KINDS["matrix"]
 SHARES_UPLOAD = MESSAGE_KINDS["shares_upload"]
+CKKS_UPLOAD = MESSAGE_KINDS["ckks_upload"]
 KEY_AUTHORITY_REQUEST = MESSAGE_KINDS["key_authority_request"]
 KEY_AUTHORITY_REPLY = MESSAGE_KINDS["key_authority_reply"]
 HELPER_REQUEST = MESSAGE_KINDS["helper_request"]

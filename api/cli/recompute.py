@@ -11,7 +11,10 @@ ciphertext). This module gathers what
   event of the server named ``aggregator`` enrolled just before that key epoch
   (a deployment enrols its aggregator, then generates the epoch);
 * the requests of that epoch: the key authority's ``decryption.requested``
-  events between its ``key.generated`` event and the next CKKS epoch's;
+  events naming it (``epoch``), or, for requests naming none, those after its
+  ``key.generated`` event and before the next main CKKS epoch's (a publication
+  epoch, ``role: publication``, is generated right after its scoring epoch; pass
+  its public context to recompute the publications);
 * the upload payloads, from the stored round state (``rounds`` table), whose
   round number is the requests' ``round_id``.
 
@@ -66,21 +69,28 @@ def _entries(engine: Engine) -> list[tuple[str, dict[str, Any]]]:
 def _epoch(
     entries: list[tuple[str, dict[str, Any]]], fingerprint: str
 ) -> tuple[dict[str, Any], str | None, list[dict[str, Any]]]:
-    """Return the epoch's key event, its aggregator key (DER hex) and its signed requests."""
+    """Return the epoch's key event, its aggregator key (DER hex) and its signed requests.
+
+    A request naming its epoch (``epoch``, signed) belongs to that epoch; one
+    without belongs to the latest CKKS epoch before it that is not a publication
+    epoch (``role: publication``), as the key authority decrypts it under its main key.
+    """
     aggregator: str | None = None
     key: dict[str, Any] | None = None
+    latest: str | None = None
     requests: list[dict[str, Any]] = []
     for event, fields in entries:
         if event == "key.generated" and fields.get("kind") == "ckks":
-            if key is not None:
-                break  # the next epoch starts
-            if fields.get("fingerprint") == fingerprint:
+            if fields.get("role") != "publication":
+                latest = str(fields.get("fingerprint"))
+            if key is None and fields.get("fingerprint") == fingerprint:
                 key = fields
         elif event == "key.generated" and key is None:
             if fields.get("kind") == "sm2-server" and fields.get("server") == "aggregator":
                 aggregator = str(fields.get("public_key"))
         elif key is not None and "signed_header" in fields:
-            requests.append(fields)
+            if fields.get("epoch", latest) == fingerprint:
+                requests.append(fields)
     if key is None:
         raise PublicContextMismatch(
             f"no key.generated event of the audit log has fingerprint {fingerprint[:16]}..."

@@ -54,6 +54,14 @@ class DeploymentPlan:
         Beaver-triple labels and upload rounds), so that a replay is refused after
         a restart too. ``None`` keeps it in memory (tests and one-process demos;
         a warning is logged).
+    publication_preset
+        ``ckks`` mode: the CKKS preset of the second key epoch the published
+        weighted sum is encrypted, computed and decrypted under
+        (``"CKKS_PUBLICATION"`` by default: flooding at ``s >= 40`` bits for its
+        16,384 ciphertexts, about 5.1 MB more per 10,000 x 10 upload). ``None``
+        opts out, which is **weaker**: the publication is then computed on the
+        scoring ciphertexts and flooded as little as the scores (negative ``s``
+        at the default round, ``docs/audit/threat-model.md``). Other modes ignore it.
     """
 
     shape: tuple[int, int]
@@ -64,6 +72,7 @@ class DeploymentPlan:
     budget: ChargeGate | None = field(default=None, repr=False)
     scoring: ScoringConfig | None = None
     registry_path: str | Path | None = None
+    publication_preset: str | None = "CKKS_PUBLICATION"
 
     def __post_init__(self) -> None:
         ids = self.participant_ids
@@ -84,6 +93,8 @@ class DeploymentPlan:
             raise ModeSetupInvalid(
                 f"registry_path must be a file path or None, got {self.registry_path!r}"
             )
+        if self.publication_preset is not None:
+            _check_publication_preset(self.publication_preset)
 
     def enrol_server(self, name: str) -> ServerSigningKey:
         """Generate server ``name``'s SM2 key pair and record its public key (``key.generated``).
@@ -123,6 +134,16 @@ class DeploymentPlan:
             raise ModeSetupInvalid(f"participant {participant_id!r} is not enrolled")
 
 
+def _check_publication_preset(name: object) -> None:
+    """Refuse a publication preset that is not a registered integer-weight CKKS preset."""
+    from crypto.ckks import PRESETS  # lazy: only ckks deployments name one
+
+    preset = PRESETS.get(name) if isinstance(name, str) else None
+    if preset is None or preset.weight_encoding != "integer":
+        able = sorted(p.name for p in PRESETS.values() if p.weight_encoding == "integer")
+        raise ModeSetupInvalid(f"publication_preset must be None or one of {able}, got {name!r}")
+
+
 class SecureDeployment(ABC):
     """The parties and key material of one deployed mode.
 
@@ -150,6 +171,7 @@ class SecureDeployment(ABC):
         budget: ChargeGate | None = None,
         scoring: ScoringConfig | None = None,
         registry_path: str | Path | None = None,
+        publication_preset: str | None = "CKKS_PUBLICATION",
     ) -> SecureDeployment:
         """Enrol every participant and build the parties of the registered ``mode``.
 
@@ -176,6 +198,7 @@ class SecureDeployment(ABC):
             budget=budget,
             scoring=scoring,
             registry_path=registry_path,
+            publication_preset=publication_preset,
         )
         return spec.deploy(plan)
 

@@ -12,6 +12,10 @@ with the same code the honest aggregator runs (TenSEAL is bit-exact for these
 operations) and compares SM3 digests. Every discrepancy is a :class:`Finding`
 naming round, purpose and request digest; the signed request is the evidence
 against the aggregator.
+
+An upload carrying two key epochs' ciphertexts (the ``ckks`` mode's publication
+epoch) is recomputed from its part under the epoch being audited; the claim names
+the SM3 of the whole stored upload, which covers both parts.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from crypto.sm import SM2PublicKey, sm3_digest
 from privacy_ledger.audit import canonical
 from secure_fed.errors import SecureFedError
 from secure_fed.secure.ckks_claims import check_claim, evaluate
+from secure_fed.secure.modes.ckks import epoch_part
 from secure_fed.secure.server_auth import request_message
 from secure_fed.wire import KEY_AUTHORITY_REQUEST
 
@@ -170,9 +175,10 @@ def _load_named(
         if pid in into:
             continue
         try:
+            part = epoch_part(payload, public)  # this epoch's ciphertexts of the upload
             into[pid] = load_encrypted(
-                public, payload, kind="upload", n_samples=shape[0], n_classes=shape[1]
+                public, part, kind="upload", n_samples=shape[0], n_classes=shape[1]
             )
-        except CryptoError as exc:
+        except (CryptoError, SecureFedError) as exc:
             return f"stored upload of {pid!r} does not load: {exc}"
     return None

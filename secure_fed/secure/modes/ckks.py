@@ -18,6 +18,16 @@ Server side (:class:`CkksAggregator`, holding only :class:`CkksKeys`: no secret 
   decryption, so the key authority only ever sees one scalar per participant,
   never a per-sample vector.
 
+Publication epoch (the default; :data:`PUBLICATION_PRESET`): each participant
+also encrypts its matrix under a second key epoch, ``CKKS_PUBLICATION``, whose
+flooding keeps ``s >= 40`` bits for 16,384 decrypted ciphertexts. The upload is
+then a ``ckks_upload`` frame (scoring ciphertexts, publication ciphertexts); the
+published weighted sum is computed on the publication ciphertexts only and the
+key authority decrypts it only under that epoch, scores and second moments only
+under the scoring epoch. ``DeploymentPlan(publication_preset=None)`` turns it
+off (weaker: the publication is then flooded like the scores, see
+``docs/audit/threat-model.md``).
+
 The second moments are centred on the revealed mean before multiplying, so
 the pooled covariance suffers no cancellation (``E[pp^T] - p̄p̄^T`` lost about
 1e-4 relative precision in CKKS, enough to move scores by 1%).
@@ -66,7 +76,13 @@ from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.server_auth import ServerSigningKey
-from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
+from secure_fed.wire import (
+    CKKS_UPLOAD,
+    KEY_AUTHORITY_REPLY,
+    decode_array,
+    decode_frame,
+    encode_frame,
+)
 
 __all__ = [
     "CkksAggregator",
@@ -81,6 +97,8 @@ _log = logging.getLogger(__name__)
 
 #: The key epoch's preset (N = 8192, 4096 slots; one ciphertext run is the moment sample).
 PRESET = "CKKS_SCORING"
+#: The publication epoch's preset (N = 4096, flooded at s >= 40 for 16,384 ciphertexts).
+PUBLICATION_PRESET = "CKKS_PUBLICATION"
 
 Channel = Callable[[bytes], bytes]
 
@@ -107,15 +125,22 @@ class CkksKeys:
         Channel fixing a round's release plan with the key authority
         (:meth:`KeyAuthority.install_plan`; every plan is signed by ``signer``);
         ``None``: the authority has none.
+    publication_context
+        The publication epoch's public context: uploads must carry ciphertexts
+        under it and the published weighted sum is computed on them. ``None``:
+        the publication is computed on the scoring ciphertexts (weaker flooding).
     """
 
     public_context: PublicContext
     authority: Channel
     signer: ServerSigningKey
     plans: Callable[[bytes], object] | None = None
+    publication_context: PublicContext | None = None
 
     def __post_init__(self) -> None:
         _public(self.public_context)
+        if self.publication_context is not None:
+            _public(self.publication_context)
         if not callable(self.authority):
             raise ModeSetupInvalid("authority must be a bytes channel (KeyAuthority.handle)")
         if not isinstance(self.signer, ServerSigningKey):
@@ -126,26 +151,122 @@ class CkksKeys:
 
 
 class CkksEncoder(UploadEncoder):
-    """Participant side: clip and encrypt class-major (no secret key involved)."""
+    """Participant side: clip and encrypt class-major (no secret key involved).
+
+    With ``publication_context`` the matrix is encrypted under both epochs and
+    framed as one ``ckks_upload`` (:func:`encode_upload`).
+    """
 
     def __init__(
-        self, *, shape: tuple[int, int], bound: float, public_context: PublicContext
+        self,
+        *,
+        shape: tuple[int, int],
+        bound: float,
+        public_context: PublicContext,
+        publication_context: PublicContext | None = None,
     ) -> None:
         self.shape, self.bound, self.public = shape, bound, _public(public_context)
+        self.publication = None if publication_context is None else _public(publication_context)
 
     def encode(self, predictions: np.ndarray) -> bytes:
         """Return the serialized ciphertexts of the clipped ``[N_pub, C]`` matrix."""
         arr = np.asarray(predictions, dtype=np.float64)
         if arr.shape != tuple(self.shape):
             raise AggregationInvalid(f"predictions shape {arr.shape} differs from {self.shape}")
-        return pack_class_major(self.public, np.clip(arr, -self.bound, self.bound)).to_bytes()
+        clipped = np.clip(arr, -self.bound, self.bound)
+        scoring = pack_class_major(self.public, clipped).to_bytes()
+        if self.publication is None:
+            return scoring
+        publication = pack_class_major(self.publication, clipped).to_bytes()
+        return encode_upload(scoring, publication, self.public, self.publication)
+
+
+def encode_upload(
+    scoring: bytes, publication: bytes, public: PublicContext, publication_ctx: PublicContext
+) -> bytes:
+    """Frame the two epochs' ciphertexts of one upload (``ckks_upload``)."""
+    head = {
+        "scoring": [public.fingerprint.hex(), len(scoring)],
+        "publication": [publication_ctx.fingerprint.hex(), len(publication)],
+    }
+    return encode_frame(CKKS_UPLOAD, head, scoring + publication)
+
+
+def split_upload(
+    payload: bytes, public: PublicContext, publication: PublicContext
+) -> tuple[bytes, bytes]:
+    """Return ``(scoring, publication)`` ciphertext bytes of a ``ckks_upload`` frame.
+
+    Checks the frame, that each part names its epoch's fingerprint and that the
+    part lengths add up; the ciphertexts themselves are validated by
+    :func:`crypto.ckks.load_encrypted`.
+
+    Raises
+    ------
+    UploadMalformed
+        A raw ciphertext, a bad frame, another epoch or inconsistent lengths.
+    """
+    if not isinstance(payload, bytes) or not payload.startswith(CKKS_UPLOAD.magic):
+        raise UploadMalformed(
+            "ckks upload refused: it must carry the publication epoch's ciphertexts"
+        )
+    head, body = decode_frame(payload, CKKS_UPLOAD, max_bytes=len(payload))
+    parts = []
+    for name, ctx in (("scoring", public), ("publication", publication)):
+        part = head.get(name)
+        if (
+            not isinstance(part, list)
+            or len(part) != 2
+            or part[0] != ctx.fingerprint.hex()
+            or not isinstance(part[1], int)
+            or isinstance(part[1], bool)
+            or part[1] < 1
+        ):
+            raise UploadMalformed(
+                f"ckks upload refused: its {name} part is not [epoch fingerprint, length]"
+            )
+        parts.append(part[1])
+    if sum(parts) != len(body):
+        raise UploadMalformed(
+            f"ckks upload refused: parts {parts} do not add up to {len(body)} bytes"
+        )
+    return body[: parts[0]], body[parts[0] :]
+
+
+def epoch_part(payload: bytes, public: PublicContext) -> bytes:
+    """Return the ciphertext bytes of ``payload`` under ``public``'s epoch (for an auditor).
+
+    A ``ckks_upload`` frame yields the part naming that epoch's fingerprint; a raw
+    ciphertext (no publication epoch) is returned as is.
+
+    Raises
+    ------
+    UploadMalformed
+        A malformed frame, or one with no part under that epoch.
+    """
+    if not payload.startswith(CKKS_UPLOAD.magic):
+        return payload
+    head, body = decode_frame(payload, CKKS_UPLOAD, max_bytes=len(payload))
+    start = 0
+    for name in ("scoring", "publication"):
+        part = head.get(name)
+        if not (isinstance(part, list) and len(part) == 2 and isinstance(part[1], int)):
+            raise UploadMalformed(
+                f"ckks upload refused: its {name} part is not [epoch fingerprint, length]"
+            )
+        if part[0] == public.fingerprint.hex():
+            return body[start : start + part[1]]
+        start += part[1]
+    raise UploadMalformed("ckks upload holds no ciphertexts under this key epoch")
 
 
 class _CkksUpload(UploadHandle):
-    __slots__ = ("digest", "matrix")
+    __slots__ = ("digest", "matrix", "publication")
 
-    def __init__(self, matrix: EncryptedMatrix, digest: str) -> None:
-        self.matrix, self.digest = matrix, digest
+    def __init__(
+        self, matrix: EncryptedMatrix, digest: str, publication: EncryptedMatrix | None = None
+    ) -> None:
+        self.matrix, self.digest, self.publication = matrix, digest, publication
 
 
 class _CkksAggregate(AggregateHandle):
@@ -209,34 +330,66 @@ class CkksAggregator(PlannedAggregator):
         self._plans[plan.round_id] = PlanTracker(plan=plan)
 
     def load(self, payload: bytes) -> UploadHandle:
-        """Validate ciphertext bytes (size, header, epoch, shape, level, scale)."""
+        """Validate ciphertext bytes (size, header, epoch, shape, level, scale).
+
+        With a publication epoch the payload is a ``ckks_upload`` frame and both
+        parts are validated, each against its own epoch.
+        """
+        digest = sm3_digest(payload).hex() if isinstance(payload, bytes) else ""
+        pub_ctx = self.keys.publication_context
+        scoring, publication = (
+            (payload, None)
+            if pub_ctx is None
+            else split_upload(payload, self.keys.public_context, pub_ctx)
+        )
+        matrix = self._load(self.keys.public_context, scoring, "scoring")
+        pub = (
+            None
+            if pub_ctx is None or publication is None
+            else self._load(pub_ctx, publication, "publication")
+        )
+        return _CkksUpload(matrix, digest, pub)
+
+    def _load(self, public: PublicContext, data: bytes, part: str) -> EncryptedMatrix:
         try:
-            matrix = load_encrypted(
-                self.keys.public_context,
-                payload,
-                kind="upload",
-                n_samples=self.shape[0],
-                n_classes=self.shape[1],
+            return load_encrypted(
+                public, data, kind="upload", n_samples=self.shape[0], n_classes=self.shape[1]
             )
         except CryptoError as exc:
-            raise UploadMalformed(f"ckks upload refused: {exc}") from exc
-        return _CkksUpload(matrix, sm3_digest(payload).hex())
+            raise UploadMalformed(f"ckks upload refused ({part} epoch): {exc}") from exc
 
-    def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, EncryptedMatrix]:
+    def _uploads(
+        self, handles: Mapping[str, UploadHandle], *, publication: bool = False
+    ) -> dict[str, EncryptedMatrix]:
         out = {}
         for pid, h in handles.items():
             if not isinstance(h, _CkksUpload):
                 raise AggregationInvalid(f"handle of {pid!r} is not a ckks upload")
-            out[pid] = h.matrix
+            matrix = h.publication if publication else h.matrix
+            if matrix is None:
+                raise AggregationInvalid(f"upload of {pid!r} has no publication ciphertexts")
+            out[pid] = matrix
         return out
+
+    def _epoch(self, *, publication: bool) -> str:
+        """Hex fingerprint of the epoch a request asks the key authority to decrypt under."""
+        pub = self.keys.publication_context
+        ctx = pub if publication and pub is not None else self.keys.public_context
+        return ctx.fingerprint.hex()
 
     def weighted_sum(
         self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]
     ) -> AggregateHandle:
-        """Encrypted ``sum_k w_k X_k`` (weights renormalised to sum 1, zero weights dropped)."""
+        """Encrypted ``sum_k w_k X_k`` (weights renormalised to sum 1, zero weights dropped).
+
+        Computed on the publication ciphertexts when the deployment has that epoch.
+        """
         ids, w = normalized_weights(handles, weights)
         claim = {"op": "weighted_sum", "uploads": _digests(handles, ids), "weights": list(w)}
-        matrix = evaluate_claim(claim, self._uploads(handles), self.keys.public_context)
+        pub = self.keys.publication_context
+        public = pub if pub is not None else self.keys.public_context
+        uploads = self._uploads(handles, publication=pub is not None)
+        matrix = evaluate_claim(claim, uploads, public)
         return _CkksAggregate(matrix, ids, max(w), claim)
 
     def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
@@ -267,6 +420,7 @@ class CkksAggregator(PlannedAggregator):
             claim=aggregate.claim,
             bound=self.bound,
             max_weight=aggregate.max_weight,
+            epoch=self._epoch(publication=True),
         )
         values = _decrypt(self.keys, request)
         tracker.record(ask, None)
@@ -339,6 +493,7 @@ class CkksScoringRound:
             ciphertext=matrix.to_bytes(),
             signer=self.keys.signer,
             claim=claim,
+            epoch=self.public.fingerprint.hex(),
         )
         return _decrypt(self.keys, request)
 
@@ -444,6 +599,8 @@ class CkksDeployment(SecureDeployment):
         super().__init__(mode=CkksMode.name, plan=plan)
         self.authority, self.public_context = authority, public_context
         self._signer = signer
+        #: The publication epoch's public context (``None``: opted out).
+        self.publication_context: PublicContext | None = None
 
     @classmethod
     def deploy(cls, plan: DeploymentPlan) -> CkksDeployment:
@@ -452,6 +609,7 @@ class CkksDeployment(SecureDeployment):
         authority = KeyAuthority.for_ckks(
             min_participants=plan.min_participants,
             preset=PRESET,
+            publication_preset=plan.publication_preset,
             audit=plan.audit,
             central_dp=plan.central_dp,
             budget=plan.budget,
@@ -462,7 +620,14 @@ class CkksDeployment(SecureDeployment):
         public = PublicContext.from_bytes(
             authority.public_context, preset=PRESET, expected_fingerprint=authority.fingerprint
         )
-        return cls(plan=plan, authority=authority, public_context=public, signer=signer)
+        dep = cls(plan=plan, authority=authority, public_context=public, signer=signer)
+        if plan.publication_preset is not None:
+            dep.publication_context = PublicContext.from_bytes(
+                authority.publication_context,
+                preset=plan.publication_preset,
+                expected_fingerprint=authority.publication_fingerprint,
+            )
+        return dep
 
     @property
     def params(self) -> str:
@@ -472,7 +637,12 @@ class CkksDeployment(SecureDeployment):
     def encoder(self, participant_id: str, *, bound: float) -> CkksEncoder:
         """Build an enrolled participant's encoder (public context only)."""
         self.plan.require_enrolled(participant_id)
-        return CkksEncoder(shape=self.shape, bound=bound, public_context=self.public_context)
+        return CkksEncoder(
+            shape=self.shape,
+            bound=bound,
+            public_context=self.public_context,
+            publication_context=self.publication_context,
+        )
 
     def server_keys(self) -> CkksKeys:
         """Return the aggregator's key material: public context and authority channel."""
@@ -481,6 +651,7 @@ class CkksDeployment(SecureDeployment):
             authority=self.authority.handle,
             signer=self._signer,
             plans=self.authority.install_plan,
+            publication_context=self.publication_context,
         )
 
     def aggregator(self, *, bound: float) -> CkksAggregator:

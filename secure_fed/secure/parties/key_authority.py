@@ -16,6 +16,13 @@ participant-level Gaussian mechanism (Dwork and Roth 2014, Theorem A.1 via the
 ledger's RDP accountant). Every request and release is a ``decryption.*`` audit
 event and a row of :attr:`KeyAuthority.log`, which the revelation tests inspect.
 
+With a publication epoch (``publication_keys``, the ``ckks`` mode's default) the
+authority holds two secret keys: the plan's publication is decrypted only under
+the publication epoch (``CKKS_PUBLICATION``, flooded at ``s >= 40`` bits), every
+other step only under the scoring epoch; each request names the epoch it asks
+for (``epoch``, signed) and a mismatch is refused. Each epoch counts its own
+releases against its own sized ``t``.
+
 In shares mode the authority holds no shares; it deals Beaver triples
 (:func:`crypto.shares.deal_triples`) to the aggregator and the helper.
 """
@@ -135,6 +142,8 @@ class KeyAuthority:
         Smallest distinct participant set of a decrypted aggregate (>= 2).
     keys
         The CKKS key epoch (``None`` in shares mode).
+    publication_keys
+        The publication epoch (``None``: the publication is decrypted under ``keys``).
     audit
         Sink of ``key.generated``, ``decryption.*`` and ``access.denied`` events.
     central_dp, budget
@@ -157,6 +166,7 @@ class KeyAuthority:
 
     min_participants: int
     keys: KeyAuthorityKeys | None = None
+    publication_keys: KeyAuthorityKeys | None = None
     aggregator: ServerIdentity | None = None
     max_releases: int | None = DEFAULT_MAX_RELEASES
     audit: AuditSink | None = None
@@ -215,15 +225,29 @@ class KeyAuthority:
 
     @classmethod
     def for_ckks(
-        cls, *, min_participants: int, preset: str = "CKKS_SCORING", **kwargs: object
+        cls,
+        *,
+        min_participants: int,
+        preset: str = "CKKS_SCORING",
+        publication_preset: str | None = None,
+        **kwargs: object,
     ) -> KeyAuthority:
-        """Generate a key epoch and return the authority holding it."""
-        ka = cls(min_participants=min_participants, keys=generate_keys(preset), **kwargs)  # type: ignore[arg-type]
+        """Generate a key epoch (and a publication epoch) and return the authority holding them."""
+        pub = None if publication_preset is None else generate_keys(publication_preset)
+        ka = cls(
+            min_participants=min_participants,
+            keys=generate_keys(preset),
+            publication_keys=pub,
+            **kwargs,  # type: ignore[arg-type]
+        )
         if ka.audit is not None and ka.keys is not None:
             ka.audit.record(
                 "key.generated",
                 {"kind": "ckks", "preset": preset, "fingerprint": ka.keys.fingerprint.hex()},
             )
+            if pub is not None:
+                fields = {"kind": "ckks", "preset": publication_preset, "role": "publication"}
+                ka.audit.record("key.generated", {**fields, "fingerprint": pub.fingerprint.hex()})
         return ka
 
     @property
@@ -236,10 +260,49 @@ class KeyAuthority:
         """SM3 fingerprint of the public context."""
         return self._keys().fingerprint
 
+    @property
+    def publication_context(self) -> bytes:
+        """Serialized public context of the publication epoch."""
+        return self._publication().public_context.data
+
+    @property
+    def publication_fingerprint(self) -> bytes:
+        """SM3 fingerprint of the publication epoch's public context."""
+        return self._publication().fingerprint
+
     def _keys(self) -> KeyAuthorityKeys:
         if self.keys is None:
             raise KeyAuthorityConfigInvalid("this key authority holds no CKKS keys (shares mode)")
         return self.keys
+
+    def _publication(self) -> KeyAuthorityKeys:
+        if self.publication_keys is None:
+            raise KeyAuthorityConfigInvalid("this key authority holds no publication epoch")
+        return self.publication_keys
+
+    def _epoch_named(self, header: Mapping[str, object]) -> KeyAuthorityKeys:
+        """Return the epoch a request names (``epoch``: hex fingerprint; absent: scoring)."""
+        keys, epoch = self._keys(), header.get("epoch")
+        if epoch is None:
+            return keys
+        for candidate in (keys, self.publication_keys):
+            if candidate is not None and epoch == candidate.fingerprint.hex():
+                return candidate
+        raise AuthorityRequestMalformed(f"request names no key epoch of this authority: {epoch!r}")
+
+    def _check_step_epoch(self, ask: ReleaseRequest, step: str, keys: KeyAuthorityKeys) -> None:
+        """Refuse the publication under the scoring epoch, anything else under the publication's."""
+        if self.publication_keys is None:
+            return
+        wanted = self.publication_keys if step == "publication" else self._keys()
+        if keys is not wanted:
+            named = "publication" if keys is self.publication_keys else "scoring"
+            self._deny(
+                ask,
+                f"the plan's {step} is decrypted only under the "
+                f"{'publication' if step == 'publication' else 'scoring'} epoch, not the {named}",
+                DecryptionRefused,
+            )
 
     # -- decryption ---------------------------------------------------------------
 
@@ -260,6 +323,7 @@ class KeyAuthority:
         header, payload = verified.header, verified.payload
         round_id, purpose, ids, shape = _parse_request(header)
         claim = check_claim(header.get("claim"), purpose=purpose, ids=ids)
+        keys = self._epoch_named(header)
         signed = _signed_fields(verified, claim)
         self._emit("decryption.requested", round_id, purpose, shape, ids, signed=signed)
         try:
@@ -267,14 +331,15 @@ class KeyAuthority:
             ask = replace(ask, **plan_fields(claim))  # type: ignore[arg-type]
             if ask.purpose == "score" and ask.samples not in (None, shape[0]):
                 self.policy.refuse(ask, f"the claim's {ask.samples} rows are not the shape's")
-            self._check_epoch(ask)  # an exhausted epoch releases nothing, whatever is asked
+            self._check_epoch(ask, keys)  # an exhausted epoch releases nothing
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
             step = self._release_step(ask)
+            self._check_step_epoch(ask, step, keys)
         except ReleaseRefused as exc:
             self._journal(verified, claim, granted=False, reason=str(exc))
             raise
         try:
-            values = self._decrypt(payload, ask.value_kind, shape)
+            values = self._decrypt(payload, ask.value_kind, shape, keys)
         except ReleaseLimitReached as exc:  # this request would cross the sized t
             self._journal(verified, claim, granted=False, reason=str(exc))
             self._deny(ask, str(exc), KeyEpochExhausted)
@@ -419,16 +484,19 @@ class KeyAuthority:
     @property
     def release_limit(self) -> int:
         """Ciphertexts this epoch may release: ``max_releases``, else the preset's sized ``t``."""
-        keys = self._keys()
+        return self.release_limit_of(self._keys())
+
+    def release_limit_of(self, keys: KeyAuthorityKeys) -> int:
+        """Ciphertexts ``keys`` (either epoch) may release: its sized ``t`` or ``max_releases``."""
         sized = keys.preset.max_decryptions
         return sized if self.max_releases is None else min(self.max_releases, sized)
 
-    def _check_epoch(self, ask: ReleaseRequest) -> None:
-        keys = self._keys()
-        if keys.releases >= self.release_limit:
+    def _check_epoch(self, ask: ReleaseRequest, keys: KeyAuthorityKeys) -> None:
+        limit = self.release_limit_of(keys)
+        if keys.releases >= limit:
             reason = (
                 f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
-                f"{self.release_limit} decryptions; rotate the keys"
+                f"{limit} decryptions; rotate the keys"
             )
             self._deny(ask, reason, KeyEpochExhausted)
 
@@ -458,11 +526,13 @@ class KeyAuthority:
             )
         )
 
-    def _decrypt(self, payload: bytes, kind: str, shape: tuple[int, int]) -> np.ndarray:
-        """Parse and decrypt a ciphertext whose kind the policy accepted."""
+    def _decrypt(
+        self, payload: bytes, kind: str, shape: tuple[int, int], keys: KeyAuthorityKeys
+    ) -> np.ndarray:
+        """Parse and decrypt, under ``keys``, a ciphertext whose kind the policy accepted."""
         try:
             matrix = load_encrypted(
-                self._keys().public_context,
+                keys.public_context,
                 payload,
                 kind="score" if kind == "score" else "aggregate",
                 n_samples=shape[0],
@@ -470,16 +540,15 @@ class KeyAuthority:
             )
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
-        keys = self._keys()
-        if keys.releases + len(matrix.vectors) > self.release_limit:
+        limit = self.release_limit_of(keys)
+        if keys.releases + len(matrix.vectors) > limit:
             raise ReleaseLimitReached(
                 f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
-                f"{self.release_limit} decryptions; {len(matrix.vectors)} more are asked: "
-                f"rotate the keys"
+                f"{limit} decryptions; {len(matrix.vectors)} more are asked: rotate the keys"
             )
         if kind == "score":
-            return np.array([decrypt_score(self._keys(), matrix)])
-        return decrypt_aggregate(self._keys(), matrix, min_contributors=self.min_participants)
+            return np.array([decrypt_score(keys, matrix)])
+        return decrypt_aggregate(keys, matrix, min_contributors=self.min_participants)
 
     def _emit(
         self,
@@ -688,6 +757,7 @@ def _signed_fields(verified: VerifiedRequest, claim: dict[str, object]) -> dict[
         "signed_header": verified.signed_header.decode("utf-8"),
         "signature": verified.signature.hex(),
         "ciphertext_sm3": auth["payload_sm3"],
+        **({"epoch": verified.header["epoch"]} if "epoch" in verified.header else {}),
     }
 
 

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
-from crypto.ckks import EncryptedMatrix, load_encrypted
+from crypto.ckks import EncryptedMatrix, load_encrypted, weighted_sum
 from crypto.sm import SM2PrivateKey, sm3_digest
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.budget.participants import ParticipantRegistry
@@ -30,7 +30,7 @@ from secure_fed.federation.schema import SchemaRegistry
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.secure.audit import LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment, epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.wire import KEY_AUTHORITY_REQUEST, decode_frame
 from tests.secure_fed.federation.helpers import (
@@ -50,7 +50,8 @@ runner = CliRunner()
 
 def _one_hot(payload: bytes, dep: CkksDeployment, cell: tuple[int, int]) -> bytes:
     """The attack ciphertext: one cell of an upload, slot-summed, at an honest score's level."""
-    up = load_encrypted(dep.public_context, payload, kind="upload", n_samples=N_PUB, n_classes=C)
+    part = epoch_part(payload, dep.public_context)  # the scoring epoch's ciphertexts
+    up = load_encrypted(dep.public_context, part, kind="upload", n_samples=N_PUB, n_classes=C)
     row, cls = cell
     mask = [0.0] * up.layout.run(0)[1]
     mask[row] = 1.0
@@ -65,15 +66,45 @@ def _one_hot(payload: bytes, dep: CkksDeployment, cell: tuple[int, int]) -> byte
     return forged.to_bytes()
 
 
-def _forging(dep: CkksDeployment, payloads: dict[str, bytes]) -> Callable[[bytes], bytes]:
-    """An aggregator channel that swaps b's final score for a one-hot cell, re-signed."""
+def _skewed_publication(dep: CkksDeployment, payloads: dict[str, bytes], ids: list[str]) -> bytes:
+    """The publication epoch's sum weighted 0.97 on the first id (the claim says otherwise)."""
+    pub = dep.publication_context
+    assert pub is not None
+    ups = [
+        load_encrypted(
+            pub, epoch_part(payloads[p], pub), kind="upload", n_samples=N_PUB, n_classes=C
+        )
+        for p in ids
+    ]
+    rest = 0.03 / (len(ids) - 1)
+    return weighted_sum(ups, [0.97] + [rest] * (len(ids) - 1)).to_bytes()
+
+
+def _forging(
+    dep: CkksDeployment, payloads: dict[str, bytes], *, target: str = "score"
+) -> Callable[[bytes], bytes]:
+    """An aggregator channel that swaps b's final score for a one-hot cell (or skews the
+    publication towards one upload), re-signed under the honest claim."""
     keys = dep.server_keys()
 
     def channel(request: bytes) -> bytes:
         header, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
         claim = header["claim"]
         assert isinstance(claim, dict)
-        if claim.get("step") != "final" or claim["uploads"][0][0] != "b":
+        if target == "publication" and header["purpose"] == "aggregate":
+            ids = [u[0] for u in claim["uploads"]]
+            forged = decryption_request(
+                round_id=int(str(header["round_id"])),
+                purpose="aggregate",
+                participant_ids=ids,
+                shape=(N_PUB, C),
+                ciphertext=_skewed_publication(dep, payloads, ids),
+                signer=keys.signer,
+                claim=claim,
+                epoch=header["epoch"],
+            )
+            return dep.authority.handle(forged)
+        if target != "score" or claim.get("step") != "final" or claim["uploads"][0][0] != "b":
             return dep.authority.handle(request)
         forged = decryption_request(
             round_id=int(str(header["round_id"])),
@@ -104,7 +135,7 @@ def _upload(dep: SecureDeployment, pid: str, seed: int) -> tuple[bytes, bytes]:
     return payload, encode_upload(header, payload)
 
 
-def _round(tmp_path: Path, *, forge: bool) -> tuple[str, Path, Path]:
+def _round(tmp_path: Path, *, forge: bool | str) -> tuple[str, Path, Path]:
     """Run one CKKS round on a fresh ledger; return its URL, log key and public context files."""
     url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
     db = create_ledger_engine(url)
@@ -121,7 +152,9 @@ def _round(tmp_path: Path, *, forge: bool) -> tuple[str, Path, Path]:
     uploads = {p: _upload(dep, p, i) for i, p in enumerate(IDS)}
     keys = dep.server_keys()
     if forge:
-        keys = replace(keys, authority=_forging(dep, {p: u[0] for p, u in uploads.items()}))
+        target = forge if isinstance(forge, str) else "score"
+        forging = _forging(dep, {p: u[0] for p, u in uploads.items()}, target=target)
+        keys = replace(keys, authority=forging)
     aggregator = CkksAggregator(
         shape=(N_PUB, C), bound=BOUND, keys=keys, scoring=dep.plan.scoring, min_participants=3
     )
@@ -145,6 +178,7 @@ def _round(tmp_path: Path, *, forge: bool) -> tuple[str, Path, Path]:
     db.dispose()
     (tmp_path / "pub.pem").write_bytes(key.public_key.to_pem())
     (tmp_path / "context.bin").write_bytes(dep.authority.public_context)
+    (tmp_path / "publication.bin").write_bytes(dep.authority.publication_context)
     return url, tmp_path / "pub.pem", tmp_path / "context.bin"
 
 
@@ -178,3 +212,15 @@ def test_an_honest_round_recomputes_and_a_foreign_context_is_refused(tmp_path: P
     bare = ["ledger", "verify", "--db", url, "--public-key", str(pem), "--recompute"]
     result = runner.invoke(app, bare)
     assert result.exit_code == 2 and "--recompute needs --public-context" in result.output
+
+
+@pytest.mark.slow
+def test_a_forged_publication_is_named_under_the_publication_epoch(tmp_path: Path) -> None:
+    url, pem, context = _round(tmp_path, forge="publication")
+    code, output = _verify(url, pem, context)  # the scoring epoch's requests are honest
+    assert code == 0 and "all match" in output, output
+    code, output = _verify(url, pem, tmp_path / "publication.bin")
+    assert code == 1, output
+    lines = [line for line in output.splitlines() if line.startswith("MISMATCH")]
+    assert len(lines) == 1 and "round 1, purpose aggregate, request " in lines[0]
+    assert "[CLI_RECOMPUTE_MISMATCH] 1 of 1 " in output

@@ -63,8 +63,8 @@ def test_the_aggregate_under_another_purpose_is_refused_and_not_charged() -> Non
     moments = {"op": "moments", "uploads": uploads, "centre": uploads, "samples": backend.samples}
     with pytest.raises(DecryptionRefused, match="moments are 10 sums"):
         _ask(dep, "moments", moments, (N, C), ct)  # the first-order matrix as "moments"
-    with pytest.raises(AuthorityRequestMalformed, match="shape"):
-        _ask(dep, "moments", moments, (1, 10), ct)  # the layout betrays it
+    with pytest.raises(AuthorityRequestMalformed, match="preset id 4, not CKKS_SCORING"):
+        _ask(dep, "moments", moments, (1, 10), ct)  # the publication epoch betrays it
     score = {
         "op": "score",
         "uploads": uploads[:1],

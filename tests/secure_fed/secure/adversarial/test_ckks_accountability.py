@@ -35,8 +35,13 @@ ROUND = 7
 @pytest.fixture(scope="module")
 def setup():  # type: ignore[no-untyped-def]
     sink = MemoryAuditSink()
-    dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+    dep = SecureDeployment.create(  # one epoch: raw scoring-epoch payloads (publication epoch:
+        mode="ckks",  # tests/secure_fed/secure/adversarial/test_publication_epoch.py)
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        audit=sink,
+        publication_preset=None,
     )
     preds = dict(zip(IDS, population(4, N, C, seed=9).values(), strict=True))
     payloads = {p: pack_class_major(dep.public_context, m).to_bytes() for p, m in preds.items()}

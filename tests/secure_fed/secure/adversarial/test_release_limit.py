@@ -37,8 +37,13 @@ def test_the_limit_defaults_to_the_preset_and_cannot_exceed_it() -> None:
 
 def test_a_publication_crossing_the_limit_is_refused_whole() -> None:
     sink = MemoryAuditSink()
-    dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+    dep = SecureDeployment.create(  # the scoring epoch's limit (one epoch, raw payloads)
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        audit=sink,
+        publication_preset=None,
     )
     keys, authority = dep.server_keys(), dep.authority  # type: ignore[attr-defined]
     authority.install_plan(plan_request(plan(ROUND, (N, C), scored=False), signer=keys.signer))

@@ -12,6 +12,7 @@ from secure_fed.errors import (
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.central_dp import central_sensitivity
 from secure_fed.secure.parties.key_authority import (
     CentralDP,
@@ -23,6 +24,21 @@ from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
 from tests.secure_fed.secure.helpers import plan, population
 from tests.tolerances import aggregate_tolerance
+
+
+@pytest.fixture(scope="module")
+def ckks() -> tuple[SecureDeployment, MemoryAuditSink]:
+    """One key epoch only: these requests publish scoring-epoch ciphertexts by hand."""
+    sink = MemoryAuditSink()
+    dep = SecureDeployment.create(
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        audit=sink,
+        publication_preset=None,
+    )
+    return dep, sink
 
 
 @pytest.fixture(scope="module")
