@@ -33,7 +33,7 @@ from crypto.sm import SM2PublicKey, sm3_digest
 from privacy_ledger.audit import canonical
 from secure_fed.errors import SecureFedError
 from secure_fed.secure.ckks_claims import check_claim, evaluate
-from secure_fed.secure.modes.ckks import epoch_part
+from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.server_auth import request_message
 from secure_fed.wire import KEY_AUTHORITY_REQUEST
 

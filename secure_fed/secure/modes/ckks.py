@@ -66,6 +66,7 @@ from secure_fed.secure.mode import (
     normalized_weights,
     register_mode,
 )
+from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
 from secure_fed.secure.modes.planned import PlannedAggregator
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
@@ -76,13 +77,7 @@ from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.server_auth import ServerSigningKey
-from secure_fed.wire import (
-    CKKS_UPLOAD,
-    KEY_AUTHORITY_REPLY,
-    decode_array,
-    decode_frame,
-    encode_frame,
-)
+from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 
 __all__ = [
     "CkksAggregator",
@@ -91,6 +86,9 @@ __all__ = [
     "CkksKeys",
     "CkksMode",
     "CkksScoringRound",
+    "encode_upload",
+    "epoch_part",
+    "split_upload",
 ]
 
 _log = logging.getLogger(__name__)
@@ -179,85 +177,6 @@ class CkksEncoder(UploadEncoder):
             return scoring
         publication = pack_class_major(self.publication, clipped).to_bytes()
         return encode_upload(scoring, publication, self.public, self.publication)
-
-
-def encode_upload(
-    scoring: bytes, publication: bytes, public: PublicContext, publication_ctx: PublicContext
-) -> bytes:
-    """Frame the two epochs' ciphertexts of one upload (``ckks_upload``)."""
-    head = {
-        "scoring": [public.fingerprint.hex(), len(scoring)],
-        "publication": [publication_ctx.fingerprint.hex(), len(publication)],
-    }
-    return encode_frame(CKKS_UPLOAD, head, scoring + publication)
-
-
-def split_upload(
-    payload: bytes, public: PublicContext, publication: PublicContext
-) -> tuple[bytes, bytes]:
-    """Return ``(scoring, publication)`` ciphertext bytes of a ``ckks_upload`` frame.
-
-    Checks the frame, that each part names its epoch's fingerprint and that the
-    part lengths add up; the ciphertexts themselves are validated by
-    :func:`crypto.ckks.load_encrypted`.
-
-    Raises
-    ------
-    UploadMalformed
-        A raw ciphertext, a bad frame, another epoch or inconsistent lengths.
-    """
-    if not isinstance(payload, bytes) or not payload.startswith(CKKS_UPLOAD.magic):
-        raise UploadMalformed(
-            "ckks upload refused: it must carry the publication epoch's ciphertexts"
-        )
-    head, body = decode_frame(payload, CKKS_UPLOAD, max_bytes=len(payload))
-    parts = []
-    for name, ctx in (("scoring", public), ("publication", publication)):
-        part = head.get(name)
-        if (
-            not isinstance(part, list)
-            or len(part) != 2
-            or part[0] != ctx.fingerprint.hex()
-            or not isinstance(part[1], int)
-            or isinstance(part[1], bool)
-            or part[1] < 1
-        ):
-            raise UploadMalformed(
-                f"ckks upload refused: its {name} part is not [epoch fingerprint, length]"
-            )
-        parts.append(part[1])
-    if sum(parts) != len(body):
-        raise UploadMalformed(
-            f"ckks upload refused: parts {parts} do not add up to {len(body)} bytes"
-        )
-    return body[: parts[0]], body[parts[0] :]
-
-
-def epoch_part(payload: bytes, public: PublicContext) -> bytes:
-    """Return the ciphertext bytes of ``payload`` under ``public``'s epoch (for an auditor).
-
-    A ``ckks_upload`` frame yields the part naming that epoch's fingerprint; a raw
-    ciphertext (no publication epoch) is returned as is.
-
-    Raises
-    ------
-    UploadMalformed
-        A malformed frame, or one with no part under that epoch.
-    """
-    if not payload.startswith(CKKS_UPLOAD.magic):
-        return payload
-    head, body = decode_frame(payload, CKKS_UPLOAD, max_bytes=len(payload))
-    start = 0
-    for name in ("scoring", "publication"):
-        part = head.get(name)
-        if not (isinstance(part, list) and len(part) == 2 and isinstance(part[1], int)):
-            raise UploadMalformed(
-                f"ckks upload refused: its {name} part is not [epoch fingerprint, length]"
-            )
-        if part[0] == public.fingerprint.hex():
-            return body[start : start + part[1]]
-        start += part[1]
-    raise UploadMalformed("ckks upload holds no ciphertexts under this key epoch")
 
 
 class _CkksUpload(UploadHandle):

@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crypto.ckks import CKKS_PUBLICATION, pack_class_major
+from crypto.ckks import CKKS_PUBLICATION, generate_keys, pack_class_major
 from crypto.ckks.aggregate import weighted_sum
 from crypto.sm import SM2PublicKey
 from secure_fed.errors import AuthorityRequestMalformed, DecryptionRefused, UploadMalformed
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import encode_upload, split_upload
+from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.secure.release_plan import ReleasePlan
@@ -203,3 +203,7 @@ def test_malformed_or_oversized_publication_ciphertexts_are_refused() -> None:
             agg.load(payload)
         assert name
     assert agg.load(good).publication is not None  # the untouched upload still loads
+    # the auditor's view: each epoch's part, and none for a foreign epoch
+    assert epoch_part(good, pctx) == publication and epoch_part(good, ctx) == scoring
+    with pytest.raises(UploadMalformed, match="no ciphertexts under this key epoch"):
+        epoch_part(good, generate_keys("CKKS_AGGREGATION").public_context)
