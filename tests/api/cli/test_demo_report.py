@@ -95,6 +95,7 @@ def test_report_renders_in_chromium(runs: dict[str, Any], tmp_path: Path) -> Non
     measured = render(report, shot, width=800)
     assert shot.stat().st_size > 10_000
     images = measured["images"]
-    assert len(images) == 4 and all(i["complete"] and i["width"] > 0 for i in images)
+    # accuracy, balanced accuracy, macro F1, epsilon, weight, score (no ROC AUC: 10 classes)
+    assert len(images) == 6 and all(i["complete"] and i["width"] > 0 for i in images)
     assert measured["scrollWidth"] <= measured["innerWidth"]
     assert max(measured["tables"]) <= measured["innerWidth"]

@@ -65,4 +65,5 @@ def test_metrics_in_charts_and_tables(auc: float | None) -> None:
     assert has_values(results["rounds"], "roc_auc") is binary
     assert ('alt="Test ROC AUC (binary task)"' in html) is binary
     assert ("0.700 / 0.800" in html) is binary
-    assert ("ROC AUC (local / fed)" in html) is binary
+    assert ("<th>ROC AUC</th>" in html) is binary
+    assert "80.0% / 90.0%" in html  # accuracy, local-only / federated
