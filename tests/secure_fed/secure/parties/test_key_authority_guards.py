@@ -1,0 +1,166 @@
+"""Guards of the key authority that surviving mutants showed unchecked.
+
+``scripts/mutation gatekeepers`` changed each of these and the selected tests
+stayed green: the configuration checks (``or`` -> ``and``, the boundaries and
+the messages), the request parser's field checks, the dealing request's purpose
+and count, and the plan fields a claim states (step, roster, centre, samples,
+whitening, weights) with their refusals. Each test drives the authority's own
+code paths with a request an attacker or a broken aggregator could send.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crypto.shares import ShareMacKey
+from secure_fed.errors import AuthorityRequestMalformed, KeyAuthorityConfigInvalid
+from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.secure.parties.key_authority import (
+    CentralDP,
+    KeyAuthority,
+    _parse_request,
+    deal_request,
+    plan_fields,
+)
+from secure_fed.secure.server_auth import ServerSigningKey
+
+GOOD = {"round_id": 3, "purpose": "aggregate", "participant_ids": ["a", "b"], "shape": [4, 3]}
+
+
+@pytest.mark.parametrize("bad", [1, 0, -2, 2.5, "3", None])
+def test_min_participants_is_an_integer_of_at_least_two(bad: object) -> None:
+    with pytest.raises(
+        KeyAuthorityConfigInvalid, match=rf"min_participants must be an integer >= 2, got {bad!r}"
+    ):
+        KeyAuthority(min_participants=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "2", 1.5])
+def test_max_releases_is_an_integer_of_at_least_one_or_none(bad: object) -> None:
+    with pytest.raises(
+        KeyAuthorityConfigInvalid,
+        match=rf"max_releases must be an integer >= 1 or None, got {bad!r}",
+    ):
+        KeyAuthority(min_participants=2, max_releases=bad)  # type: ignore[arg-type]
+
+
+def test_accepted_configurations_build_their_policy() -> None:
+    one = KeyAuthority(min_participants=2, max_releases=1)
+    assert one.max_releases == 1 and one.policy.min_participants == 2
+    assert one.plans.min_participants == 2
+    assert KeyAuthority(min_participants=3).max_releases is None
+    gate = InMemoryBudgetGate(epsilon=10.0, delta=1e-5)
+    dp = KeyAuthority(min_participants=2, central_dp=CentralDP(noise_multiplier=1.0), budget=gate)
+    assert dp.central_dp is not None and dp.budget is gate
+    with pytest.raises(KeyAuthorityConfigInvalid, match="central_dp needs a budget gate to charge"):
+        KeyAuthority(min_participants=2, central_dp=CentralDP(noise_multiplier=1.0))
+
+
+def test_a_well_formed_request_header_is_parsed() -> None:
+    assert _parse_request(dict(GOOD)) == (3, "aggregate", ["a", "b"], (4, 3))
+    assert _parse_request({**GOOD, "round_id": 0})[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("round_id", -1, "request needs an integer round_id >= 0"),
+        ("round_id", True, "request needs an integer round_id >= 0"),
+        ("round_id", "3", "request needs an integer round_id >= 0"),
+        ("purpose", "secret", "purpose 'secret' is unknown; allowed: "),
+        ("participant_ids", [], "request needs a non-empty participant_ids list"),
+        ("participant_ids", "ab", "request needs a non-empty participant_ids list"),
+        ("participant_ids", ["a", 2], "request needs a non-empty participant_ids list"),
+        ("shape", [4], r"request shape must be \[rows, cols\], got \[4\]"),
+        ("shape", [4, 3, 1], r"request shape must be \[rows, cols\], got \[4, 3, 1\]"),
+        ("shape", [4, 0], r"request shape must be \[rows, cols\], got \[4, 0\]"),
+        ("shape", [4, "3"], r"request shape must be \[rows, cols\], got \[4, '3'\]"),
+        ("shape", "4x3", r"request shape must be \[rows, cols\], got '4x3'"),
+    ],
+)
+def test_a_malformed_request_header_is_refused(field: str, value: object, message: str) -> None:
+    with pytest.raises(AuthorityRequestMalformed, match=message):
+        _parse_request({**GOOD, field: value})
+
+
+def _dealer() -> tuple[KeyAuthority, ServerSigningKey]:
+    signer = ServerSigningKey.generate("aggregator")
+    return KeyAuthority(min_participants=2, aggregator=signer.identity), signer
+
+
+def test_a_dealing_request_gets_the_count_it_signed() -> None:
+    ka, signer = _dealer()
+    keys = {"key_aggregator": ShareMacKey.generate(recipient="a")}
+    keys["key_helper"] = ShareMacKey.generate(recipient="h")
+    ka.handle_deal(deal_request(round_id=1, tensor="w", count=1, signer=signer), **keys)
+    record = ka.log[-1]
+    assert (record.round_id, record.purpose, record.kind, record.shape) == (
+        1,
+        "triples:w",
+        "triples",
+        (1,),
+    )
+
+
+@pytest.mark.parametrize(
+    ("tensor", "count", "purpose", "message"),
+    [
+        ("w", 0, "triples", "a dealing request needs a count >= 1"),
+        ("w", True, "triples", "a dealing request needs a count >= 1"),
+        ("w", "2", "triples", "a dealing request needs a count >= 1"),
+        (7, 2, "triples", "a dealing request names purpose 'triples' and a tensor"),
+        ("w", 2, "range", "a dealing request names purpose 'triples' and a tensor"),
+    ],
+)
+def test_a_malformed_dealing_request_is_refused(
+    tensor: object, count: object, purpose: str, message: str
+) -> None:
+    ka, signer = _dealer()
+    request = deal_request(
+        round_id=1,
+        tensor=tensor,  # type: ignore[arg-type]
+        count=count,  # type: ignore[arg-type]
+        signer=signer,
+        purpose=purpose,
+    )
+    keys = {"key_aggregator": ShareMacKey.generate(recipient="a")}
+    with pytest.raises(AuthorityRequestMalformed, match=message):
+        ka.handle_deal(request, key_helper=ShareMacKey.generate(recipient="h"), **keys)
+    assert ka.log == []
+
+
+def test_plan_fields_state_what_the_claim_states() -> None:
+    score = {
+        "step": "score",
+        "roster": [["a", 1], "b"],
+        "centre": ["a", ["b", 2]],
+        "samples": 5,
+        "op": "score",
+        "whitening": [[1, "0.5"], [0.25, "2"]],
+    }
+    assert plan_fields(score) == {
+        "step": "score",
+        "roster": ("a", "b"),
+        "centre": ("a", "b"),
+        "samples": 5,
+        "whitening": ((1.0, 0.5), (0.25, 2.0)),
+    }
+    summed = {"op": "weighted_sum", "weights": ["0.25", 0.75, 1], "samples": 9, "step": 4}
+    assert plan_fields(summed) == {"weights": (0.25, 0.75, 1.0)}  # no centre: no samples
+    assert plan_fields({"centre": ["a"], "samples": "5"}) == {"centre": ("a",)}
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        ({"op": "weighted_sum"}, "claim plan fields refused: 'weights'"),
+        ({"op": "weighted_sum", "weights": 3}, "claim plan fields refused: "),
+        ({"centre": [], "op": "score"}, "claim plan fields refused: 'whitening'"),
+        ({"op": "weighted_sum", "weights": ["1e400"]}, "claim number '1e400' is not an exact"),
+        ({"op": "weighted_sum", "weights": [True]}, "claim number True is not an exact decimal"),
+        ({"op": "weighted_sum", "weights": [None]}, "claim number None is not an exact decimal"),
+    ],
+)
+def test_malformed_plan_fields_are_refused(claim: dict[str, object], message: str) -> None:
+    with pytest.raises(AuthorityRequestMalformed, match=message):
+        plan_fields(claim)
