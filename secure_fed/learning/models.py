@@ -58,7 +58,8 @@ class _FlatToSignal(nn.Module):
     """Reshape a flat feature vector ``(B, F)`` to a one-channel signal ``(B, 1, F)``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(x.shape[0], 1, -1)
+        # explicit size: DP-SGD's Poisson sampling can draw an empty batch, where -1 is ambiguous
+        return x.reshape(x.shape[0], 1, math.prod(x.shape[1:]))
 
 
 def _cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -118,7 +119,7 @@ class _Tokenizer(nn.Module):
             x = x.unfold(2, p, p).unfold(3, p, p)  # B, C, H/p, W/p, p, p
             x = x.permute(0, 2, 3, 1, 4, 5).reshape(b, self.tokens, c * p * p)
             return x
-        x = x.reshape(b, -1)
+        x = x.reshape(b, math.prod(x.shape[1:]))
         if self.pad:
             x = nn.functional.pad(x, (0, self.pad))
         return x.reshape(b, self.tokens, self.token_dim)

@@ -106,3 +106,12 @@ def test_invalid_shapes_refused(shape, classes, fragment):
     with pytest.raises(LearningParameterInvalid, match=fragment) as e:
         build_model("mlp", input_shape=shape, num_classes=classes, seed=0)
     assert e.value.code == "LEARNING_PARAMETER_INVALID"
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_REGISTRY))
+@pytest.mark.parametrize("shape", [(16,), (1, 8, 8)])
+def test_an_empty_batch_gives_empty_logits(name: str, shape: tuple[int, ...]) -> None:
+    """DP-SGD's Poisson sampling can draw no row; every model must accept the empty batch."""
+    model = build_model(name, input_shape=shape, num_classes=2, seed=0)
+    out = model(torch.zeros((0, *shape)))
+    assert tuple(out.shape) == (0, 2)
