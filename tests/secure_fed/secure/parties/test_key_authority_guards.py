@@ -13,16 +13,25 @@ from __future__ import annotations
 import pytest
 
 from crypto.shares import ShareMacKey
-from secure_fed.errors import AuthorityRequestMalformed, KeyAuthorityConfigInvalid
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    DecryptionRefused,
+    KeyAuthorityConfigInvalid,
+    ModeSetupInvalid,
+)
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
+from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.parties.key_authority import (
     CentralDP,
     KeyAuthority,
     _parse_request,
     deal_request,
     plan_fields,
+    plan_request,
 )
+from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.server_auth import ServerSigningKey
+from tests.secure_fed.secure.helpers import plan
 
 GOOD = {"round_id": 3, "purpose": "aggregate", "participant_ids": ["a", "b"], "shape": [4, 3]}
 
@@ -164,3 +173,51 @@ def test_plan_fields_state_what_the_claim_states() -> None:
 def test_malformed_plan_fields_are_refused(claim: dict[str, object], message: str) -> None:
     with pytest.raises(AuthorityRequestMalformed, match=message):
         plan_fields(claim)
+
+
+def _gatekeeper() -> tuple[KeyAuthority, ServerSigningKey, MemoryAuditSink]:
+    signer, sink = ServerSigningKey.generate("aggregator"), MemoryAuditSink()
+    ka = KeyAuthority(
+        min_participants=2,
+        aggregator=signer.identity,
+        audit=sink,
+        enrolled=frozenset({"a", "b", "c"}),
+        upload_shape=(4, 3),
+    )
+    return ka, signer, sink
+
+
+def _ask(round_id: int, contributors: tuple[str, ...]) -> ReleaseRequest:
+    return ReleaseRequest(
+        round_id=round_id,
+        purpose="aggregate",
+        contributors=contributors,
+        value_kind="aggregate",
+        shape=(4, 3),
+    )
+
+
+def test_without_a_plan_nothing_is_released_and_the_refusal_names_the_authority() -> None:
+    ka, _, sink = _gatekeeper()
+    with pytest.raises(DecryptionRefused, match="no release plan was fixed for round 2"):
+        ka.policy.check(_ask(2, ("a", "b", "c")))
+    assert sink.events[-1] == (
+        "access.denied",
+        {
+            "party": "key_authority",
+            "round_id": 2,
+            "purpose": "aggregate",
+            "contributors": 3,
+            "reason": "no release plan was fixed for round 2",
+        },
+    )
+
+
+def test_a_plan_must_match_the_upload_shape_and_the_enrolled_roster() -> None:
+    ka, signer, sink = _gatekeeper()
+    with pytest.raises(ModeSetupInvalid, match=r"upload shape \(5, 3\) is not \(4, 3\)"):
+        ka.install_plan(plan_request(plan(2, (5, 3), scored=False), signer=signer))
+    ka.install_plan(plan_request(plan(3, (4, 3), scored=False), signer=signer))
+    with pytest.raises(DecryptionRefused, match=r"participants \['z'\] are not enrolled"):
+        ka.policy.check(_ask(3, ("a", "b", "z")))
+    assert sink.events[-1][1]["reason"] == "participants ['z'] are not enrolled"
