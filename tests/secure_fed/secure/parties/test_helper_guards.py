@@ -1,0 +1,70 @@
+"""Guards of the shares-mode helper's request parsing that surviving mutants showed unchecked.
+
+``scripts/mutation gatekeepers`` changed each of these and the selected tests
+stayed green: how a payload is split by its ``parts`` lengths (negative,
+non-integer or mismatched lengths, the split itself), the linear weights, the
+integer request fields and a request that names no operation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from secure_fed.errors import AuthorityRequestMalformed
+from secure_fed.secure.parties.helper import _int, _weights, helper_request, split_parts
+from secure_fed.secure.server_auth import ChannelKey
+
+
+def test_a_payload_is_split_by_its_part_lengths() -> None:
+    assert split_parts({"parts": [2, 0, 3]}, b"abcde") == [b"ab", b"", b"cde"]
+    assert split_parts({"parts": [5]}, b"abcde") == [b"abcde"]
+    assert split_parts({"parts": [1, 1, 1, 2]}, b"abcde") == [b"a", b"b", b"c", b"de"]
+    assert split_parts({"parts": []}, b"") == []
+
+
+@pytest.mark.parametrize("parts", [None, "5", [2, "3"], [-1, 6], [2.0, 3], (2, 3)])
+def test_part_lengths_must_be_a_list_of_non_negative_integers(parts: object) -> None:
+    with pytest.raises(
+        AuthorityRequestMalformed, match=r"request needs a 'parts' list of byte lengths"
+    ):
+        split_parts({"parts": parts}, b"abcde")
+
+
+@pytest.mark.parametrize("parts", [[2, 2], [3, 3], [], [6]])
+def test_part_lengths_must_add_up_to_the_payload(parts: list[int]) -> None:
+    with pytest.raises(
+        AuthorityRequestMalformed, match="request parts do not add up to the payload length"
+    ):
+        split_parts({"parts": parts}, b"abcde")
+
+
+def test_linear_weights_are_exact_numbers() -> None:
+    assert _weights(["0.25", 1, "0.75"]) == (0.25, 1.0, 0.75)
+    assert _weights([]) == ()
+    for bad in ("0.5", [None], ["0.5", True], ["x"], None):
+        with pytest.raises(
+            AuthorityRequestMalformed, match="linear openings need a list of numeric weights"
+        ):
+            _weights(bad)
+
+
+def test_integer_request_fields_are_non_negative_integers() -> None:
+    assert _int({"count": 0}, "count") == 0
+    assert _int({"count": 7}, "count") == 7
+    for bad in ({"count": -1}, {"count": True}, {"count": "3"}, {"count": 1.0}, {}):
+        with pytest.raises(
+            AuthorityRequestMalformed, match="request field 'count' must be an integer >= 0"
+        ):
+            _int(bad, "count")
+
+
+def test_a_helper_request_names_its_operation() -> None:
+    key = ChannelKey.generate("aggregator")
+    for header in ({}, {"op": 3}, {"purpose": "aggregate"}):
+        with pytest.raises(
+            AuthorityRequestMalformed, match=r"a helper request names its operation \('op'\)"
+        ):
+            helper_request(header, key=key, round_id=1)
+    assert helper_request({"op": "linear"}, key=key, round_id=1) != helper_request(
+        {"op": "open"}, key=key, round_id=1
+    )
