@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from crypto.ckks import generate_keys
 from crypto.shares import ShareMacKey
 from secure_fed.errors import (
     AuthorityRequestMalformed,
@@ -61,13 +62,16 @@ def test_accepted_configurations_build_their_policy() -> None:
     gate = InMemoryBudgetGate(epsilon=10.0, delta=1e-5)
     dp = KeyAuthority(min_participants=2, central_dp=CentralDP(noise_multiplier=1.0), budget=gate)
     assert dp.central_dp is not None and dp.budget is gate
-    with pytest.raises(KeyAuthorityConfigInvalid, match="central_dp needs a budget gate to charge"):
+    with pytest.raises(
+        KeyAuthorityConfigInvalid, match="central_dp needs a budget gate to charge$"
+    ):
         KeyAuthority(min_participants=2, central_dp=CentralDP(noise_multiplier=1.0))
 
 
 def test_a_well_formed_request_header_is_parsed() -> None:
     assert _parse_request(dict(GOOD)) == (3, "aggregate", ["a", "b"], (4, 3))
     assert _parse_request({**GOOD, "round_id": 0})[0] == 0
+    assert _parse_request({**GOOD, "shape": [1, 1]})[3] == (1, 1)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +80,7 @@ def test_a_well_formed_request_header_is_parsed() -> None:
         ("round_id", -1, "request needs an integer round_id >= 0"),
         ("round_id", True, "request needs an integer round_id >= 0"),
         ("round_id", "3", "request needs an integer round_id >= 0"),
-        ("purpose", "secret", "purpose 'secret' is unknown; allowed: "),
+        ("purpose", "secret", r"purpose 'secret' is unknown; allowed: \(.*'aggregate'.*\)"),
         ("participant_ids", [], "request needs a non-empty participant_ids list"),
         ("participant_ids", "ab", "request needs a non-empty participant_ids list"),
         ("participant_ids", ["a", 2], "request needs a non-empty participant_ids list"),
@@ -88,7 +92,7 @@ def test_a_well_formed_request_header_is_parsed() -> None:
     ],
 )
 def test_a_malformed_request_header_is_refused(field: str, value: object, message: str) -> None:
-    with pytest.raises(AuthorityRequestMalformed, match=message):
+    with pytest.raises(AuthorityRequestMalformed, match=message + "$"):
         _parse_request({**GOOD, field: value})
 
 
@@ -133,7 +137,7 @@ def test_a_malformed_dealing_request_is_refused(
         purpose=purpose,
     )
     keys = {"key_aggregator": ShareMacKey.generate(recipient="a")}
-    with pytest.raises(AuthorityRequestMalformed, match=message):
+    with pytest.raises(AuthorityRequestMalformed, match=message + "$"):
         ka.handle_deal(request, key_helper=ShareMacKey.generate(recipient="h"), **keys)
     assert ka.log == []
 
@@ -141,7 +145,7 @@ def test_a_malformed_dealing_request_is_refused(
 def test_plan_fields_state_what_the_claim_states() -> None:
     score = {
         "step": "score",
-        "roster": [["a", 1], "b"],
+        "roster": [["alice", 1], "bob"],
         "centre": ["a", ["b", 2]],
         "samples": 5,
         "op": "score",
@@ -149,7 +153,7 @@ def test_plan_fields_state_what_the_claim_states() -> None:
     }
     assert plan_fields(score) == {
         "step": "score",
-        "roster": ("a", "b"),
+        "roster": ("alice", "bob"),
         "centre": ("a", "b"),
         "samples": 5,
         "whitening": ((1.0, 0.5), (0.25, 2.0)),
@@ -201,6 +205,8 @@ def test_without_a_plan_nothing_is_released_and_the_refusal_names_the_authority(
     ka, _, sink = _gatekeeper()
     with pytest.raises(DecryptionRefused, match="no release plan was fixed for round 2"):
         ka.policy.check(_ask(2, ("a", "b", "c")))
+    refused = ka.log[-1]  # the authority's own journal holds the refusal
+    assert (refused.round_id, refused.purpose, refused.released) == (2, "aggregate", False)
     assert sink.events[-1] == (
         "access.denied",
         {
@@ -221,3 +227,31 @@ def test_a_plan_must_match_the_upload_shape_and_the_enrolled_roster() -> None:
     with pytest.raises(DecryptionRefused, match=r"participants \['z'\] are not enrolled"):
         ka.policy.check(_ask(3, ("a", "b", "z")))
     assert sink.events[-1][1]["reason"] == "participants ['z'] are not enrolled"
+
+
+def test_max_releases_may_not_exceed_what_the_preset_floods_for() -> None:
+    keys = generate_keys("CKKS_SCORING")
+    sized = keys.preset.max_decryptions
+    with pytest.raises(
+        KeyAuthorityConfigInvalid,
+        match=rf"max_releases {sized + 1} exceeds the {sized} decryptions CKKS_SCORING floods for$",
+    ):
+        KeyAuthority(min_participants=2, keys=keys, max_releases=sized + 1)
+    assert KeyAuthority(min_participants=2, keys=keys, max_releases=sized).release_limit == sized
+    assert KeyAuthority(min_participants=2, keys=keys).release_limit == sized
+    assert KeyAuthority(min_participants=2, keys=keys, max_releases=5).release_limit == 5
+
+
+def test_a_request_names_one_of_the_authoritys_key_epochs() -> None:
+    keys, pub = generate_keys("CKKS_SCORING"), generate_keys("CKKS_SCORING")
+    ka = KeyAuthority(min_participants=2, keys=keys, publication_keys=pub)
+    assert ka._epoch_named({}) is keys
+    assert ka._epoch_named({"epoch": keys.fingerprint.hex()}) is keys
+    assert ka._epoch_named({"epoch": pub.fingerprint.hex()}) is pub
+    with pytest.raises(
+        AuthorityRequestMalformed, match="request names no key epoch of this authority: 'ab'$"
+    ):
+        ka._epoch_named({"epoch": "ab"})
+    alone = KeyAuthority(min_participants=2, keys=keys)
+    with pytest.raises(AuthorityRequestMalformed, match="no key epoch"):
+        alone._epoch_named({"epoch": pub.fingerprint.hex()})
