@@ -13,11 +13,13 @@ from __future__ import annotations
 import pytest
 
 from crypto.ckks import generate_keys
+from crypto.ckks.keys import _reserve_releases
 from crypto.shares import ShareMacKey
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
+    KeyEpochExhausted,
     ModeSetupInvalid,
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
@@ -255,3 +257,54 @@ def test_a_request_names_one_of_the_authoritys_key_epochs() -> None:
     alone = KeyAuthority(min_participants=2, keys=keys)
     with pytest.raises(AuthorityRequestMalformed, match="no key epoch"):
         alone._epoch_named({"epoch": pub.fingerprint.hex()})
+
+
+def test_an_epoch_that_released_its_limit_is_refused_and_audited() -> None:
+    keys, sink = generate_keys("CKKS_SCORING"), MemoryAuditSink()
+    ka = KeyAuthority(min_participants=2, keys=keys, max_releases=1, audit=sink)
+    ka._check_epoch(_ask(4, ("a", "b")), keys)  # nothing released yet
+    _reserve_releases(keys, 1)  # the counter crypto.ckks advances on each decryption
+    reason = f"key epoch {keys.fingerprint.hex()[:16]} released 1 of 1 decryptions; rotate the keys"
+    with pytest.raises(KeyEpochExhausted, match=f"^.*round 4, aggregate: {reason}$"):
+        ka._check_epoch(_ask(4, ("a", "b")), keys)
+    assert sink.events[-1] == (
+        "access.denied",
+        {
+            "party": "key_authority",
+            "round_id": 4,
+            "purpose": "aggregate",
+            "code": "KEY_AUTHORITY_EPOCH_EXHAUSTED",
+            "reason": reason,
+        },
+    )
+
+
+def test_each_step_is_decrypted_only_under_its_own_epoch() -> None:
+    keys, pub, sink = (
+        generate_keys("CKKS_SCORING"),
+        generate_keys("CKKS_SCORING"),
+        MemoryAuditSink(),
+    )
+    ka = KeyAuthority(min_participants=2, keys=keys, publication_keys=pub, audit=sink)
+    ask = _ask(5, ("a", "b"))
+    ka._check_step_epoch(ask, "publication", pub)
+    ka._check_step_epoch(ask, "score", keys)
+    refusals = [
+        (
+            "publication",
+            keys,
+            "the plan's publication is decrypted only under the publication epoch, not the scoring",
+        ),
+        (
+            "score",
+            pub,
+            "the plan's score is decrypted only under the scoring epoch, not the publication",
+        ),
+    ]
+    for step, used, reason in refusals:
+        with pytest.raises(DecryptionRefused, match=f"round 5, aggregate: {reason}$"):
+            ka._check_step_epoch(ask, step, used)
+        assert sink.events[-1][1]["reason"] == reason
+        assert sink.events[-1][1]["code"] == "KEY_AUTHORITY_DECRYPTION_REFUSED"
+    single = KeyAuthority(min_participants=2, keys=keys)  # one epoch: nothing to mix up
+    single._check_step_epoch(ask, "publication", keys)
