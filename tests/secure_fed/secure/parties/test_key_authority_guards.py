@@ -308,3 +308,19 @@ def test_each_step_is_decrypted_only_under_its_own_epoch() -> None:
         assert sink.events[-1][1]["code"] == "KEY_AUTHORITY_DECRYPTION_REFUSED"
     single = KeyAuthority(min_participants=2, keys=keys)  # one epoch: nothing to mix up
     single._check_step_epoch(ask, "publication", keys)
+
+
+def test_plans_and_range_checks_keep_their_own_freshness_windows() -> None:
+    ka, signer, _ = _gatekeeper()
+    keys = {
+        "key_aggregator": ShareMacKey.generate(recipient="a"),
+        "key_helper": ShareMacKey.generate(recipient="h"),
+    }
+    ka.handle_deal(deal_request(round_id=7, tensor="w", count=1, signer=signer), **keys)
+    # decryptions and triples have reached round 7; a plan for round 3 is still fresh
+    ka.install_plan(plan_request(plan(3, (4, 3), scored=False), signer=signer))
+    assert 3 in ka.plans.trackers
+    # a range check belongs to no round: one signed at round 2 is served after round 7
+    late = deal_request(round_id=2, tensor="u1", count=2, signer=signer, purpose="range")
+    ka.handle_deal_range(late, **keys)
+    assert (ka.log[-1].kind, ka.log[-1].purpose, ka.log[-1].round_id) == ("range", "range:u1", 0)
