@@ -19,7 +19,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 
 from api.rest.auth import Principal, context
@@ -165,11 +165,25 @@ async def login(request: Request) -> Response:
     return response
 
 
-@router.post("/console/logout", response_model=LoggedOut)
-def logout(response: Response, request: Request) -> LoggedOut:
-    """Clear the session cookie (the token itself stays valid; revoke it to end it)."""
+@router.post(
+    "/console/logout",
+    response_model=LoggedOut,
+    responses={303: {"description": "A browser (Accept: text/html) goes to the log-in form."}},
+)
+def logout(request: Request) -> Response | LoggedOut:
+    """Clear the session cookie (the token itself stays valid; revoke it to end it).
+
+    A browser (``Accept: text/html``) is redirected to ``/console/login``;
+    other clients get ``{"logged_out": true}``.
+    """
     ctx = context(request)
+    html = "text/html" in request.headers.get("accept", "")
+    response: Response = (
+        RedirectResponse("/console/login", status_code=303)
+        if html
+        else JSONResponse(LoggedOut(logged_out=True).model_dump())
+    )
     response.delete_cookie(
         COOKIE, path="/", httponly=True, secure=ctx.settings.secure_cookies, samesite="strict"
     )
-    return LoggedOut(logged_out=True)
+    return response

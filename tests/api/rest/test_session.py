@@ -95,3 +95,16 @@ def test_a_login_form_with_too_many_fields_is_refused(sqlite_service: Service) -
     )
     assert answer.status_code == 401
     assert denials(sqlite_service.ctx)[-1]["reason"] == "API_LOGIN_INVALID"
+
+
+def test_a_browser_logging_out_goes_back_to_the_form(sqlite_service: Service) -> None:
+    svc = sqlite_service
+    form = {"token": svc.tokens["officer"]}
+    assert svc.client.post("/console/login", data=form).status_code in (200, 303)
+    assert COOKIE in svc.client.cookies
+    out = svc.client.post(
+        "/console/logout", headers={"Accept": "text/html"}, follow_redirects=False
+    )
+    assert out.status_code == 303 and out.headers["location"] == "/console/login"
+    assert COOKIE not in svc.client.cookies
+    assert svc.client.get("/console/", follow_redirects=False).status_code == 303
