@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from pypdf import PdfReader
 
@@ -126,3 +130,67 @@ def test_checklist_runs_on_the_demo(demo: Path) -> None:
     assert items["budgets.every_participant"]["status"] == "pass"
     assert items["log.signing_key_not_on_database_host"]["status"] == "fail"
     assert "log-signing-key.pem" in items["log.signing_key_not_on_database_host"]["reason"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_api_serves_the_demo_ledger_with_no_configuration(demo: Path, tmp_path: Path) -> None:
+    """``secure-fed api`` run where the demo left ``secure-fed-work/demo``, no config file."""
+    (tmp_path / "secure-fed-work").mkdir()
+    (tmp_path / "secure-fed-work" / "demo").symlink_to(demo, target_is_directory=True)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SECURE_FED_")}
+    env["SECURE_FED_API_PORT"] = str(port)
+    made = subprocess.run(
+        ["secure-fed", "api", "token", "create", "--role", "officer", "--name", "officer"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[-1]
+    server = subprocess.Popen(
+        ["secure-fed", "api"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if server.poll() is not None:
+                pytest.fail(server.stderr.read().decode() if server.stderr else "server exited")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        auth = {"Authorization": f"Bearer {token}"}
+        budgets = httpx.get(f"{base}/v1/budgets", headers=auth, timeout=30)
+        assert budgets.status_code == 200, budgets.text
+        ledger = PrivacyLedger.from_url(f"sqlite:///{demo / 'ledger.db'}", create=False)
+        try:
+            served = {b["participant_id"]: b for b in budgets.json()["budgets"]}
+            assert len(served) == 2
+            for participant, row in served.items():
+                status = ledger.budget_status(participant, row["asset_id"])
+                assert row["spent"] == str(status.spent)
+        finally:
+            ledger.engine.dispose()
+        assert httpx.get(f"{base}/v1/budgets", timeout=30).status_code == 401
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
