@@ -92,9 +92,9 @@ def test_a_helper_request_names_its_operation() -> None:
         ),
     ],
 )
-def test_the_helper_loads_only_an_enrolled_participants_sealed_share(
+def test_the_helper_loads_only_an_enrolled_participants_sealed_share(  # type: ignore[no-untyped-def]
     shares, header: dict[str, object], message: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     dep, _ = shares
     with pytest.raises(UploadMalformed, match=message):
         dep.helper.handle(signed(dep, {"op": "load", **header}, b"junk"))
