@@ -358,15 +358,27 @@ def demo(
 
 
 def _run(config: DemoConfig, *, as_json: bool, passphrase: bytes | None, debug: bool) -> None:
-    """Import the heavy parts, run the demo with progress on stderr, print tables or JSON."""
+    """Run the demo with library logs quietened (unless ``debug``), then restore them."""
     # Opacus' RDP accountant warns whenever the optimal order is at the edge of its
     # alpha grid; the ledger already rounds epsilon up, so this is noise on a terminal.
     warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
-    from secure_fed.demo import run_demo
+    quiet = () if debug else ("secure_fed", "privacy_ledger")
+    # The tables and notes report refusals in full; logs would break the display. The
+    # levels are restored afterwards so that a caller running the demo in-process keeps
+    # its own logging.
+    saved = {name: logging.getLogger(name).level for name in quiet}
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        _show(config, as_json=as_json, passphrase=passphrase)
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
-    if not debug:  # the tables and notes report refusals in full; logs would break the display
-        for name in ("secure_fed", "privacy_ledger"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+
+def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> None:
+    """Run the demo with a progress bar; print per-round tables (or the JSON) and a summary."""
+    from secure_fed.demo import run_demo
 
     out = _stdout_console()
     progress = _progress(Console(stderr=True))

@@ -7,6 +7,7 @@ report, the stage events and ``--reproducible`` in ``test_demo_report.py``.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import stat
 from pathlib import Path
@@ -31,8 +32,11 @@ def test_small_demo_json(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     args = ["demo", "--rounds", "1", "--participants", "3", "--out", str(out)]
     args += ["--json", "--seed", "1"]
+    levels = {name: logging.getLogger(name).level for name in ("secure_fed", "privacy_ledger")}
     result = runner.invoke(app, args, env={"SECURE_FED_KEY_PASSPHRASE": PASSPHRASE})
     assert result.exit_code == 0, result.output
+    # The demo quietens library logs while it draws its tables, then gives them back.
+    assert {name: logging.getLogger(name).level for name in levels} == levels
     data = json.loads(result.stdout)  # stdout carries nothing but the JSON
     rounds = data["rounds"]
     assert isinstance(rounds, list) and [r["stage"] for r in rounds] == ["published"]
