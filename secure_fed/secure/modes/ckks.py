@@ -67,7 +67,7 @@ from secure_fed.secure.mode import (
     register_mode,
 )
 from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
-from secure_fed.secure.modes.planned import PlannedAggregator
+from secure_fed.secure.modes.planned import PlannedAggregator, score_request
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
     decryption_request,
@@ -435,15 +435,12 @@ class CkksScoringRound:
         claimed = tuple(tuple(float(x) for x in row) for row in matrix)
         out = {}
         for pid in ids:
-            ask = ReleaseRequest(
+            ask = score_request(
                 round_id=self.round_id,
-                purpose="score",
-                contributors=(pid,),
-                value_kind="score",
-                shape=(1,),
                 step=step,
-                roster=tuple(ids),
-                centre=tuple(centre),
+                participant=pid,
+                roster=ids,
+                centre=centre,
                 samples=rows,
                 whitening=claimed,
             )

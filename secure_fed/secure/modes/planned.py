@@ -10,11 +10,12 @@ live here once.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import (
     ScoreReport,
     ScoringBackend,
@@ -23,6 +24,31 @@ from secure_fed.secure.scoring.mahalanobis import (
 )
 
 __all__ = ["PlannedAggregator"]
+
+
+def score_request(
+    *,
+    round_id: int,
+    step: str,
+    participant: str,
+    roster: Sequence[str],
+    centre: Sequence[str],
+    samples: int,
+    whitening: tuple[tuple[float, ...], ...] | None,
+) -> ReleaseRequest:
+    """Build the release request of one participant's scalar score at ``step`` (both modes)."""
+    return ReleaseRequest(
+        round_id=round_id,
+        purpose="score",
+        contributors=(participant,),
+        value_kind="score",
+        shape=(1,),
+        step=step,
+        roster=tuple(roster),
+        centre=tuple(centre),
+        samples=samples,
+        whitening=whitening,
+    )
 
 
 class PlannedAggregator(SecureAggregator):

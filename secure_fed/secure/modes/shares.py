@@ -54,7 +54,7 @@ from secure_fed.secure.mode import (
     normalized_weights,
     register_mode,
 )
-from secure_fed.secure.modes.planned import PlannedAggregator
+from secure_fed.secure.modes.planned import PlannedAggregator, score_request
 from secure_fed.secure.modes.share_ops import (
     centred_difference,
     check_moment_room,
@@ -495,15 +495,12 @@ class SharesScoringRound:
     ) -> list[ReleaseRequest]:
         claim = None if step == "ranking" else tuple(tuple(float(x) for x in r) for r in whiten)
         return [
-            ReleaseRequest(
+            score_request(
                 round_id=self.round_id,
-                purpose="score",
-                contributors=(p,),
-                value_kind="score",
-                shape=(1,),
                 step=step,
-                roster=tuple(ids),
-                centre=tuple(centre),
+                participant=p,
+                roster=ids,
+                centre=centre,
                 samples=self.tracker.rows(step),
                 whitening=claim,
             )
