@@ -92,9 +92,20 @@ def test_roundtrip(value: object) -> None:
     assert encode(decode(data)) == data
 
 
+# Within the encoder's domain: plain notation of at most 100 characters (31 integer digits,
+# sign, point and 40 places stay below it; a tiny value such as 9.99E-50 written plainly
+# does not, and is refused: see test_a_decimal_longer_than_the_limit_is_refused).
 _decimals = st.decimals(
-    allow_nan=False, allow_infinity=False, min_value=-(10**30), max_value=10**30
+    allow_nan=False, allow_infinity=False, min_value=-(10**30), max_value=10**30, places=40
 )
+
+
+@pytest.mark.parametrize(
+    "value", ["9.9999999999999999999999999999999999999999999999990E-50", "1E+101"]
+)
+def test_a_decimal_longer_than_the_limit_is_refused(value: str) -> None:
+    with pytest.raises(CanonicalJSONInvalid, match=r"Decimal longer than 100 digits$"):
+        encode({"epsilon": Decimal(value)})
 
 
 @given(_decimals)
