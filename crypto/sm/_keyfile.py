@@ -3,17 +3,17 @@
 Encrypted keys use PBES2 with scrypt (RFC 7914; N = 2^14, r = 8, p = 5, which
 is OWASP's scrypt floor and stays within OpenSSL's 32 MiB scrypt memory cap,
 so ``openssl pkey -passin`` reads them) and AES-256-CBC. pycryptodome does the
-envelope; its KDF limits stop a crafted file from demanding hours of CPU or
-gigabytes of memory when it is loaded.
+envelope; before it runs, :func:`_check_kdf_cost` reads the file's KDF
+parameters and refuses any that would demand more than a few seconds of CPU or
+64 MiB of memory, so a crafted file cannot tie up the loader.
 """
 
 from __future__ import annotations
 
 import os
 
-from Crypto import IncorrectPassphraseError, KdfLimitError, PassphraseRequiredError
 from Crypto.IO import PKCS8
-from Crypto.Util.asn1 import DerObjectId
+from Crypto.Util.asn1 import DerObjectId, DerSequence
 
 from crypto.errors import KeyExportRefused, KeyInvalid
 from crypto.sm._encoding import (
@@ -35,6 +35,45 @@ PROTECTION = "scryptAndAES256-CBC"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 14, 8, 5
 _MAX_KDF_MEMORY = 64 << 20
 _MAX_DER = 4096
+# scrypt's CPU cost grows with N*r*p; the limit is 16 times what we write.
+_MAX_SCRYPT_WORK = 16 * SCRYPT_N * SCRYPT_R * SCRYPT_P
+_MAX_PBKDF2_ITERATIONS = 10_000_000
+_OID_PBES2 = "1.2.840.113549.1.5.13"
+_OID_PBKDF2 = "1.2.840.113549.1.5.12"
+_OID_SCRYPT = "1.3.6.1.4.1.11591.4.11"
+
+
+class _KdfTooCostly(ValueError):
+    """The file's KDF parameters exceed the loader's limits."""
+
+
+def _is_encrypted(der: bytes) -> bool:
+    """True for an ``EncryptedPrivateKeyInfo`` (first element an AlgorithmIdentifier)."""
+    outer = DerSequence().decode(der, strict=True)
+    return len(outer) == 2 and not isinstance(outer[0], int)
+
+
+def _check_kdf_cost(der: bytes) -> None:
+    """Refuse PBES2 parameters whose KDF would cost more than the limits, before running it."""
+    outer = DerSequence().decode(der, strict=True)
+    algorithm = DerSequence().decode(outer[0], strict=True)
+    if DerObjectId().decode(algorithm[0], strict=True).value != _OID_PBES2:
+        raise _KdfTooCostly("only PBES2 envelopes are accepted")
+    pbes2 = DerSequence().decode(algorithm[1], nr_elements=2, strict=True)
+    kdf = DerSequence().decode(pbes2[0], nr_elements=2, strict=True)
+    kdf_oid = DerObjectId().decode(kdf[0], strict=True).value
+    params = DerSequence().decode(kdf[1], strict=True)
+    if kdf_oid == _OID_SCRYPT:
+        n, r, p = (int(params[i]) for i in (1, 2, 3))
+        memory = 128 * r * (n + p)
+        if min(n, r, p) < 1 or memory > _MAX_KDF_MEMORY or n * r * p > _MAX_SCRYPT_WORK:
+            raise _KdfTooCostly(f"scrypt N={n}, r={r}, p={p} needs {memory} bytes")
+    elif kdf_oid == _OID_PBKDF2:
+        iterations = int(params[1])
+        if not 1 <= iterations <= _MAX_PBKDF2_ITERATIONS:
+            raise _KdfTooCostly(f"PBKDF2 iteration count {iterations}")
+    else:
+        raise _KdfTooCostly(f"unsupported key derivation {kdf_oid}")
 
 
 def _sm2_params() -> DerObjectId:
@@ -87,14 +126,22 @@ def unwrap_private_key(der: bytes, passphrase: bytes | None) -> tuple[int, bytes
     if passphrase is not None and not isinstance(passphrase, bytes):
         raise KeyInvalid(f"passphrase must be bytes, not {type(passphrase).__name__}")
     try:
-        unwrapped = PKCS8.unwrap(der, passphrase, max_memory=_MAX_KDF_MEMORY)
-    except IncorrectPassphraseError:
-        raise KeyInvalid("cannot decrypt the private key: wrong passphrase") from None
-    except PassphraseRequiredError:
-        raise KeyInvalid("private key is encrypted; a passphrase is required") from None
-    except KdfLimitError as exc:
+        encrypted = _is_encrypted(der)
+        if encrypted:
+            if passphrase is None:
+                raise KeyInvalid("private key is encrypted; a passphrase is required")
+            _check_kdf_cost(der)
+    except _KdfTooCostly as exc:
         raise KeyInvalid(f"private key KDF parameters exceed the limits ({exc})") from None
     except (ValueError, TypeError, IndexError) as exc:
+        raise KeyInvalid(f"malformed PKCS#8 private key ({exc})") from None
+    try:
+        unwrapped = PKCS8.unwrap(der, passphrase if encrypted else None)
+    except (ValueError, TypeError, IndexError) as exc:
+        if encrypted:
+            # pycryptodome reports a wrong passphrase as bad padding or as
+            # undecodable plaintext; both mean the key cannot be opened.
+            raise KeyInvalid("cannot decrypt the private key: wrong passphrase") from None
         raise KeyInvalid(f"malformed PKCS#8 private key ({exc})") from None
     oid, inner, params = unwrapped
     if oid != EC_PUBLIC_KEY_OID:

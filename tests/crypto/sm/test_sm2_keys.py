@@ -203,7 +203,9 @@ def _with_scrypt_params(n: int, r: int, p: int) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("n", "r", "p"), [(1 << 24, 8, 5), (1 << 20, 8, 1)], ids=["cpu-hours", "1-GiB-memory"]
+    ("n", "r", "p"),
+    [(1 << 24, 8, 5), (1 << 20, 8, 1), (1 << 14, 8, 1000), (1 << 14, 0, 5)],
+    ids=["cpu-hours", "1-GiB-memory", "parallel-cost", "zero-block-size"],
 )
 def test_crafted_kdf_cost_refused_without_running_it(n: int, r: int, p: int) -> None:
     with pytest.raises(KeyInvalid, match="KDF parameters exceed the limits"):
