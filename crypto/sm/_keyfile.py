@@ -48,7 +48,7 @@ class _KdfTooCostly(ValueError):
 
 
 def _is_encrypted(der: bytes) -> bool:
-    """True for an ``EncryptedPrivateKeyInfo`` (first element an AlgorithmIdentifier)."""
+    """Tell an ``EncryptedPrivateKeyInfo`` (first element a SEQUENCE) from a plain one."""
     outer = DerSequence().decode(der, strict=True)
     return len(outer) == 2 and not isinstance(outer[0], int)
 
