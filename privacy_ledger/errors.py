@@ -297,3 +297,9 @@ class SchemaOutdated(LedgerError):
     """The database schema is missing or older than this code's migrations."""
 
     code = "LEDGER_SCHEMA_OUTDATED"
+
+
+class ReservationConflict(LedgerError):
+    """A reservation's request id was already used for another budget, round or mechanism."""
+
+    code = "LEDGER_RESERVATION_CONFLICT"

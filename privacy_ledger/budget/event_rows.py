@@ -7,15 +7,48 @@ rounded-up ``Decimal`` the ledger compared, infinities as strings.
 
 from __future__ import annotations
 
+import re
 import secrets
 from decimal import Decimal
 from typing import Any
 
+from crypto.sm import sm3_digest
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.types import Reservation
+from privacy_ledger.errors import LedgerParameterInvalid
 from privacy_ledger.models import Budget, PrivacyEventRow
 
-__all__ = ["audit_value", "event_of", "reservation_of", "event_fields", "new_row"]
+__all__ = [
+    "audit_value",
+    "event_of",
+    "reservation_of",
+    "event_fields",
+    "new_row",
+    "request_reservation_id",
+]
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
+_REQUEST_DOMAIN = b"secure-fed/reservation-request/v1\x00"
+
+
+def request_reservation_id(participant_id: str, asset_id: str, request_id: str) -> str:
+    """Return the reservation id a caller-chosen ``request_id`` stands for (32 hex).
+
+    SM3 over a domain tag and the three ids (length-prefixed), so two budgets
+    never share a reservation id whatever request ids their callers choose.
+
+    Raises
+    ------
+    LedgerParameterInvalid
+        ``request_id`` is not 16-128 characters of ``[A-Za-z0-9_-]``.
+    """
+    if not isinstance(request_id, str) or _REQUEST_ID.fullmatch(request_id) is None:
+        raise LedgerParameterInvalid(
+            "request_id: must be 16-128 characters of [A-Za-z0-9_-] (random per request)"
+        )
+    parts = [p.encode("utf-8") for p in (participant_id, asset_id, request_id)]
+    framed = b"".join(len(p).to_bytes(2, "big") + p for p in parts)
+    return sm3_digest(_REQUEST_DOMAIN + framed).hex()[:32]
 
 
 def audit_value(value: float | Decimal) -> Decimal | str:
@@ -75,10 +108,11 @@ def new_row(
     projected: Decimal,
     now: float,
     ttl: float,
+    reservation_id: str | None = None,
 ) -> PrivacyEventRow:
-    """Build the ``reserved`` row of a new reservation (random 128-bit id)."""
+    """Build the ``reserved`` row of a new reservation (random 128-bit id unless given)."""
     return PrivacyEventRow(
-        id=secrets.token_hex(16),
+        id=secrets.token_hex(16) if reservation_id is None else reservation_id,
         participant_id=budget.participant_id,
         asset_id=budget.asset_id,
         round_id=round_id,

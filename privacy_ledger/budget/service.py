@@ -16,7 +16,11 @@ an audit event through :class:`~privacy_ledger.budget.types.AuditAppender` in th
 Protocol for callers: reserve, run the mechanism, ``commit``, and only then
 release anything derived from it. A crash before ``commit`` released nothing,
 so expiring the reservation loses no charge; ``commit`` is idempotent, so a
-restarted caller that resumes by reservation id never charges twice.
+restarted caller that resumes by reservation id never charges twice. A
+caller that may lose the answer to ``reserve`` (a remote client) names the
+request with a ``request_id``: the reservation's id is derived from it, so the
+retried request finds the reservation it already made instead of holding the
+budget twice.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privacy_ledger.budget import accountant as acc
-from privacy_ledger.budget.event_rows import audit_value, event_fields, new_row, reservation_of
+from privacy_ledger.budget.event_rows import (
+    audit_value,
+    event_fields,
+    event_of,
+    new_row,
+    request_reservation_id,
+    reservation_of,
+)
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.participants import check_id
 from privacy_ledger.budget.queries import BudgetQueries
@@ -42,6 +53,7 @@ from privacy_ledger.errors import (
     LedgerError,
     LedgerParameterInvalid,
     ParticipantSuspended,
+    ReservationConflict,
     ReservationExpired,
     ReservationNotActive,
     ReservationUnknown,
@@ -215,6 +227,7 @@ class PrivacyLedger(BudgetQueries):
         *,
         round_id: str | None = None,
         ttl_seconds: float = 3600,
+        request_id: str | None = None,
     ) -> Reservation:
         """Reserve the epsilon of a planned mechanism event, or refuse.
 
@@ -229,6 +242,12 @@ class PrivacyLedger(BudgetQueries):
         ttl_seconds
             The reservation expires (and is released) after this many seconds
             unless committed first.
+        request_id
+            Caller-chosen id of this request (16-128 characters of
+            ``[A-Za-z0-9_-]``, random per planned mechanism): the reservation's
+            id is derived from it, budget and asset, so repeating the request
+            (after a lost answer) returns the reservation already made, in its
+            current state, and holds nothing more.
 
         Returns
         -------
@@ -240,6 +259,8 @@ class PrivacyLedger(BudgetQueries):
         BudgetExceeded
             When epsilon(committed + reserved + event) exceeds the limit; the
             refusal is audited and nothing is recorded as spent.
+        ReservationConflict
+            ``request_id`` was already used with another round or mechanism.
         BudgetNotSet, ParticipantSuspended, LedgerParameterInvalid
         """
         if not isinstance(event, MechanismEvent):
@@ -252,9 +273,14 @@ class PrivacyLedger(BudgetQueries):
             or not (0 < ttl_seconds < 1e9)
         ):
             raise LedgerParameterInvalid(f"ttl_seconds: must be > 0, got {ttl_seconds!r}")
+        wanted = None
+        if request_id is not None:
+            wanted = request_reservation_id(participant_id, asset_id, request_id)
         now = self._clock()
         with self._transaction() as session:
             budget = self._lock_budget(session, participant_id, asset_id)
+            if wanted is not None and (done := session.get(PrivacyEventRow, wanted)) is not None:
+                return self._replayed(done, event, round_id)
             participant = session.get(Participant, participant_id)
             if participant is not None and participant.status != "active":
                 self._emit(
@@ -267,11 +293,23 @@ class PrivacyLedger(BudgetQueries):
                     f"participant {participant_id!r} is suspended"
                 )
             else:
-                outcome = self._reserve_locked(session, budget, event, round_id, now, ttl_seconds)
+                outcome = self._reserve_locked(
+                    session, budget, event, round_id, now, ttl_seconds, wanted
+                )
         if isinstance(outcome, LedgerError):  # refusals commit their audit entry, then raise
             logger.info("refused: %s", outcome.message)
             raise outcome
         return outcome
+
+    @staticmethod
+    def _replayed(row: PrivacyEventRow, event: MechanismEvent, round_id: str | None) -> Reservation:
+        if row.round_id != round_id or event_of(row) != event:
+            raise ReservationConflict(
+                f"request_id: already used for reservation {row.id!r} of round "
+                f"{row.round_id!r} with another mechanism or round; choose a new request id"
+            )
+        logger.info("reserve replayed: reservation %s (%s)", row.id, row.state)
+        return reservation_of(row)
 
     def _reserve_locked(
         self,
@@ -281,6 +319,7 @@ class PrivacyLedger(BudgetQueries):
         round_id: str | None,
         now: float,
         ttl_seconds: float,
+        reservation_id: str | None = None,
     ) -> Reservation | BudgetExceeded:
         self._expire_locked(session, budget, now)
         committed = self._rows(session, budget, "committed")
@@ -308,7 +347,7 @@ class PrivacyLedger(BudgetQueries):
                 reserved=held,
                 requested=requested,
             )
-        row = new_row(budget, event, round_id, projected, now, ttl_seconds)
+        row = new_row(budget, event, round_id, projected, now, ttl_seconds, reservation_id)
         session.add(row)
         budget.version += 1
         session.flush()
