@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import click
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
@@ -29,7 +30,8 @@ from api.cli.errors import describe
 
 __all__ = ["CliCommand", "CliGroup", "LazyCommand", "LazyGroup", "lazy_group"]
 
-_CONTROL = (typer.Exit, typer.Abort, typer.TyperException)
+# Click's own control flow (exit, abort, usage errors) passes through untouched.
+_CONTROL = (click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
 
 
 def _untyped_flags(params: list[Any]) -> list[Any]:
@@ -52,7 +54,7 @@ class CliCommand(TyperCommand):
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, TyperArgument):
-                name = param.display_name_raw.upper()
+                name = (param.name or "").upper()
                 pieces.append(name if param.required else f"[{name}]")
             else:
                 pieces.extend(param.get_usage_pieces(ctx))
