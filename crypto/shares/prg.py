@@ -116,7 +116,7 @@ def keystream(seed: bytes, domain: bytes, label: ShareLabel, nbytes: int) -> byt
     if nbytes < 0:
         raise ParameterInvalid(f"nbytes must be >= 0, got {nbytes}")
     key = hmac.new(bytes(seed), _PRG_DOMAIN + domain + b"\x00" + label.to_bytes(), "sm3").digest()
-    return ChaCha20.new(key=key, nonce=_NONCE).encrypt(bytes(nbytes))
+    return bytes(ChaCha20.new(key=key, nonce=_NONCE).encrypt(bytes(nbytes)))
 
 
 def expand_seed(seed: bytes, label: ShareLabel, count: int) -> RingArray:

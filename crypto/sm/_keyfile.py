@@ -82,7 +82,7 @@ def _sm2_params() -> DerObjectId:
 
 def wrap_private_key_insecure(ec_private_key_der: bytes) -> bytes:
     """Wrap an ``ECPrivateKey`` in an *unencrypted* PKCS#8 ``PrivateKeyInfo``."""
-    return PKCS8.wrap(ec_private_key_der, EC_PUBLIC_KEY_OID, key_params=_sm2_params())
+    return bytes(PKCS8.wrap(ec_private_key_der, EC_PUBLIC_KEY_OID, key_params=_sm2_params()))
 
 
 def wrap_private_key(ec_private_key_der: bytes, passphrase: bytes) -> bytes:
@@ -97,7 +97,7 @@ def wrap_private_key(ec_private_key_der: bytes, passphrase: bytes) -> bytes:
         raise KeyExportRefused(f"passphrase must be bytes, not {type(passphrase).__name__}")
     if not passphrase:
         raise KeyExportRefused("passphrase is empty; refusing to export the private key")
-    return PKCS8.wrap(
+    wrapped = PKCS8.wrap(
         ec_private_key_der,
         EC_PUBLIC_KEY_OID,
         passphrase,
@@ -110,6 +110,7 @@ def wrap_private_key(ec_private_key_der: bytes, passphrase: bytes) -> bytes:
         key_params=_sm2_params(),
         randfunc=os.urandom,
     )
+    return bytes(wrapped)
 
 
 def unwrap_private_key(der: bytes, passphrase: bytes | None) -> tuple[int, bytes | None]:
