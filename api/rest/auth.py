@@ -9,8 +9,9 @@ present the console's session cookie (:mod:`api.rest.session`), accepted only
 by GET console pages and the report export.
 
 Roles (docs/api.md): a ``participant`` reads only its own budgets, scores and
-audit entries; an ``officer`` reads everything and changes nothing; an
-``admin`` also sets budgets and registers participants; a ``service`` reads
+audit entries, and charges (reserve, commit, abort) only its own budgets; an
+``officer`` reads everything and changes nothing; an ``admin`` also sets
+budgets, resolves reservations and registers participants; a ``service`` reads
 budgets, rounds, the audit log's heads and proofs, and the metrics. A token's
 scopes, when given, narrow its role's permissions further. Every refusal is an
 :class:`~api.rest.errors.AccessDenied`, audited by :mod:`api.rest.denials`.
@@ -39,6 +40,7 @@ __all__ = [
     "WriteBudgets",
     "WriteParticipants",
     "BrowserReports",
+    "ChargeBudgets",
     "BrowserOfficer",
     "api_principal",
     "browser_principal",
@@ -50,9 +52,10 @@ __all__ = [
 _READ = frozenset({"budgets:read", "audit:read", "rounds:read"})
 #: What each role may do; a token's scopes (if any) narrow it.
 PERMISSIONS: Mapping[str, frozenset[str]] = {
-    "participant": _READ,
+    "participant": _READ | {"budgets:charge"},
     "officer": _READ | {"reports:read", "metrics:read"},
-    "admin": _READ | {"reports:read", "metrics:read", "budgets:write", "participants:write"},
+    "admin": _READ
+    | {"reports:read", "metrics:read", "budgets:write", "budgets:charge", "participants:write"},
     "service": _READ | {"metrics:read"},
 }
 
@@ -203,6 +206,8 @@ def require_browser(permission: str) -> Callable[[Principal], Principal]:
 
 ReadBudgets = Annotated[Principal, Depends(require("budgets:read"))]
 WriteBudgets = Annotated[Principal, Depends(require("budgets:write"))]
+#: Reserve, commit and abort (a participant: its own budget only; administrators).
+ChargeBudgets = Annotated[Principal, Depends(require("budgets:charge"))]
 WriteParticipants = Annotated[Principal, Depends(require("participants:write"))]
 ReadAudit = Annotated[Principal, Depends(require("audit:read"))]
 ReadRounds = Annotated[Principal, Depends(require("rounds:read"))]

@@ -34,7 +34,7 @@ from api.rest.errors import (
     Unauthenticated,
 )
 from compliance.errors import ComplianceError
-from privacy_ledger.errors import LedgerError
+from privacy_ledger.errors import BudgetExceeded, LedgerError
 
 __all__ = [
     "DEFAULT_STATUS",
@@ -81,6 +81,10 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "LEDGER_PARTICIPANT_CONFLICT": 409,
     "LEDGER_PARTICIPANT_SUSPENDED": 409,
     "LEDGER_BUDGET_EXCEEDED": 409,
+    "LEDGER_CALIBRATION_IMPOSSIBLE": 409,
+    "LEDGER_RESERVATION_CONFLICT": 409,
+    "LEDGER_RESERVATION_NOT_ACTIVE": 409,
+    "LEDGER_RESERVATION_EXPIRED": 409,
     "LEDGER_PARAMETER_INVALID": 422,
     "LEDGER_MECHANISM_INVALID": 422,
     "LEDGER_ACCOUNTANT_NOT_ALLOWED": 422,
@@ -124,6 +128,10 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = Field(
         default=None, description="Failing fields of a validation problem."
     )
+    budget: dict[str, str] | None = Field(
+        default=None,
+        description="LEDGER_BUDGET_EXCEEDED: limit, spent, reserved, requested epsilon.",
+    )
 
 
 def status_of(exc: Exception) -> int:
@@ -145,6 +153,7 @@ def problem_response(
     detail: str,
     errors: list[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    budget: dict[str, str] | None = None,
 ) -> JSONResponse:
     """Return a problem+json response for ``code`` at ``status``."""
     body = Problem(
@@ -155,6 +164,7 @@ def problem_response(
         instance=request.url.path[:512],
         code=code,
         errors=errors,
+        budget=budget,
     )
     return JSONResponse(
         body.model_dump(exclude_none=True),
@@ -172,7 +182,14 @@ def render_error(request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         logger.error("%s on %s %s: %s", code, request.method, request.url.path, message)
     headers = {"WWW-Authenticate": 'Bearer realm="secure-fed"'} if status == 401 else None
-    return problem_response(request, code=code, status=status, detail=message, headers=headers)
+    budget = None
+    if isinstance(exc, BudgetExceeded):
+        budget = {
+            name: str(getattr(exc, name)) for name in ("limit", "spent", "reserved", "requested")
+        }
+    return problem_response(
+        request, code=code, status=status, detail=message, headers=headers, budget=budget
+    )
 
 
 async def _on_typed(request: Request, exc: Exception) -> JSONResponse:

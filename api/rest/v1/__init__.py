@@ -2,13 +2,14 @@
 
 from fastapi import APIRouter
 
-from api.rest.v1 import audit, budgets, participants, reports, rounds
+from api.rest.v1 import audit, budgets, charges, participants, reports, rounds
 
 __all__ = ["ROUTERS"]
 
 #: Routers mounted under ``/v1`` by :func:`api.rest.create_app`.
 ROUTERS: tuple[APIRouter, ...] = (
     budgets.router,
+    charges.router,
     participants.router,
     audit.router,
     reports.router,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from privacy_ledger.budget.event_rows import request_reservation_id
 from tests.api.rest.helpers import ASSET, PARTICIPANTS, ROUND
 
 P1, P2 = PARTICIPANTS
@@ -42,6 +43,30 @@ NOT_P = ("officer", "admin", "service")
 BUDGET = {"epsilon": "8", "delta": 1e-5}
 
 
+def charge_rows() -> list[Row]:
+    """Reserve (one request id per budget, so repeats answer the same reservation), resolve."""
+    event = {"noise_multiplier": 1.1, "sample_rate": 0.01, "steps": 10, "delta": 1e-5}
+    plan = {"rounds": 2, "steps_per_round": 10, "sample_rate": 0.01, "max_grad_norm": 1.0}
+    found: list[Row] = []
+    for pid, who in ((P1, ("participant", "admin")), (P2, ("admin",))):
+        request_id = f"matrix-{pid}-0123456789"
+        held = f"/v1/budgets/{pid}/{ASSET}/reservations/" + request_reservation_id(
+            pid, ASSET, request_id
+        )
+        body = {"request_id": request_id, "event": {**event, "max_grad_norm": 1.0}}
+        readers = ALL if pid == P1 else NOT_P
+        found += [
+            Row(
+                "POST", f"/v1/budgets/{pid}/{ASSET}/reservations", only(*who, status=201), json=body
+            ),
+            Row("POST", held + "/commit", only(*who)),
+            Row("POST", held + "/abort", only(*who), json={"released_anything": True}),
+            Row("GET", f"/v1/budgets/{pid}/{ASSET}/epsilon-spent", only(*readers)),
+            Row("POST", f"/v1/budgets/{pid}/{ASSET}/calibrate-noise", only(*readers), json=plan),
+        ]
+    return found
+
+
 def rows(*, own_entry: int, other_entry: int, bundle: bytes) -> list[Row]:
     """The matrix; ``own_entry``/``other_entry`` are audit indexes about P1 / P2."""
     return [
@@ -57,6 +82,7 @@ def rows(*, own_entry: int, other_entry: int, bundle: bytes) -> list[Row]:
         Row("PUT", f"/v1/budgets/{P1}/{ASSET}", only("admin"), json=BUDGET),
         Row("PUT", f"/v1/budgets/{P2}/{ASSET}", only("admin"), json=BUDGET),
         Row("DELETE", f"/v1/budgets/{P1}/{ASSET}", {}, default=405),
+        *charge_rows(),
         Row("POST", "/v1/budgets", {}, default=405, json=BUDGET),
         Row("GET", "/v1/participants", everyone()),
         Row(

@@ -28,6 +28,13 @@ PUBLIC = {"/healthz", "/readyz", "/openapi.json"}
 NEEDS = {
     ("GET", "/metrics"): "metrics:read",
     ("PUT", "/v1/budgets/{participant_id}/{asset_id}"): "budgets:write",
+    ("POST", "/v1/budgets/{participant_id}/{asset_id}/reservations"): "budgets:charge",
+    ("POST", "/v1/budgets/{participant_id}/{asset_id}/reservations/{reservation_id}/commit"): (
+        "budgets:charge"
+    ),
+    ("POST", "/v1/budgets/{participant_id}/{asset_id}/reservations/{reservation_id}/abort"): (
+        "budgets:charge"
+    ),
     ("POST", "/v1/participants"): "participants:write",
     ("POST", "/v1/participants/{participant_id}/assets"): "participants:write",
     ("GET", "/v1/reports/export"): "reports:read",
