@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,20 +30,25 @@ import numpy as np
 from torch import nn
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger.budget.receipts import ReceiptIssuer, ReceiptVerifier
+from privacy_ledger.budget.receipts import ReceiptIssuer
 from privacy_ledger.budget.service import PrivacyLedger
-from secure_fed.errors import FederationConfigInvalid, SecureFedError, TooFewParticipants
-from secure_fed.evaluation.attacks import make_attack
+from secure_fed.errors import SecureFedError, TooFewParticipants
+from secure_fed.federation.builders import (
+    build_aggregator,
+    build_participant,
+    make_trainer,
+    output_spec,
+    participant_seed,
+    private_parts,
+)
 from secure_fed.federation.config import (
     ASSET_ID,
     FederationConfig,
     PlannedParticipant,
     plan_participants,
 )
-from secure_fed.federation.engine import RoundEngine
-from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.federation.evidence import carve_evidence
-from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
+from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.observer import (
     ObservedAggregator,
     ObservedEncoder,
@@ -56,33 +60,19 @@ from secure_fed.federation.participant import (
     Participant,
     public_set_digest,
 )
-from secure_fed.federation.schema import (
-    ModelSchema,
-    OutputSpec,
-    RoundSchema,
-    SchemaRegistry,
-    SemVer,
-)
 from secure_fed.federation.stages import RoundConfig, RoundStore
-from secure_fed.federation.weighting import DynamicWeighting
 from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
-from secure_fed.learning.data import TaskData, dirichlet_split
+from secure_fed.learning.data import TaskData
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.learning.metrics import METRIC_NAMES, Scores, evaluate_scores
-from secure_fed.learning.models import build_model, check_private_compatible
 from secure_fed.learning.private_training import (
-    DPGoal,
     InsecureSeededNoise,
-    PrivateTrainer,
-    TrainReport,
-    train_nonprivate,
 )
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import UploadEncoder
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
 
 __all__ = ["Federation", "ParticipantRound", "RoundResult"]
 
@@ -167,48 +157,6 @@ class _Member:
         return self.handler.participant
 
 
-class NonPrivateTrainer:
-    """Trainer without DP, same interface as ``PrivateTrainer`` (baselines only)."""
-
-    def __init__(
-        self,
-        *,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        epochs: int,
-        lr: float,
-        batch_size: int,
-        seed: int,
-    ) -> None:
-        self.model, self.x, self.y = model, x, y
-        self.epochs, self.lr, self.batch_size, self.seed = epochs, lr, batch_size, seed
-        self._calls = 0
-
-    def train_round(self, round_id: str) -> TrainReport:
-        """Train ``epochs`` epochs without noise; nothing is charged (no DP claim)."""
-        self._calls += 1
-        train_nonprivate(
-            self.model,
-            self.x,
-            self.y,
-            epochs=self.epochs,
-            lr=self.lr,
-            batch_size=self.batch_size,
-            seed=self.seed * 1000 + self._calls,
-        )
-        return TrainReport(
-            round_id=round_id,
-            trained=True,
-            refused_reason=None,
-            noise_multiplier=0.0,
-            sample_rate=1.0,
-            steps=0,
-            max_grad_norm=0.0,
-            epsilon_spent=math.inf,
-        )
-
-
 class Federation:
     """A whole federation in one process: participants, aggregator, budget.
 
@@ -252,9 +200,6 @@ class Federation:
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         self.on_stage, self.insecure_noise = on_stage, insecure_noise
         shape = (len(task.public_x), task.num_classes)
-        self.output = OutputSpec(num_classes=task.num_classes, bound=PUBLIC_LOGIT_BOUND)
-        self.contract = RoundSchema(major=1, output=self.output)
-        self.registry = SchemaRegistry()
         # Secure modes: key authority, helper and enrolment (secure_fed.secure.deployment);
         # every mode scores by robust pooled Mahalanobis and decides by OutlierPolicy,
         # whose factors the engine multiplies into the published weights and audits.
@@ -283,62 +228,34 @@ class Federation:
         aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
         if on_stage is not None:
             aggregator = ObservedAggregator(aggregator, notify=self._stage)
-        self.policy = OutlierPolicy(
-            dof=task.num_classes - 1,
-            min_keep=config.quorum(),
-            config=OutlierConfig(exclude=config.exclude_outliers),
-        )
-        self.engine = RoundEngine(
-            store=store,
-            aggregator=aggregator,
-            mode=config.mode,
-            registry=self.registry,
-            weighting=DynamicWeighting(alpha=config.weighting_alpha, beta=config.weighting_beta),
-            outlier_filter=self.policy,
-            audit=self.audit,
-            sharpen_temperature=config.sharpen_temperature,
-            clock=clock,
-            evidence=self.evidence,
-        )
         signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
         # With a privacy ledger, the aggregator accepts an upload only with the ledger's
         # signed receipt of the sender's committed charge for the round.
         self.receipts: ReceiptIssuer | None = None
         if config.private and isinstance(budget, PrivacyLedger):
             self.receipts = ReceiptIssuer(ledger=budget, key=SM2PrivateKey.generate(), clock=clock)
-        self.gate = EnvelopeVerifier(
-            keys={p: k.public_key for p, k in signing_keys.items()},
-            submit=self.engine.submit,
+        parts = private_parts(task, config)
+        # base shares: the row counts the operator assigned, never an upload's own claim
+        rows = {p.participant_id: len(idx) for p, idx in zip(plan, parts, strict=True)}
+        built = build_aggregator(
+            config,
+            plan=plan,
+            registered_rows=rows,
+            num_classes=task.num_classes,
+            aggregator=aggregator,
             params=self.deployment.params,
-            max_bytes=64 * 1024 * 1024,
+            participant_keys={p: k.public_key for p, k in signing_keys.items()},
+            store=store,
             audit=self.audit,
-            receipts=(
-                ReceiptVerifier(public_key=self.receipts.public_key, clock=clock)
-                if self.receipts is not None
-                else None
-            ),
+            receipt_key=None if self.receipts is None else self.receipts.public_key,
+            evidence=self.evidence,
+            clock=clock,
         )
-        self.aggregator = AggregatorHandler(engine=self.engine, gate=self.gate)
+        self.output = output_spec(task.num_classes)
+        self.contract, self.registry, self.policy = built.contract, built.registry, built.policy
+        self.engine, self.gate, self.aggregator = built.engine, built.gate, built.handler
         self.public_sm3 = public_set_digest(task.public_x)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
-        parts = list(task.parts) if task.parts is not None else None
-        if parts is None:  # one pool: Dirichlet label skew; own tables are kept as given
-            parts = dirichlet_split(
-                task.private_y,
-                parts=config.participants,
-                alpha=config.alpha,
-                seed=config.seed,
-                min_size=16,
-            )
-        elif len(parts) != config.participants:
-            raise FederationConfigInvalid(
-                f"participants must be {len(parts)}, the number of participant tables, "
-                f"got {config.participants}"
-            )
-        # base shares: the row counts the operator assigned, never an upload's own claim
-        self.engine.weighting.registered = {
-            planned.participant_id: len(idx) for planned, idx in zip(plan, parts, strict=True)
-        }
         self.members = [
             self._build(planned, idx, k, signing_keys[planned.participant_id])
             for k, (planned, idx) in enumerate(zip(plan, parts, strict=True))
@@ -348,82 +265,48 @@ class Federation:
     def _trainer(
         self, model: nn.Module, x: np.ndarray, y: np.ndarray, pid: str, gate: BudgetGate, seed: int
     ) -> LocalTrainer:
-        c = self.config
-        # At least 3 batches per epoch: with a batch as large as the data, Poisson sampling
-        # gives q = 1 and DP-SGD loses its privacy amplification by subsampling.
-        # The learning rate follows the batch (linear scaling rule, Goyal et al. 2017).
-        batch = max(4, min(c.batch_size, len(x) // 3))
-        lr = c.lr * batch / c.batch_size
-        if not c.private:
-            return NonPrivateTrainer(
-                model=model, x=x, y=y, epochs=c.epochs_per_round, lr=lr, batch_size=batch, seed=seed
-            )
-        return PrivateTrainer(
+        noise = None
+        if self.insecure_noise:
+            noise = InsecureSeededNoise(seed=seed * 2 + (gate is self._baseline_gate))
+        return make_trainer(
+            self.config,
             model=model,
             x=x,
             y=y,
-            goal=DPGoal(epsilon=c.epsilon, delta=c.delta, rounds=c.rounds),
-            budget=gate,
             participant_id=pid,
-            asset_id=ASSET_ID,
-            batch_size=batch,
-            lr=lr,
-            epochs_per_round=c.epochs_per_round,
+            budget=gate,
             seed=seed,
-            insecure_noise=(
-                InsecureSeededNoise(seed=seed * 2 + (gate is self._baseline_gate))
-                if self.insecure_noise
-                else None
-            ),
+            insecure_noise=noise,
         )
 
     def _build(
         self, planned: PlannedParticipant, idx: np.ndarray, k: int, key: SM2PrivateKey
     ) -> _Member:
         c, t = self.config, self.task
-        model = build_model(
-            planned.architecture,
+        x, y = t.private_x[idx], t.private_y[idx]
+        handler = build_participant(
+            c,
+            planned=planned,
+            index=k,
+            x=x,
+            y=y,
+            public_x=t.public_x,
             input_shape=t.input_shape,
             num_classes=t.num_classes,
-            seed=c.seed * 100 + k,
+            budget=self.budget,
+            encoder=self._encoder(planned.participant_id),
+            params=self.deployment.params,
+            signing_key=key,
+            receipts=self._receipt_source(planned.participant_id),
+            insecure_noise=self.insecure_noise,
         )
-        check_private_compatible(model)
-        schema = ModelSchema(
-            model_id=planned.architecture, version=SemVer(1, k % 3, 0), output=self.output
-        )
-        self.registry.register(schema)
-        x, y = t.private_x[idx], t.private_y[idx]
-        seed = c.seed * 100 + k
-        twin_model = copy.deepcopy(model) if c.baseline else None
+        twin_model = copy.deepcopy(handler.participant.model) if c.baseline else None
         twin = None
         if twin_model is not None:
+            seed = participant_seed(c, k)
             twin = self._trainer(
                 twin_model, x, y, planned.participant_id, self._baseline_gate, seed
             )
-        attack = None
-        if planned.attacker and c.attack is not None:
-            attack = make_attack(c.attack.kind, bound=PUBLIC_LOGIT_BOUND, seed=c.seed + k)
-        participant = Participant(
-            participant_id=planned.participant_id,
-            model=model,
-            schema=schema,
-            trainer=self._trainer(model, x, y, planned.participant_id, self.budget, seed),
-            public_x=t.public_x,
-            num_samples=len(idx),
-            encoder=self._encoder(planned.participant_id),
-            mode=c.mode,
-            distill_settings=c.distill,
-            attack=attack,
-            seed=seed,
-        )
-        handler = ParticipantHandler(
-            participant=participant,
-            signing_key=key,
-            params=self.deployment.params,
-            total_rounds=c.rounds,
-            receipts=self._receipt_source(planned.participant_id),
-            delta=c.delta,
-        )
         return _Member(handler, planned.architecture, planned.attacker, twin, twin_model)
 
     def _stage(self, stage: str, participant_id: str | None = None) -> None:
