@@ -32,7 +32,7 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from crypto.errors import CryptoError
 from crypto.sm import SM2PrivateKey, SM2PublicKey, sm3_digest
@@ -46,6 +46,7 @@ from secure_fed.wire import MessageKind, decode_frame, encode_frame, encode_head
 
 __all__ = [
     "ChannelKey",
+    "FreshnessStore",
     "RequestVerifier",
     "ServerIdentity",
     "ServerSigningKey",
@@ -218,6 +219,16 @@ class VerifiedRequest:
     signer: str
 
 
+class FreshnessStore(Protocol):
+    """A persisted record of served nonces (``secure_fed.secure.parties.nonces.NonceStore``)."""
+
+    def claim(
+        self, channel: str, round_id: int, nonce: str, *, any_round: bool, max_nonces: int
+    ) -> None:
+        """Record a nonce with the verifier's rules, or raise ``ServerRequestReplayed``."""
+        ...
+
+
 @dataclass
 class RequestVerifier:
     """Checks tags, binding and freshness of one channel's requests (the receiver's side).
@@ -235,12 +246,17 @@ class RequestVerifier:
         range check, which an aggregator restarted mid-round sends again under the
         newest round it knows): no round order is enforced, and the last
         ``max_nonces`` nonces of every round are remembered (oldest forgotten first).
+    store, channel
+        Keep the freshness record in ``store`` under ``channel`` (it survives a
+        restart) instead of in memory; the rules are the same.
     """
 
     kind: MessageKind
     sender: ServerIdentity | ChannelKey
     max_nonces: int = MAX_NONCES_PER_ROUND
     any_round: bool = False
+    store: FreshnessStore | None = field(default=None, repr=False)
+    channel: str = "requests"
     _round: int = field(default=-1, repr=False)
     _nonces: set[str] = field(default_factory=set, repr=False)
     _recent: dict[str, None] = field(default_factory=dict, repr=False)
@@ -324,6 +340,15 @@ class RequestVerifier:
             _unauthenticated("the request's SM2 signature is wrong")
 
     def _check_fresh(self, request: VerifiedRequest) -> None:
+        if self.store is not None:
+            self.store.claim(
+                self.channel,
+                request.round_id,
+                request.nonce,
+                any_round=self.any_round,
+                max_nonces=self.max_nonces,
+            )
+            return
         if self.any_round:
             if request.nonce in self._recent:
                 raise ServerRequestReplayed("nonce already used")

@@ -74,7 +74,12 @@ from secure_fed.secure.release_policy import (
     ReleaseRule,
 )
 from secure_fed.secure.scoring.mahalanobis import symmetric_from_pairs
-from secure_fed.secure.server_auth import ChannelKey, RequestVerifier, authenticate_request
+from secure_fed.secure.server_auth import (
+    ChannelKey,
+    FreshnessStore,
+    RequestVerifier,
+    authenticate_request,
+)
 from secure_fed.wire import (
     HELPER_REPLY,
     HELPER_REQUEST,
@@ -165,6 +170,10 @@ class HelperParty:
         HMAC-SM3 key of the aggregator's signed requests (:mod:`..server_auth`);
         every operation is served only for a request tagged with it (without
         one, every request is refused).
+    nonces
+        Where the request verifiers keep served nonces and rounds
+        (:class:`~secure_fed.secure.parties.nonces.NonceStore`: a restart refuses
+        a replay too); ``None`` keeps them in memory.
     """
 
     shape: tuple[int, int]
@@ -176,6 +185,7 @@ class HelperParty:
     release_rules: tuple[ReleaseRule, ...] = ()
     registry: HelperRegistry = field(default_factory=HelperRegistry)
     request_key: ChannelKey | None = field(default=None, repr=False)
+    nonces: FreshnessStore | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
@@ -188,10 +198,11 @@ class HelperParty:
 
     def __post_init__(self) -> None:
         if self.request_key is not None:
-            self._plan_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
-            self._op_verifier = RequestVerifier(HELPER_REQUEST, self.request_key)
+            key, store = self.request_key, self.nonces
+            self._plan_verifier = RequestVerifier(HELPER_REQUEST, key, store=store, channel="plan")
+            self._op_verifier = RequestVerifier(HELPER_REQUEST, key, store=store, channel="ops")
             self._upload_verifier = RequestVerifier(
-                HELPER_REQUEST, self.request_key, any_round=True
+                HELPER_REQUEST, key, any_round=True, store=store, channel="uploads"
             )
         self.plans = PlanBook(
             min_participants=self.min_participants,

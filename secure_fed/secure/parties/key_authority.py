@@ -75,6 +75,7 @@ from secure_fed.secure.release_policy import (
     ReleaseRule,
 )
 from secure_fed.secure.server_auth import (
+    FreshnessStore,
     RequestVerifier,
     ServerIdentity,
     Signer,
@@ -162,6 +163,10 @@ class KeyAuthority:
         (each ciphertext of a request counts: a ``10,000 x 10`` aggregate is 25
         under ``CKKS_SCORING``). ``None``: the preset's ``max_decryptions``, the
         ``t`` its noise flooding is sized for; a larger value is refused.
+    nonces
+        Where the request verifiers keep served nonces and rounds
+        (:class:`~secure_fed.secure.parties.nonces.NonceStore`: a restart refuses
+        a replay too); ``None`` keeps them in memory.
     """
 
     min_participants: int
@@ -176,6 +181,7 @@ class KeyAuthority:
     release_rules: tuple[ReleaseRule, ...] = ()
     enrolled: frozenset[str] | None = None
     upload_shape: tuple[int, int] | None = None
+    nonces: FreshnessStore | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
@@ -202,12 +208,13 @@ class KeyAuthority:
                 f"{self.keys.preset.name} floods for"  # type: ignore[union-attr]
             )
         if self.aggregator is not None:
-            self._verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
+            kind, sender, store = KEY_AUTHORITY_REQUEST, self.aggregator, self.nonces
+            self._verifier = RequestVerifier(kind, sender, store=store, channel="decrypt")
             # plans are fixed ahead of a round's decryptions: their own freshness window
-            self._plan_verifier = RequestVerifier(KEY_AUTHORITY_REQUEST, self.aggregator)
+            self._plan_verifier = RequestVerifier(kind, sender, store=store, channel="plan")
             # range checks run at an upload's load, which belongs to no round of its own
             self._range_verifier = RequestVerifier(
-                KEY_AUTHORITY_REQUEST, self.aggregator, any_round=True
+                kind, sender, any_round=True, store=store, channel="range"
             )
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")

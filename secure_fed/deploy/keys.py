@@ -1,0 +1,491 @@
+"""The key ceremony of a deployment and the loaders each party runs on its own machine.
+
+:func:`create_keys` is the ceremony for a try-out on one machine: it writes one
+directory per party holding only what that party may hold (files 0600,
+directories 0700) plus ``party.json``, the public manifest every party shares
+(mode, shape, roster, quorum, epoch fingerprints, every SM2 public key)::
+
+    root/aggregator/           aggregator.key.pem (SM2), scoring.context and
+                               publication.context (ckks: public contexts only), or
+                               enrolment.json, dealer-aggregator.secret,
+                               channel.secret, request.secret (shares)
+    root/keyauthority/         audit.key.pem; scoring.sealed, publication.sealed and
+                               seal.key (ckks: the SM4-GCM-sealed secret keys), or
+                               dealer-aggregator.secret, dealer-helper.secret (shares)
+    root/helper/               audit.key.pem, enrolment.json, dealer-helper.secret,
+                               channel.secret, request.secret (shares only)
+    root/participants/<id>/    signing.key.pem; the public contexts (ckks) or
+                               enrolment.json (its two enrolment secrets, shares)
+    root/api/                  audit.key.pem, receipts.key.pem
+    root/tls/                  ca.pem, <service>.pem/.key, aggregator.pem/.key,
+                               ca/ca.key (:func:`secure_fed.deploy.tls.create_local_ca`)
+
+The aggregator never receives a CKKS secret key, a helper secret or the helper's
+dealer key; a participant only public material and its own secrets. In production
+each party generates its own SM2 key and only public keys and enrolment secrets
+are exchanged (``docs/deploy.md``).
+
+Public API (stable; the deployment helpers code against it)::
+
+    create_keys(root, *, mode, participant_ids, shape, min_participants,
+                publication_preset="CKKS_PUBLICATION", tls_hosts=("127.0.0.1", "localhost"))
+    read_manifest(directory) -> KeyManifest
+    load_aggregator(directory, *, authority: AuthorityChannels,
+                    helper: Callable[[bytes], bytes] | None = None,
+                    audit: AuditSink | None = None) -> AggregatorKeys
+        .mode .params .shape .min_participants .participant_ids .participant_keys
+        .receipt_key .aggregator(*, bound, scoring=None) -> SecureAggregator
+    load_participant(directory) -> ParticipantKeys
+        .participant_id .signing_key .mode .params .shape .encoder(*, bound) -> UploadEncoder
+    load_key_authority(directory, *, audit, state_dir) -> KeyAuthorityParty
+        .authority (KeyAuthority) .decrypt .plan .deal .deal_range .channels()
+        .public_context(role) -> bytes
+    load_helper(directory, *, audit, state_dir) -> HelperParty
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, cast
+
+from secure_fed.deploy.ceremony import (
+    MANIFEST,
+    KeyManifest,
+    read_json,
+    read_manifest,
+    read_secret,
+    read_sm2,
+    require_mode,
+)
+from secure_fed.deploy.ceremony import create_keys as create_keys
+from secure_fed.deploy.errors import KeyDirectoryInvalid
+from secure_fed.deploy.tls import private_dir
+from secure_fed.deploy.transport import AuthorityChannels, pack_pair
+from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.mode import SecureAggregator, UploadEncoder
+from secure_fed.secure.parties.helper import HelperParty
+from secure_fed.secure.parties.key_authority import KeyAuthority
+from secure_fed.secure.parties.nonces import NonceStore
+from secure_fed.secure.parties.registry import HelperRegistry
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.server_auth import ChannelKey, ServerIdentity, ServerSigningKey
+
+__all__ = [
+    "MANIFEST",
+    "AggregatorKeys",
+    "KeyAuthorityParty",
+    "KeyManifest",
+    "ParticipantKeys",
+    "create_keys",
+    "load_aggregator",
+    "load_helper",
+    "load_key_authority",
+    "load_participant",
+    "read_manifest",
+]
+
+_log = logging.getLogger(__name__)
+
+SHARES_PARAMS = "Z2^64/f12"
+
+
+def _mac(directory: Path, name: str, recipient: str) -> object:
+    from crypto.shares import ShareMacKey
+
+    return ShareMacKey.derive(read_secret(directory / f"{name}.secret"), recipient=recipient)
+
+
+def _context(directory: Path, role: str, preset: str, fingerprint: str) -> object:
+    from crypto.ckks import PublicContext
+    from crypto.errors import CryptoError
+
+    try:
+        return PublicContext.from_bytes(
+            (directory / f"{role}.context").read_bytes(),
+            preset=preset,
+            expected_fingerprint=bytes.fromhex(fingerprint),
+        )
+    except (OSError, CryptoError, ValueError) as exc:
+        raise KeyDirectoryInvalid(f"{role} context in {directory} refused: {exc}") from exc
+
+
+@dataclass(frozen=True, eq=False)
+class AggregatorKeys:
+    """What the aggregator loads: the manifest, its SM2 key and its channels (never pickled)."""
+
+    manifest: KeyManifest
+    directory: Path
+    authority: AuthorityChannels
+    helper: Callable[[bytes], bytes] | None
+    audit: AuditSink | None
+
+    @property
+    def mode(self) -> str:
+        """``"ckks"`` or ``"shares"``."""
+        return self.manifest.mode
+
+    @property
+    def params(self) -> str:
+        """Crypto parameters uploads declare in their signed envelope."""
+        return self.manifest.params
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(N_pub, C)`` of every upload."""
+        return self.manifest.shape
+
+    @property
+    def min_participants(self) -> int:
+        """The round quorum."""
+        return self.manifest.min_participants
+
+    @property
+    def participant_ids(self) -> tuple[str, ...]:
+        """The enrolled participants."""
+        return self.manifest.participant_ids
+
+    @property
+    def participant_keys(self) -> dict[str, object]:
+        """SM2 public key of every participant (``crypto.sm.SM2PublicKey``)."""
+        return dict(self.manifest.participant_keys)
+
+    @property
+    def receipt_key(self) -> object:
+        """SM2 public key of the ledger's budget receipts (``crypto.sm.SM2PublicKey``)."""
+        return self.manifest.receipt_key
+
+    def aggregator(self, *, bound: float, scoring: ScoringConfig | None = None) -> SecureAggregator:
+        """Build the mode's aggregator over the configured channels.
+
+        Raises
+        ------
+        KeyDirectoryInvalid
+            A key file is missing or malformed.
+        ModeSetupInvalid
+            A channel the mode needs is missing.
+        """
+        signer = ServerSigningKey(name="aggregator", key=read_sm2(self.directory, "aggregator"))
+        if self.mode == "ckks":
+            return self._ckks(bound, scoring, signer)
+        return self._shares(bound, scoring, signer)
+
+    def _ckks(
+        self, bound: float, scoring: ScoringConfig | None, signer: ServerSigningKey
+    ) -> SecureAggregator:
+        from secure_fed.secure.modes.ckks import PRESET, CkksAggregator, CkksKeys
+
+        m, channels = self.manifest, self.authority
+        if channels.decrypt is None:
+            raise KeyDirectoryInvalid(
+                "the ckks aggregator needs the key authority's decrypt channel"
+            )
+        public = _context(self.directory, "scoring", PRESET, m.fingerprints["scoring"])
+        publication = None
+        if m.publication_preset is not None:
+            fp = m.fingerprints["publication"]
+            publication = _context(self.directory, "publication", m.publication_preset, fp)
+        keys = CkksKeys(
+            public_context=public,  # type: ignore[arg-type]
+            authority=channels.decrypt,
+            signer=signer,
+            plans=channels.plan,
+            publication_context=publication,  # type: ignore[arg-type]
+        )
+        return CkksAggregator(
+            shape=m.shape,
+            bound=bound,
+            keys=keys,
+            scoring=scoring,
+            min_participants=m.min_participants,
+        )
+
+    def _shares(
+        self, bound: float, scoring: ScoringConfig | None, signer: ServerSigningKey
+    ) -> SecureAggregator:
+        from secure_fed.secure.modes.share_range import RangeDealer
+        from secure_fed.secure.modes.shares import Dealer, SharesAggregator, SharesKeys
+
+        channels, d = self.authority, self.directory
+        if self.helper is None or channels.deal is None:
+            raise KeyDirectoryInvalid("the shares aggregator needs the helper and dealer channels")
+        enrolment = read_json(d / "enrolment.json")
+        keys = SharesKeys(
+            secrets={p: bytes.fromhex(str(s)) for p, s in enrolment.items()},
+            helper=self.helper,
+            dealer=cast("Dealer", channels.deal),
+            range_dealer=cast("RangeDealer | None", channels.deal_range),
+            dealer_key=_mac(d, "dealer-aggregator", "dealer-aggregator"),  # type: ignore[arg-type]
+            channel_key=_mac(d, "channel", "channel"),  # type: ignore[arg-type]
+            request_key=ChannelKey(name="aggregator", key=read_secret(d / "request.secret")),
+            signing_key=signer,
+        )
+        return SharesAggregator(
+            shape=self.shape,
+            bound=bound,
+            keys=keys,
+            scoring=scoring,
+            min_participants=self.min_participants,
+        )
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("AggregatorKeys cannot be pickled")
+
+
+def load_aggregator(
+    directory: Path,
+    *,
+    authority: AuthorityChannels,
+    helper: Callable[[bytes], bytes] | None = None,
+    audit: AuditSink | None = None,
+) -> AggregatorKeys:
+    """Load the aggregator's directory; its key authority (and helper) channels are given.
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        The directory is not an aggregator's, or its manifest is malformed.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory, role="aggregator")
+    if not isinstance(authority, AuthorityChannels):
+        raise KeyDirectoryInvalid("authority must be AuthorityChannels (remote_authority(...))")
+    if manifest.mode == "shares" and helper is None:
+        raise KeyDirectoryInvalid("the shares aggregator needs a helper channel")
+    return AggregatorKeys(manifest, directory, authority, helper, audit)
+
+
+@dataclass(frozen=True, eq=False)
+class ParticipantKeys:
+    """What a participant loads: the manifest, its id, its SM2 key, its encoder material."""
+
+    manifest: KeyManifest
+    directory: Path
+    participant_id: str
+    signing_key: object  # crypto.sm.SM2PrivateKey
+
+    @property
+    def mode(self) -> str:
+        """``"ckks"`` or ``"shares"``."""
+        return self.manifest.mode
+
+    @property
+    def params(self) -> str:
+        """Crypto parameters its uploads declare."""
+        return self.manifest.params
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(N_pub, C)`` of every upload."""
+        return self.manifest.shape
+
+    def encoder(self, *, bound: float) -> UploadEncoder:
+        """Build the participant's encoder (public contexts, or its enrolment secrets).
+
+        Raises
+        ------
+        KeyDirectoryInvalid
+            A key file is missing or malformed.
+        """
+        m = self.manifest
+        if m.mode == "ckks":
+            from secure_fed.secure.modes.ckks import PRESET, CkksEncoder
+
+            public = _context(self.directory, "scoring", PRESET, m.fingerprints["scoring"])
+            publication = None
+            if m.publication_preset is not None:
+                fp = m.fingerprints["publication"]
+                publication = _context(self.directory, "publication", m.publication_preset, fp)
+            return CkksEncoder(
+                shape=m.shape,
+                bound=bound,
+                public_context=public,  # type: ignore[arg-type]
+                publication_context=publication,  # type: ignore[arg-type]
+            )
+        from secure_fed.secure.modes.shares import SharesEncoder, SharesEnrolment
+
+        own = read_json(self.directory / "enrolment.json")
+        enrolment = SharesEnrolment(
+            participant_id=self.participant_id,
+            aggregator_secret=bytes.fromhex(str(own.get("aggregator_secret", ""))),
+            helper_secret=bytes.fromhex(str(own.get("helper_secret", ""))),
+        )
+        return SharesEncoder(shape=m.shape, bound=bound, enrolment=enrolment)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("ParticipantKeys cannot be pickled")
+
+
+def load_participant(directory: Path) -> ParticipantKeys:
+    """Load a participant's directory (``root/participants/<id>``).
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        The directory is not a participant's, or a file is missing or malformed.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory, role="participant")
+    pid = str(read_json(directory / MANIFEST).get("participant_id", ""))
+    if pid not in manifest.participant_ids:
+        raise KeyDirectoryInvalid(f"{directory} names no enrolled participant ({pid!r})")
+    return ParticipantKeys(manifest, directory, pid, read_sm2(directory, "signing"))
+
+
+@dataclass(eq=False)
+class KeyAuthorityParty:
+    """The key authority as loaded: the party and its bytes endpoints (MAC keys bound).
+
+    ``decrypt`` and ``plan`` serve the ckks mode; ``deal`` and ``deal_range`` (two
+    blobs each, :func:`~secure_fed.deploy.transport.pack_pair` for HTTP) the shares mode.
+    """
+
+    authority: KeyAuthority
+    manifest: KeyManifest
+    directory: Path
+    _macs: tuple[object, object] | None = None
+
+    def decrypt(self, request: bytes) -> bytes:
+        """Serve a signed decryption request (:meth:`KeyAuthority.handle`)."""
+        return self.authority.handle(request)
+
+    def plan(self, request: bytes) -> bytes:
+        """Fix a round's release plan (:meth:`KeyAuthority.install_plan`)."""
+        return self.authority.install_plan(request)
+
+    def deal(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal Beaver triples for a signed request (shares mode)."""
+        agg, helper = self._keys()
+        return self.authority.handle_deal(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
+
+    def deal_range(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal one upload's range-check material for a signed request (shares mode)."""
+        agg, helper = self._keys()
+        return self.authority.handle_deal_range(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
+
+    def deal_packed(self, request: bytes) -> bytes:
+        """:meth:`deal` with both blobs in one body (the HTTP route's reply)."""
+        return pack_pair(*self.deal(request))
+
+    def deal_range_packed(self, request: bytes) -> bytes:
+        """:meth:`deal_range` with both blobs in one body."""
+        return pack_pair(*self.deal_range(request))
+
+    def _keys(self) -> tuple[object, object]:
+        from secure_fed.errors import AuthorityRequestMalformed
+
+        if self._macs is None:
+            raise AuthorityRequestMalformed("this key authority deals no triples (ckks mode)")
+        return self._macs
+
+    def public_context(self, role: str) -> bytes:
+        """Return the serialized public context of epoch ``role`` (``scoring`` or ``publication``).
+
+        Raises
+        ------
+        KeyDirectoryInvalid
+            If the authority holds no such epoch.
+        """
+        from secure_fed.errors import KeyAuthorityConfigInvalid
+
+        try:
+            if role == "scoring":
+                return self.authority.public_context
+            if role == "publication":
+                return self.authority.publication_context
+        except KeyAuthorityConfigInvalid as exc:
+            raise KeyDirectoryInvalid(str(exc)) from exc
+        raise KeyDirectoryInvalid(f"epoch role must be 'scoring' or 'publication', got {role!r}")
+
+    def channels(self) -> AuthorityChannels:
+        """In-process channels to this authority (tests and one-machine runs)."""
+        return AuthorityChannels(
+            decrypt=self.decrypt, plan=self.plan, deal=self.deal, deal_range=self.deal_range
+        )
+
+
+def _state(state_dir: Path) -> Path:
+    return private_dir(Path(state_dir))
+
+
+def _sealed(directory: Path, role: str) -> object:
+    from crypto.ckks import import_secret_key_encrypted
+    from crypto.errors import CryptoError
+
+    try:
+        blob = (directory / f"{role}.sealed").read_bytes()
+        return import_secret_key_encrypted(blob, key=read_secret(directory / "seal.key", size=16))
+    except (OSError, CryptoError) as exc:
+        raise KeyDirectoryInvalid(f"{role} secret key in {directory} refused: {exc}") from exc
+
+
+def load_key_authority(
+    directory: Path, *, audit: AuditSink | None, state_dir: Path
+) -> KeyAuthorityParty:
+    """Load the key authority's directory; its nonce record lives in ``state_dir``.
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        The directory is not the key authority's, or a key does not load.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory, role="keyauthority")
+    aggregator = ServerIdentity("aggregator", manifest.aggregator_key)
+    nonces = NonceStore(_state(state_dir) / "keyauthority-nonces.db")
+    common = {
+        "min_participants": manifest.min_participants,
+        "audit": audit,
+        "aggregator": aggregator,
+        "nonces": nonces,
+        "enrolled": frozenset(manifest.participant_ids),
+        "upload_shape": manifest.shape,
+    }
+    if manifest.mode == "ckks":
+        scoring = _sealed(directory, "scoring")
+        publication = (
+            None if manifest.publication_preset is None else _sealed(directory, "publication")
+        )
+        authority = KeyAuthority(keys=scoring, publication_keys=publication, **common)  # type: ignore[arg-type]
+        return KeyAuthorityParty(authority, manifest, directory)
+    require_mode(manifest, "shares")
+    authority = KeyAuthority(**common)  # type: ignore[arg-type]
+    macs = (
+        _mac(directory, "dealer-aggregator", "dealer-aggregator"),
+        _mac(directory, "dealer-helper", "dealer-helper"),
+    )
+    return KeyAuthorityParty(authority, manifest, directory, macs)
+
+
+def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) -> HelperParty:
+    """Load the helper's directory; its triple registry and nonce record live in ``state_dir``.
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        The directory is not the helper's, or a key does not load.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory, role="helper")
+    require_mode(manifest, "shares")
+    state = _state(state_dir)
+    enrolment = read_json(directory / "enrolment.json")
+    return HelperParty(
+        shape=manifest.shape,
+        min_participants=manifest.min_participants,
+        secrets={p: bytes.fromhex(str(s)) for p, s in enrolment.items()},
+        dealer_key=_mac(directory, "dealer-helper", "dealer-helper"),  # type: ignore[arg-type]
+        channel_key=_mac(directory, "channel", "channel"),  # type: ignore[arg-type]
+        audit=audit,
+        registry=HelperRegistry(state / "helper-registry.db"),
+        request_key=ChannelKey(name="aggregator", key=read_secret(directory / "request.secret")),
+        nonces=NonceStore(state / "helper-nonces.db"),
+    )
+
+
+def dump_manifest(manifest: KeyManifest) -> str:
+    """Return the manifest as indented JSON (for ``secure-fed deploy keys --show``)."""
+    return json.dumps(manifest.public_view(), indent=2, sort_keys=True)
