@@ -56,13 +56,32 @@ from secure_fed.federation.stages import (
 from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharpen_logits
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
-from secure_fed.secure.release_plan import ReleasePlan, exclusion_floor
+from secure_fed.secure.release_plan import MIN_EVIDENCE_ROWS, ReleasePlan, exclusion_floor
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
 __all__ = ["RoundEngine"]
 
 _log = logging.getLogger(__name__)
+
+
+def _usable_slice(evidence: EvidenceSlice | None, shape: tuple[int, int]) -> EvidenceSlice | None:
+    """Return the slice if a gatekeeper would accept it in a plan; warn and drop it if not.
+
+    An evidence scalar must average over at least ``min(N, MIN_EVIDENCE_ROWS)``
+    rows; a smaller slice would make the secure modes' gatekeepers refuse every
+    round's plan, so no mode uses it (every merit is then 1).
+    """
+    needed = min(shape[0], MIN_EVIDENCE_ROWS)
+    if evidence is not None and len(evidence.rows) < needed:
+        _log.warning(
+            "labeled slice of %d rows is below the %d an evidence scalar averages over: "
+            "weights use no evidence",
+            len(evidence.rows),
+            needed,
+        )
+        return None
+    return evidence
 
 
 class RoundEngine:
@@ -90,7 +109,10 @@ class RoundEngine:
         Unix-time source (injectable for deadline tests).
     evidence
         The labeled slice of the public set whose per-participant evidence of
-        correctness the weights use (None: no evidence, every merit 1).
+        correctness the weights use (None: no evidence, every merit 1). It goes
+        into every round's release plan, so the secure modes' gatekeepers open
+        one evidence scalar per participant with exactly its mask; a slice of
+        fewer than ``min(N, MIN_EVIDENCE_ROWS)`` rows is dropped with a warning.
     """
 
     def __init__(
@@ -114,7 +136,8 @@ class RoundEngine:
         sharpen_logits(np.zeros((1, 2)), temperature=sharpen_temperature)  # validates
         self.sharpen_temperature = sharpen_temperature
         self.clock = clock
-        self.evidence_mask = evidence.mask(aggregator.shape) if evidence is not None else None
+        self.evidence = _usable_slice(evidence, aggregator.shape)
+        self.evidence_mask = None if self.evidence is None else self.evidence.mask(aggregator.shape)
         self._states: dict[int, RoundState] = {}
         self._handles: dict[int, dict[str, UploadHandle]] = {}
 
@@ -185,6 +208,7 @@ class RoundEngine:
             scoring=self.aggregator.scoring,
             max_weight=config.max_weight,
             exclude_above=exclusion_floor(self.outlier_filter, self.aggregator.shape[1]),
+            evidence=self.evidence,
         )
 
     def start_collecting(self, round_id: int) -> None:
@@ -351,18 +375,14 @@ class RoundEngine:
         """
         state = self.state(round_id)
         self._require(state, Stage.AGGREGATING, "publish")
-        accepted = {p: h for p, h in self._live_handles(state).items() if p not in state.excluded}
+        handles = self._live_handles(state)
+        accepted = {p: h for p, h in handles.items() if p not in state.excluded}
         decisions = {p: Decision.from_dict(d) for p, d in state.decisions.items()}
         self.weighting.history = dict(state.weighting_history)
-        mask = self.evidence_mask
         terms = self.weighting.weigh(
             {p: decisions[p].factor for p in accepted},
             max_weight=state.config.max_weight,
-            evidence=(
-                None
-                if mask is None
-                else self.aggregator.evidence(accepted, mask, round_id=round_id)
-            ),
+            evidence=self._evidence(handles, accepted, round_id),
             copies=self.aggregator.copies(accepted, round_id=round_id),
         )
         state.weights = {p: t.weight for p, t in terms.items()}
@@ -385,6 +405,18 @@ class RoundEngine:
         self._move(state, Stage.PUBLISHED)
         self._handles.pop(round_id, None)
         return message
+
+    def _evidence(
+        self,
+        handles: Mapping[str, UploadHandle],
+        accepted: Mapping[str, UploadHandle],
+        round_id: int,
+    ) -> dict[str, float] | None:
+        """Evidence of the accepted uploads; the plan opens it for the whole scored roster."""
+        if self.evidence_mask is None:
+            return None
+        found = self.aggregator.evidence(handles, self.evidence_mask, round_id=round_id)
+        return None if found is None else {p: found[p] for p in accepted}
 
     def abort(self, round_id: int, *, reason: str) -> None:
         """Abort a non-terminal round, persisting ``reason``."""

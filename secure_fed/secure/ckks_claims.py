@@ -16,7 +16,13 @@ Operations:
 * ``weighted_sum``: ``sum_k w_k X_k`` (the published aggregate);
 * ``mean``: the equal-weight mean (sum first, then one scalar multiply);
 * ``moments``: the ``C(C+1)/2`` centred second-moment totals over the first run;
-* ``score``: one participant's encrypted quadratic score.
+* ``score``: one participant's encrypted quadratic score;
+* ``evidence``: one participant's evidence of correctness, ``sum(M * p_k)`` with
+  ``M`` the mask of the labeled slice the claim lists (``rows``, ``labels``;
+  :func:`secure_fed.secure.modes.evidence.ckks_evidence`). The key authority
+  refuses a slice other than its plan's; the recomputation rebuilds the mask
+  from the signed claim, so a ciphertext computed with another mask under an
+  honest-looking claim is caught.
 
 A plaintext centre (the opened mean of an earlier request) is named by the SM3 of
 its float64 bytes (``center_sm3``); the key authority checks it is a mean it
@@ -38,10 +44,12 @@ from crypto.ckks.aggregate import quadratic_score
 from crypto.sm import sm3_digest
 from secure_fed.errors import AuthorityRequestMalformed
 from secure_fed.secure.modes import ckks_scoring as hidden
+from secure_fed.secure.modes.evidence import ckks_evidence, slice_from_fields
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import class_pairs
 from secure_fed.wire import number_from_wire
 
-__all__ = ["OPS", "array_sm3", "check_claim", "evaluate"]
+__all__ = ["OPS", "array_sm3", "check_claim", "claim_plan_fields", "evaluate"]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 #: Operations a claim may name, and the purposes each may serve.
@@ -50,6 +58,7 @@ OPS: Mapping[str, tuple[str, ...]] = {
     "mean": ("mean",),
     "moments": ("moments",),
     "score": ("score",),
+    "evidence": ("score",),
 }
 
 
@@ -87,7 +96,33 @@ def check_claim(claim: object, *, purpose: str, ids: Sequence[str]) -> dict[str,
         _int(claim, "samples")
     if op == "score":
         _matrix(claim.get("whitening"))
+    if op == "evidence":
+        _evidence_slice(claim)
     return claim
+
+
+def _evidence_slice(claim: Mapping[str, object]) -> EvidenceSlice:
+    """Return the slice an ``evidence`` claim lists (``samples`` rows, no centre or whitening)."""
+    if any(name in claim for name in ("centre", "center_sm3", "whitening")):
+        raise AuthorityRequestMalformed("an evidence claim has no centre and no whitening")
+    piece = slice_from_fields(claim)
+    if piece is None or len(piece.rows) != _int(claim, "samples"):
+        raise AuthorityRequestMalformed("an evidence claim lists its 'samples' rows and labels")
+    return piece
+
+
+def claim_plan_fields(claim: Mapping[str, object]) -> dict[str, object]:
+    """Release-plan fields of an ``evidence`` claim (its slice and rows); ``{}`` for other ops.
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If the evidence claim is malformed.
+    """
+    if claim.get("op") != "evidence":
+        return {}
+    piece = _evidence_slice(claim)
+    return {"evidence": piece, "samples": len(piece.rows)}
 
 
 def _check_centre(raw: object) -> None:
@@ -218,6 +253,10 @@ def evaluate(
         return ckks_weighted_sum(ups, _check_weights(claim["weights"], len(ids)))
     if op == "mean":
         return equal_mean(public, ups)
+    if op == "evidence":
+        layout = ups[0].layout
+        mask = _evidence_slice(claim).mask((layout.n_samples, layout.n_classes))
+        return ckks_evidence(ups[0], mask)
     if "centre" in claim:  # hidden centre (secure_fed.secure.modes.ckks_scoring)
         group = [uploads[u[0]] for u in claim["centre"]]
         if op == "moments":

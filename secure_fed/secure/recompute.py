@@ -9,7 +9,8 @@ ciphertext. The auditor checks the signature against the aggregator's enrolled
 public key, checks that every upload the claim names is the stored one (SM3 of
 the payload as stored, the ledger's upload digest), recomputes the ciphertext
 with the same code the honest aggregator runs (TenSEAL is bit-exact for these
-operations) and compares SM3 digests. Every discrepancy is a :class:`Finding`
+operations; an evidence claim's mask is rebuilt from the slice it lists) and
+compares SM3 digests. Every discrepancy is a :class:`Finding`
 naming round, purpose and request digest; the signed request is the evidence
 against the aggregator.
 
@@ -146,6 +147,8 @@ def _check(
         matrix = evaluate(claim, matrices, public, centers)
     except KeyError:
         return "unverifiable: the plaintext centre the claim names is not available"
+    except (CryptoError, SecureFedError) as exc:  # e.g. an evidence slice outside the shape
+        return f"the claim does not evaluate on the stored uploads: {exc}"
     digest = sm3_digest(matrix.to_bytes()).hex()
     if not hmac.compare_digest(digest, request.ciphertext_sm3):
         return "the decrypted ciphertext is not the one its claim recomputes to"

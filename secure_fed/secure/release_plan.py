@@ -12,10 +12,13 @@ hold it next to the aggregator. It allows, per round and in this order:
    plan's rule), centred on ``H``'s never-opened mean;
 3. ``final``: one scalar per participant, whitened with the ``W`` derived from
    that covariance and centred on ``H``'s mean;
-4. ``evidence`` (when the plan has a labeled slice, ``evidence_rows > 0``): one
-   scalar per participant of the roster, ``sum(M * p_k)`` with ``M`` the public
-   mask of the slice (:mod:`secure_fed.secure.scoring.evidence`): a PUBLIC
-   linear function of one upload, the same kind of release as a score;
+4. ``evidence`` (when the plan names a labeled slice of the public set,
+   ``evidence``): one scalar per participant of the roster, ``sum(M * p_k)``
+   with ``M`` the mask of exactly that slice
+   (:mod:`secure_fed.secure.scoring.evidence`): a public linear function of one
+   upload, the same kind of release as a score. The plan carries the slice's
+   rows and labels, so a gatekeeper refuses a request naming any other mask
+   (one row would reveal one prediction);
 5. ``publication``: exactly ONE first-order release, the weighted sum over
    the accepted set ``A``: ``A`` inside the roster, ``|A| >= min_participants``,
    at most a minority excluded, and every excluded participant's final score
@@ -46,6 +49,7 @@ import numpy as np
 from crypto.shares import RING_WEIGHTS
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused, ScoringInvalid
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import (
     ScoringConfig,
     lowest_scores,
@@ -122,9 +126,10 @@ class ReleasePlan:
         Bounds of every publication weight.
     exclude_above
         An excluded participant's final score must exceed this.
-    evidence_rows
-        Rows of the labeled slice: after the final scores, one evidence scalar
-        per roster member averaged over exactly these many rows (0: no step).
+    evidence
+        The labeled slice (public-set rows and their labels): after the final
+        scores, one evidence scalar per roster member, with exactly this
+        slice's mask (``None``: no step).
     """
 
     round_id: int
@@ -140,7 +145,7 @@ class ReleasePlan:
     weight_floor: float = WEIGHT_FLOOR
     max_weight: float = 1.0
     exclude_above: float = 27.877
-    evidence_rows: int = 0
+    evidence: EvidenceSlice | None = None
 
     def __post_init__(self) -> None:
         ints = ("round_id", "min_participants", "num_samples", "num_classes", "moment_samples")
@@ -158,11 +163,30 @@ class ReleasePlan:
             ("weight_floor", 0 < self.weight_floor <= 1),
             ("max_weight", self.weight_floor <= self.max_weight <= 1),
             ("exclude_above", math.isfinite(self.exclude_above)),
-            ("evidence_rows", 0 <= self.evidence_rows <= self.num_samples),
         ]
         for name, ok in checks:
             if not ok:
                 raise ModeSetupInvalid(f"{name} is out of range: {getattr(self, name)!r}")
+        self._check_evidence()
+
+    def _check_evidence(self) -> None:
+        """Refuse a slice that is not distinct integer rows of the public set with valid labels."""
+        piece = self.evidence
+        if piece is None:
+            return
+        if not isinstance(piece, EvidenceSlice) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (*piece.rows, *piece.labels)
+        ):
+            raise ModeSetupInvalid(f"evidence must be an EvidenceSlice of integers, got {piece!r}")
+        try:
+            piece.mask((self.num_samples, self.num_classes))
+        except ScoringInvalid as exc:
+            raise ModeSetupInvalid(f"evidence is out of range: {exc}") from exc
+
+    @property
+    def evidence_rows(self) -> int:
+        """Rows of the labeled slice (0: the plan has no evidence step)."""
+        return 0 if self.evidence is None else len(self.evidence.rows)
 
     @classmethod
     def for_round(
@@ -175,7 +199,7 @@ class ReleasePlan:
         scored: bool = True,
         max_weight: float = 1.0,
         exclude_above: float | None = None,
-        evidence_rows: int = 0,
+        evidence: EvidenceSlice | None = None,
     ) -> ReleasePlan:
         """Build a round's plan from its config and the aggregator's scoring parameters."""
         floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
@@ -192,7 +216,7 @@ class ReleasePlan:
             ranking=scoring.c_steps >= 1,
             max_weight=max_weight,
             exclude_above=floor,
-            evidence_rows=evidence_rows if scored else 0,
+            evidence=evidence if scored else None,
         )
 
     def subset_size(self, count: int) -> int:
@@ -218,8 +242,13 @@ class ReleasePlan:
             raw = json.loads(data)
             floats = {"subset_fraction", "ridge", "weight_floor", "max_weight", "exclude_above"}
             fields: dict[str, Any] = {k: float(v) if k in floats else v for k, v in raw.items()}
+            piece = fields.get("evidence")
+            if piece is not None:
+                fields["evidence"] = EvidenceSlice(
+                    rows=tuple(piece["rows"]), labels=tuple(piece["labels"])
+                )
             return cls(**fields)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, KeyError, ScoringInvalid) as exc:
             raise ModeSetupInvalid(f"release plan refused: {exc}") from exc
 
 
@@ -286,11 +315,13 @@ class PlanTracker:
         return self._roster_reason(request, step) or self._score_reason(request, step)
 
     def _evidence_reason(self, request: ReleaseRequest) -> str | None:
-        """One scalar of the slice's public mask per roster member, no centre, no whitening."""
+        """One scalar of the plan's slice mask per roster member, no centre, no whitening."""
         if tuple(sorted(request.roster or ())) != self.roster:
             return "evidence: the roster must be the scored roster"
         if request.centre is not None or request.whitening is not None:
             return "evidence: a public linear function has no centre and no whitening"
+        if request.evidence != self.plan.evidence:
+            return "evidence: the mask is not the plan's labeled slice"
         if request.samples != self.plan.evidence_rows:
             return f"evidence: the plan fixes {self.plan.evidence_rows} rows, not {request.samples}"
         pid = request.contributors[0] if len(request.contributors) == 1 else None

@@ -37,6 +37,7 @@ import numpy as np
 
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 
 __all__ = [
     "AGGREGATE_PURPOSES",
@@ -94,7 +95,7 @@ class ReleaseRequest:
         Public weights the gatekeeper applies itself, one per contribution (or,
         for the key authority, the weights the request claims).
     step
-        Release-plan step of a score: ``ranking`` or ``final``.
+        Release-plan step of a score: ``ranking``, ``final`` or ``evidence``.
     roster
         Every participant of the scoring pass this value belongs to.
     centre
@@ -103,6 +104,8 @@ class ReleaseRequest:
         Rows a score or moment averages over.
     whitening
         Whitening a final score uses, row by row (derived or claimed).
+    evidence
+        The labeled slice whose mask an evidence scalar applies (claimed).
     """
 
     round_id: int
@@ -117,6 +120,7 @@ class ReleaseRequest:
     centre: tuple[str, ...] | None = None
     samples: int | None = None
     whitening: tuple[tuple[float, ...], ...] | None = None
+    evidence: EvidenceSlice | None = None
 
 
 class ReleaseRule(Protocol):

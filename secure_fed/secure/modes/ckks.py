@@ -67,6 +67,7 @@ from secure_fed.secure.mode import (
     register_mode,
 )
 from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
+from secure_fed.secure.modes.evidence import slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator, score_request
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
@@ -344,6 +345,52 @@ class CkksAggregator(PlannedAggregator):
         values = _decrypt(self.keys, request)
         tracker.record(ask, None)
         return values.astype(np.float32)
+
+    def evidence(
+        self, handles: Mapping[str, UploadHandle], mask: np.ndarray, *, round_id: int
+    ) -> dict[str, float]:
+        """Decrypted evidence of correctness per upload, one scalar each, under the plan.
+
+        Each upload's ciphertext times the plan's slice mask, slot-summed before
+        decryption (:func:`~secure_fed.secure.modes.evidence.ckks_evidence`); the
+        signed request claims ``op: evidence`` with the slice's rows and labels, so
+        the key authority refuses another slice and the recomputation rebuilds it.
+
+        Raises
+        ------
+        ScoringInvalid, DecryptionRefused
+            No slice in the plan, another mask, or a release the plan refuses.
+        """
+        tracker, piece, asks = self.evidence_asks(
+            handles, mask, round_id=round_id, refusal=DecryptionRefused
+        )
+        uploads = self._uploads(handles)
+        digests = dict(_digests(handles, sorted(handles)))
+        out = {}
+        for ask in asks:
+            pid = ask.contributors[0]
+            claim: dict[str, Any] = {
+                "op": "evidence",
+                "uploads": [[pid, digests[pid]]],
+                **slice_fields(piece),
+                "samples": len(piece.rows),
+                "step": "evidence",
+                "roster": list(ask.roster or ()),
+            }
+            request = decryption_request(
+                round_id=round_id,
+                purpose="score",
+                participant_ids=[pid],
+                shape=(len(piece.rows), self.shape[1]),
+                ciphertext=evaluate_claim(claim, uploads, self.keys.public_context).to_bytes(),
+                signer=self.keys.signer,
+                claim=claim,
+                epoch=self._epoch(publication=False),
+            )
+            value = _decrypt(self.keys, request)
+            tracker.record(ask, value)
+            out[pid] = float(value[0])
+        return out
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int

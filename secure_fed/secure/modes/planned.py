@@ -4,7 +4,8 @@ Both aggregators fix each round's :class:`~secure_fed.secure.release_plan.Releas
 with their gatekeeper (:meth:`begin_round`, mode-specific) and score through a
 per-round backend (:meth:`scoring_round`, mode-specific); the robust pooled
 Mahalanobis procedure and the plan bookkeeping around it are the same, so they
-live here once.
+live here once. So do the evidence step's requests: one per roster member, with
+the slice the round's plan names (:meth:`PlannedAggregator.evidence_asks`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
+from secure_fed.errors import ReleaseRefused, ScoringInvalid
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import (
     ScoreReport,
     ScoringBackend,
@@ -85,6 +90,54 @@ class PlannedAggregator(SecureAggregator):
         return pooled_mahalanobis(
             backend, sorted(handles), num_samples=self.shape[0], config=config
         )
+
+    def evidence_asks(
+        self,
+        handles: Mapping[str, UploadHandle],
+        mask: np.ndarray,
+        *,
+        round_id: int,
+        refusal: type[ReleaseRefused],
+    ) -> tuple[PlanTracker, EvidenceSlice, list[ReleaseRequest]]:
+        """Return the round's tracker, its slice and one allowed evidence request per upload.
+
+        ``handles`` must be the scored roster and ``mask`` the mask of the plan's
+        slice (the engine's); this side refuses anything else before a gatekeeper
+        is asked.
+
+        Raises
+        ------
+        ScoringInvalid
+            If the round's plan has no slice, or ``mask`` is not its mask.
+        ReleaseRefused
+            ``refusal``, if the plan does not allow the evidence of every upload now.
+        """
+        tracker = self._tracker(round_id, scored=True)
+        piece = tracker.plan.evidence
+        if piece is None:
+            raise ScoringInvalid(f"the release plan of round {round_id} has no labeled slice")
+        if not np.array_equal(np.asarray(mask), piece.mask(self.shape)):
+            raise ScoringInvalid("the evidence mask is not the mask of the plan's labeled slice")
+        ids = sorted(handles)
+        asks = [
+            replace(
+                score_request(
+                    round_id=round_id,
+                    step="evidence",
+                    participant=pid,
+                    roster=ids,
+                    centre=(),
+                    samples=len(piece.rows),
+                    whitening=None,
+                ),
+                centre=None,
+                evidence=piece,
+            )
+            for pid in ids
+        ]
+        for ask in asks:
+            tracker.require(ask, refusal)
+        return tracker, piece, asks
 
     def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
         """Return the round's plan tracker; fix a default plan (the scoring config's) first."""

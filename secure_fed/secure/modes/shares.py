@@ -54,6 +54,7 @@ from secure_fed.secure.mode import (
     normalized_weights,
     register_mode,
 )
+from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator, score_request
 from secure_fed.secure.modes.share_ops import (
     centred_difference,
@@ -445,6 +446,44 @@ class SharesAggregator(PlannedAggregator):
             raise AggregationInvalid("aggregate is not a shares aggregate")
         tracker = self._tracker(round_id, scored=False)
         return _open_linear(self.keys, aggregate, tracker, round_id).astype(np.float32)
+
+    def evidence(
+        self, handles: Mapping[str, UploadHandle], mask: np.ndarray, *, round_id: int
+    ) -> dict[str, float]:
+        """Open the evidence of correctness per upload with the helper, one scalar each.
+
+        Each party applies the slice's integer mask to its own shares (local); the
+        request names the plan's slice and carries this side's sums, the helper
+        applies its own plan's mask and replies with its sums (a symmetric opening).
+
+        Raises
+        ------
+        ScoringInvalid, OpeningRefused
+            No slice in the plan, another mask, or a release the plan refuses.
+        """
+        tracker, piece, asks = self.evidence_asks(
+            handles, mask, round_id=round_id, refusal=OpeningRefused
+        )
+        ids = [ask.contributors[0] for ask in asks]
+        ups = self._uploads(handles)
+        mine = evidence_sums([ups[p].share for p in ids], piece)
+        meta, raw = encode_array(mine, "u8")
+        head: dict[str, object] = {
+            "op": "evidence",
+            "uids": [ups[p].uid for p in ids],
+            "round_id": round_id,
+            "array": meta,
+            **slice_fields(piece),
+        }
+        reply, theirs = _call(self.keys, head, raw, round_id=round_id)
+        if reply.get("step") != "evidence" or reply.get("round_id") != round_id:
+            raise OpeningRefused(f"helper reply does not answer the evidence of round {round_id}")
+        values = open_sums(
+            mine, np.asarray(theirs, dtype=np.uint64), rows=len(piece.rows), classes=self.shape[1]
+        )
+        for ask, value in zip(asks, values, strict=True):
+            tracker.record(ask, np.array([value]))
+        return dict(zip(ids, values, strict=True))
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int

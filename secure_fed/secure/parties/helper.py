@@ -26,7 +26,7 @@ each upload belongs to one round. Every release is a row of :attr:`HelperParty.l
 Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
 CRYPTO 1991). Requests and replies are ``helper_request`` / ``helper_reply``
 frames of :mod:`secure_fed.wire`; every request (plan, load, range, linear,
-open, finish) is HMAC-SM3-tagged by the aggregator under the channel key
+open, finish, evidence) is HMAC-SM3-tagged by the aggregator under the channel key
 (:func:`helper_request`, :mod:`secure_fed.secure.server_auth`), bound to its
 operation, round and a fresh nonce: an unsigned, altered, re-targeted or
 replayed request is refused before the operation runs.
@@ -53,6 +53,7 @@ from secure_fed.errors import (
     UploadMalformed,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
+from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_from_fields
 from secure_fed.secure.modes.share_ops import (
     CODEC,
     centred_difference,
@@ -240,6 +241,7 @@ class HelperParty:
             "linear": self._linear,
             "open": self._open,
             "finish": self._finish,
+            "evidence": self._evidence,
         }
         op = header.get("op")
         if not isinstance(op, str) or op not in ops:
@@ -530,6 +532,39 @@ class HelperParty:
             return
         for ask, value in zip(pending.asks, values, strict=True):
             self.policy.released(ask, values=np.array([float(value) / pending.rows]))
+
+    # -- evidence of correctness: the plan's slice mask on the helper's own shares ------
+
+    def _evidence(self, header: dict[str, object], payload: bytes) -> Reply:
+        """Open one evidence scalar per upload, the helper applying the plan's mask itself.
+
+        The request names the uploads and the slice it means (refused unless it is
+        the plan's) and carries the aggregator's sums; another mask on the
+        aggregator's side only shifts each value by an offset the aggregator knows.
+        """
+        round_id = _int(header, "round_id")
+        uids, shares = self._shares(header.get("uids"))
+        theirs = np.asarray(decode_array(header.get("array"), payload), dtype=np.uint64)
+        if theirs.shape != (len(uids),):
+            raise AuthorityRequestMalformed("the aggregator's evidence sums have the wrong shape")
+        tracker = self.plans.tracker(round_id)
+        view: dict[str, object] = {"step": "evidence", "evidence": slice_from_fields(header)}
+        if tracker is not None:
+            view.update(roster=tracker.roster, samples=tracker.rows("evidence"))
+        asks = [self._ask("score", [u], round_id, None, **view) for u in uids]
+        if len(set(self._pids(uids))) != len(uids):
+            self.policy.refuse(asks[0], "one evidence scalar per participant; ids repeat")
+        for ask in asks:
+            self.policy.check(ask)
+        self._bind(asks[0], uids)
+        piece = self._tracker(asks[0]).plan.evidence
+        assert piece is not None  # the plan allowed an evidence step
+        mine = evidence_sums(shares, piece)
+        values = open_sums(mine, theirs, rows=len(piece.rows), classes=self.shape[1])
+        for ask, value in zip(asks, values, strict=True):
+            self.policy.released(ask, values=np.array([value]))
+        meta, data = encode_array(mine, "u8")
+        return {"array": meta, "step": "evidence", "round_id": round_id}, data
 
 
 def _weights(raw: object) -> tuple[float, ...]:

@@ -56,7 +56,7 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
-from secure_fed.secure.ckks_claims import check_claim
+from secure_fed.secure.ckks_claims import check_claim, claim_plan_fields
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
 from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
 from secure_fed.secure.parties.central_dp import (
@@ -719,7 +719,7 @@ def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tupl
 
 
 def plan_fields(claim: Mapping[str, object]) -> dict[str, object]:
-    """Return the release-plan fields a claim states (step, roster, centre, rows, W, weights).
+    """Return the release-plan fields a claim states (step, roster, centre, rows, W, slice).
 
     Raises
     ------
@@ -741,6 +741,7 @@ def plan_fields(claim: Mapping[str, object]) -> dict[str, object]:
             out["whitening"] = tuple(tuple(_float(v) for v in row) for row in rows)  # type: ignore[attr-defined]
         if claim.get("op") == "weighted_sum":
             out["weights"] = tuple(_float(w) for w in claim["weights"])  # type: ignore[attr-defined]
+        out.update(claim_plan_fields(claim))  # an evidence claim's slice and rows
     except (TypeError, KeyError, IndexError) as exc:
         raise AuthorityRequestMalformed(f"claim plan fields refused: {exc}") from exc
     return out

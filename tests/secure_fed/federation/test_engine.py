@@ -96,7 +96,7 @@ def _engine(tmp_path: Path, registry: SchemaRegistry, clock: Clock, kind: str) -
         mode="plaintext",
         registry=registry,
         clock=clock,
-        evidence=EvidenceSlice(rows=(0, 1, 2, 3), labels=(0, 0, 1, 2)),
+        evidence=EvidenceSlice(rows=tuple(range(N_PUB)), labels=(0, 0, 1, 2) * (N_PUB // 4)),
     )
 
 

@@ -81,7 +81,7 @@ def contract(c: int) -> tuple[RoundSchema, ModelSchema]:
 class Harness:
     """Aggregator (engine + envelope gate + policy) and signing participants, all real."""
 
-    def __init__(self, dep, tmp_path, *, ids, min_participants: int, audit) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, dep, tmp_path, *, ids, min_participants: int, audit, evidence=None) -> None:  # type: ignore[no-untyped-def]
         self.dep, self.ids = dep, list(ids)
         self.round_schema, self.model = contract(dep.shape[1])
         registry = SchemaRegistry()
@@ -96,6 +96,7 @@ class Harness:
             outlier_filter=self.policy,
             audit=audit,
             clock=self.clock,
+            evidence=evidence,
         )
         self.keys = {p: SM2PrivateKey.generate() for p in self.ids}
         self.params = dep.params

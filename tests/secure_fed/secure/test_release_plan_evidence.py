@@ -1,8 +1,9 @@
-"""The release plan's ``evidence`` step: one public linear scalar per roster member, once.
+"""The release plan's ``evidence`` step: one scalar of the plan's own slice per roster member, once.
 
 The evidence of correctness (secure_fed.secure.scoring.evidence) is opened after
 the final scores and before the publication, one scalar per member of the scored
-roster, averaged over exactly the plan's labeled rows; anything else is refused.
+roster, with the mask of exactly the labeled slice the plan names; anything else
+is refused.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ import pytest
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.release_plan import MIN_EVIDENCE_ROWS, PlanBook, PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
-from secure_fed.secure.scoring.evidence import evidence_mask, plain_evidence
+from secure_fed.secure.scoring.evidence import EvidenceSlice, plain_evidence
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from tests.secure_fed.secure.helpers import population
 from tests.secure_fed.secure.test_release_plan import IDS, PLAN, C, N, _publication, _through_scores
 
 ROWS = 100
-EVIDENCE_PLAN = replace(PLAN, evidence_rows=ROWS)
+LABELS = tuple(int(y) for y in np.random.default_rng(0).integers(0, C, size=ROWS))
+SLICE = EvidenceSlice(rows=tuple(range(0, 2 * ROWS, 2)), labels=LABELS)
+EVIDENCE_PLAN = replace(PLAN, evidence=SLICE)
+
+
+def _slice(rows: int, *, start: int = 0) -> EvidenceSlice:
+    return EvidenceSlice(rows=tuple(range(start, start + rows)), labels=(0,) * rows)
 
 
 def _evidence(pid: str, **changes: object) -> ReleaseRequest:
@@ -34,6 +41,7 @@ def _evidence(pid: str, **changes: object) -> ReleaseRequest:
         "step": "evidence",
         "roster": IDS,
         "samples": ROWS,
+        "evidence": SLICE,
     }
     fields.update(changes)
     return ReleaseRequest(**fields)  # type: ignore[arg-type]
@@ -54,8 +62,7 @@ def test_evidence_comes_between_the_final_scores_and_the_publication(
     assert tracker.phase == "evidence"
     weights = (0.2,) * 5
     assert "'evidence' now, not 'publication'" in str(tracker.reason(_publication(IDS, weights)))
-    labels = np.random.default_rng(0).integers(0, C, size=ROWS)
-    values = plain_evidence(preds, evidence_mask(rows=range(ROWS), labels=labels, shape=(N, C)))
+    values = plain_evidence(preds, SLICE.mask((N, C)))
     for pid in IDS:
         assert tracker.reason(_evidence(pid)) is None
         tracker.record(_evidence(pid), np.array([values[pid]]))
@@ -64,6 +71,9 @@ def test_evidence_comes_between_the_final_scores_and_the_publication(
     assert "not 'evidence'" in str(tracker.reason(_evidence("a")))
     assert tracker.evidence == pytest.approx(values) and tracker.phase == "publication"
     assert tracker.reason(_publication(IDS, weights)) is None
+
+
+ONE_ROW = EvidenceSlice(rows=(SLICE.rows[0],), labels=(SLICE.labels[0],))
 
 
 @pytest.mark.parametrize(
@@ -75,6 +85,11 @@ def test_evidence_comes_between_the_final_scores_and_the_publication(
         ({"samples": N}, f"fixes {ROWS} rows"),
         ({"contributors": ("a", "b")}, "one unreleased member"),
         ({"contributors": ("x",)}, "one unreleased member"),
+        ({"evidence": None}, "not the plan's labeled slice"),
+        ({"evidence": ONE_ROW, "samples": 1}, "not the plan's labeled slice"),
+        ({"evidence": ONE_ROW}, "not the plan's labeled slice"),
+        ({"evidence": replace(SLICE, labels=(1,) * ROWS)}, "not the plan's labeled slice"),
+        ({"evidence": _slice(ROWS)}, "not the plan's labeled slice"),
     ],
 )
 def test_evidence_refusals(
@@ -95,20 +110,46 @@ def test_no_evidence_step_without_a_slice_and_none_before_the_final_scores() -> 
 def test_gatekeepers_refuse_a_slice_of_a_few_rows() -> None:
     book = PlanBook(min_participants=3)
     with pytest.raises(ModeSetupInvalid, match="evidence must average over more rows"):
-        book.install(replace(PLAN, evidence_rows=MIN_EVIDENCE_ROWS - 1))
-    book.install(replace(PLAN, evidence_rows=MIN_EVIDENCE_ROWS))
-    with pytest.raises(ModeSetupInvalid, match="evidence_rows"):
-        replace(PLAN, evidence_rows=N + 1)
+        book.install(replace(PLAN, evidence=_slice(MIN_EVIDENCE_ROWS - 1)))
+    assert book.install(replace(PLAN, evidence=_slice(MIN_EVIDENCE_ROWS))).plan.evidence_rows == 64
+
+
+@pytest.mark.parametrize(
+    ("piece", "fragment"),
+    [
+        (_slice(2, start=N - 1), "evidence is out of range"),  # row N is outside the public set
+        (EvidenceSlice(rows=(1, 1), labels=(0, 0)), "evidence is out of range"),
+        (EvidenceSlice(rows=(1, 2), labels=(0, C)), "evidence is out of range"),
+        (EvidenceSlice(rows=(1.0, 2), labels=(0, 1)), "EvidenceSlice of integers"),  # type: ignore[arg-type]
+        (EvidenceSlice(rows=(True, 2), labels=(0, 1)), "EvidenceSlice of integers"),
+    ],
+)
+def test_a_slice_outside_the_uploads_is_refused(piece: EvidenceSlice, fragment: str) -> None:
+    with pytest.raises(ModeSetupInvalid, match=fragment):
+        replace(PLAN, evidence=piece)
 
 
 def test_the_plan_round_trips_its_slice_and_unscored_plans_have_none() -> None:
     assert ReleasePlan.from_bytes(EVIDENCE_PLAN.to_bytes()) == EVIDENCE_PLAN
+    assert EVIDENCE_PLAN.evidence_rows == ROWS and PLAN.evidence_rows == 0
     unscored = ReleasePlan.for_round(
         round_id=1,
         min_participants=3,
         shape=(N, C),
         scoring=ScoringConfig(moment_samples=400),
         scored=False,
-        evidence_rows=ROWS,
+        evidence=SLICE,
     )
-    assert unscored.evidence_rows == 0
+    assert unscored.evidence is None and unscored.evidence_rows == 0
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    ['{"rows": [1, 2]}', '[1, 2]', '{"rows": [1, 2], "labels": [0]}', '{"rows": 3, "labels": 1}'],
+)
+def test_a_malformed_slice_in_plan_bytes_is_refused(evidence: str) -> None:
+    raw = EVIDENCE_PLAN.to_bytes().decode()
+    start = raw.index('"evidence":') + len('"evidence":')
+    end = raw.index("}", start) + 1
+    with pytest.raises(ModeSetupInvalid, match="release plan refused"):
+        ReleasePlan.from_bytes((raw[:start] + evidence + raw[end:]).encode())

@@ -26,6 +26,7 @@ from secure_fed.secure.release_plan import (
     ReleasePlan,
 )
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
 N, C = 600, 4
@@ -110,7 +111,6 @@ def test_round_zero_is_a_round() -> None:
         ("weight_floor", 1.5),
         ("max_weight", 1.5),
         ("exclude_above", float("inf")),
-        ("evidence_rows", N + 1),
     ],
 )
 def test_each_out_of_range_field_is_named(name: str, value: object) -> None:
@@ -123,7 +123,7 @@ def test_each_out_of_range_field_is_named(name: str, value: object) -> None:
 
 def test_the_inclusive_limits_are_accepted() -> None:
     plan = ReleasePlan(
-        **{**BASE, "num_classes": 2, "moment_samples": N, "evidence_rows": N},
+        **{**BASE, "num_classes": 2, "moment_samples": N, "evidence": _rows(N, last=1)},
         subset_fraction=1.0,
         ridge=0.0,
         weight_floor=1.0,
@@ -139,14 +139,14 @@ def test_the_inclusive_limits_are_accepted() -> None:
 
 def test_a_plan_at_the_gatekeepers_row_minimums_is_installed() -> None:
     book = PlanBook(min_participants=2)
-    plan = replace(PLAN, moment_samples=256, evidence_rows=64)
+    plan = replace(PLAN, moment_samples=256, evidence=_rows(64))
     assert book.install(plan).plan == plan
     with pytest.raises(
         ModeSetupInvalid,
         match=r"^\[MODE_SETUP_INVALID\] release plan of round 4 refused: 1 evidence rows: "
         r"the evidence must average over more rows$",
     ):
-        book.install(replace(PLAN, round_id=4, evidence_rows=1))
+        book.install(replace(PLAN, round_id=4, evidence=_rows(1)))
 
 
 def test_the_installed_tracker_knows_the_gatekeepers_roster(
@@ -219,16 +219,24 @@ def test_a_final_score_uses_exactly_the_derived_whitening() -> None:
     )
 
 
+def _rows(count: int, *, last: int = 0) -> EvidenceSlice:
+    """A slice of the first ``count`` public rows, each labelled ``last``."""
+    return EvidenceSlice(rows=tuple(range(count)), labels=(last,) * count)
+
+
 def _evidence_tracker() -> PlanTracker:
-    tracker = PlanTracker(plan=replace(PLAN, evidence_rows=64))
+    tracker = PlanTracker(plan=replace(PLAN, evidence=_rows(64)))
     tracker.roster, tracker.phase = IDS, "evidence"
     return tracker
 
 
 def test_evidence_refusals_are_named() -> None:
     tracker = _evidence_tracker()
-    ok = _score("a", "evidence", centre=None, samples=64)
+    ok = replace(_score("a", "evidence", centre=None, samples=64), evidence=_rows(64))
     assert tracker.reason(ok) is None
+    assert tracker.reason(replace(ok, evidence=_rows(64, last=1))) == (
+        "evidence: the mask is not the plan's labeled slice"
+    )
     assert tracker.reason(replace(ok, roster=IDS[:4])) == (
         "evidence: the roster must be the scored roster"
     )
