@@ -44,6 +44,10 @@ COMMANDS = {
         "api.cli.api:api_app",
         "Serve the REST API (budgets, audit log, reports, rounds) and manage its tokens.",
     ),
+    "deploy": LazyCommand(
+        "api.cli.deploy:deploy_app",
+        "Run the key ceremony, or a whole federation of real processes on 127.0.0.1.",
+    ),
 }
 
 app = typer.Typer(

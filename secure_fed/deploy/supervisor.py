@@ -302,13 +302,24 @@ def tcp_ready(host: str, port: int) -> Ready:
     return check
 
 
-def http_ready(url: str, *, ca_file: Path | None = None) -> Ready:
-    """Health check: ``GET url`` answers 200 (verifying TLS against ``ca_file`` for https)."""
+def http_ready(
+    url: str,
+    *,
+    ca_file: Path | None = None,
+    client_cert: tuple[Path, Path] | None = None,
+) -> Ready:
+    """Health check: ``GET url`` answers 200.
+
+    For https the server is verified against ``ca_file``; ``client_cert``
+    (certificate, key) is presented to a server that requires mutual TLS.
+    """
 
     def check() -> bool:
         verify: ssl.SSLContext | bool = False
         if ca_file is not None:
             verify = ssl.create_default_context(cafile=str(ca_file))
+            if client_cert is not None:
+                verify.load_cert_chain(str(client_cert[0]), str(client_cert[1]))
         try:
             return httpx.get(url, timeout=2, verify=verify, trust_env=False).status_code == 200
         except (httpx.HTTPError, ssl.SSLError, OSError):

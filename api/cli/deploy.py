@@ -1,0 +1,116 @@
+"""``secure-fed deploy``: the key ceremony, and a whole federation of processes on 127.0.0.1.
+
+``secure-fed deploy local --participants N --mode ckks|shares [--rounds R] [--db URL]
+[--run-dir DIR]`` runs the key ceremony, starts the key authority, the helper
+(shares), the REST API, a Flower SuperLink and one SuperNode per participant,
+each its own process with its own log in ``<run-dir>/logs/``, then the rounds
+(``flwr run`` of secure-fed's Flower app). After the run the services keep
+running (the API and its console show the ledger) until Ctrl-C; ``--exit``
+stops them as soon as the run ends. Ctrl-C or ``SIGTERM`` at any moment stops
+every process. ``secure-fed deploy keys`` is the key ceremony alone
+(:mod:`api.cli.parties`). See ``docs/deploy.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from api.cli.core import CliCommand, CliGroup
+
+__all__ = ["deploy_app"]
+
+deploy_app = typer.Typer(
+    help="The key ceremony, and a whole federation of real processes on 127.0.0.1.",
+    cls=CliGroup,
+    no_args_is_help=True,
+)
+
+
+class Stopped(KeyboardInterrupt):
+    """``SIGINT`` or ``SIGTERM`` arrived: stop every process."""
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@deploy_app.command("local", cls=CliCommand)
+def local(
+    participants: Annotated[int, typer.Option(help="Number of participants (SuperNodes).")] = 4,
+    mode: Annotated[str, typer.Option(help="ckks or shares.")] = "ckks",
+    rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 3,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", metavar="URL", help="Ledger database (default <run-dir>/ledger.db)."),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option("--run-dir", metavar="DIR", help="New directory for keys, state and logs."),
+    ] = None,
+    exit_after_run: Annotated[
+        bool, typer.Option("--exit", help="Stop every process when the run ends.")
+    ] = False,
+) -> None:
+    """Start a whole federation of real processes on 127.0.0.1; Ctrl-C stops it."""
+    from secure_fed.deploy.local import LocalFederation
+    from secure_fed.deploy.local_files import LocalOptions
+
+    folder = run_dir or Path(tempfile.mkdtemp(prefix="secure-fed-local-"))
+    options = LocalOptions(
+        participants=participants, mode=mode, rounds=rounds, run_dir=folder, database_url=db
+    )
+    federation = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
+    status = 1
+    with _stop_on_signals():
+        try:
+            _say(f"preparing {folder} (key ceremony, ledger, settings)")
+            layout = federation.prepare()
+            federation.start()
+            _say(f"services up; logs in {layout.run_dir / 'logs'}; API {layout.api.url}")
+            status = federation.run()
+            stages = federation.round_stages()
+            done = sum(stage == "completed" for stage in stages.values())
+            _say(f"run ended: {done} of {rounds} rounds completed {stages}; logs/run.log")
+            if status == 0 and done < rounds:
+                status = 1
+            _say(f"check the log: secure-fed ledger verify --db {layout.database_url}")
+            if not exit_after_run:
+                _say("the services keep running (API, console); Ctrl-C stops them")
+                while True:
+                    assert federation.supervisor is not None
+                    federation.supervisor.check()
+                    time.sleep(1.0)
+        except Stopped as stop:
+            _say(f"{stop}: stopping every process")
+            status = 130 if str(stop) == "SIGINT" else 143
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop
+                signal.signal(signum, signal.SIG_IGN)
+            federation.stop()
+    _say("stopped")
+    if status:
+        raise typer.Exit(status)

@@ -1,0 +1,249 @@
+"""``secure-fed deploy local``: a whole federation of real processes on 127.0.0.1.
+
+:class:`LocalFederation` prepares a run directory
+(:func:`secure_fed.deploy.local_files.prepare`: key ceremony, ledger, settings
+files, one ``participant.toml`` per node) and starts, in order, each as its
+own process under a :class:`~secure_fed.deploy.supervisor.Supervisor`, each
+checked healthy before the next one starts:
+
+1. the key authority (``secure-fed keyauthority serve``, mutual TLS);
+2. the helper (``secure-fed helper serve``, shares mode only);
+3. the REST API (``secure-fed api``: budgets over HTTPS, audit log, console);
+4. the SuperLink (``flower-superlink``, TLS with the run's CA);
+5. one SuperNode per participant (``flower-supernode``, its own
+   ``participant.toml`` and table, its budget charged through the API);
+6. the run (``flwr run`` of secure-fed's Flower app, ``server.toml`` in the
+   run config), a job that ends when the rounds are done.
+
+Logs: ``<run>/logs/<process>.log``. Every child is stopped (reverse order,
+``SIGTERM`` then ``SIGKILL``) when the run fails, when the caller stops it
+(Ctrl-C: the command line turns ``SIGINT``/``SIGTERM`` into :meth:`stop`), or
+when the supervisor's process dies.
+
+Insecure parts, by name: the try-out CA's key lies in ``<run>/keys/tls/ca``
+on the same machine, and the keys are unencrypted PEM files (0600). See
+``docs/deploy.md`` for one machine per party.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from secure_fed.deploy.api_service import CLI, api_spec
+from secure_fed.deploy.local_files import LocalLayout, LocalOptions, prepare
+from secure_fed.deploy.supervisor import (
+    ProcessSpec,
+    Supervisor,
+    free_port,
+    http_ready,
+    tcp_ready,
+)
+
+__all__ = ["LocalFederation", "RUN"]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the run job under the supervisor.
+RUN = "run"
+
+
+def _flower_app_dir() -> Path:
+    from secure_fed.deploy.flower import app_dir  # imports flwr: only when a run starts
+
+    return app_dir()
+
+
+@dataclass(kw_only=True)
+class LocalFederation:
+    """A try-out federation of processes (see the module docstring).
+
+    Parameters
+    ----------
+    options
+        Participants, mode, rounds, run directory, database.
+    python
+        The interpreter the children run (``sys.executable`` of the caller).
+    env
+        The children's base environment (the caller's; ``SECURE_FED_*`` are dropped).
+    """
+
+    options: LocalOptions
+    python: str
+    env: Mapping[str, str]
+    layout: LocalLayout | None = None
+    supervisor: Supervisor | None = field(default=None, repr=False)
+
+    def _bin(self, name: str) -> str:
+        candidate = Path(self.python).parent / name
+        return str(candidate) if candidate.exists() else name
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        clean = {k: v for k, v in self.env.items() if not k.startswith("SECURE_FED_")}
+        return {**clean, **extra}
+
+    def prepare(self) -> LocalLayout:
+        """Write the run's files (keys, ledger, settings) once; return the layout."""
+        if self.layout is None:
+            self.layout = prepare(self.options)
+            self.supervisor = Supervisor(run_dir=self.layout.run_dir)
+        return self.layout
+
+    def _party(self, layout: LocalLayout, party: str, port: int) -> ProcessSpec:
+        cert, key = layout.tls(party)
+        client = layout.tls("aggregator")
+        return ProcessSpec(
+            name=party,
+            argv=[
+                self.python,
+                *CLI,
+                party,
+                "serve",
+                "--keys",
+                str(layout.keys / party),
+                "--state",
+                str(layout.run_dir / party),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--client-ca",
+                str(layout.ca_file),
+            ],  # fmt: skip
+            env=self._env(),
+            ready=http_ready(
+                f"https://127.0.0.1:{port}/healthz", ca_file=layout.ca_file, client_cert=client
+            ),
+            ready_timeout=120.0,
+        )
+
+    def _superlink(self, layout: LocalLayout) -> ProcessSpec:
+        cert, key = layout.tls("superlink")
+        return ProcessSpec(
+            name="superlink",
+            argv=[
+                self._bin("flower-superlink"),
+                "--ssl-ca-certfile",
+                str(layout.ca_file),
+                "--ssl-certfile",
+                str(cert),
+                "--ssl-keyfile",
+                str(key),
+                "--disable-runtime-dependency-installation",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(layout.superlink_port),
+                "--database",
+                str(layout.run_dir / "superlink" / "superlink.db"),
+            ],  # fmt: skip
+            env=self._env(),
+            ready=tcp_ready("127.0.0.1", layout.superlink_port),
+            ready_timeout=120.0,
+        )
+
+    def _supernode(self, layout: LocalLayout, pid: str) -> ProcessSpec:
+        toml = layout.participant_tomls[pid]
+        return ProcessSpec(
+            name=f"supernode-{pid}",
+            argv=[
+                self._bin("flower-supernode"),
+                "--root-certificates",
+                str(layout.ca_file),
+                "--superlink",
+                f"127.0.0.1:{layout.superlink_port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                f'participant-config="{toml}"',
+            ],  # fmt: skip
+            env=self._env(),
+            cwd=toml.parent,
+        )
+
+    def _run(self, layout: LocalLayout) -> ProcessSpec:
+        return ProcessSpec(
+            name=RUN,
+            argv=[
+                self._bin("flwr"),
+                "run",
+                str(_flower_app_dir()),
+                "local",
+                "--run-config",
+                f'server-config="{layout.server_toml}"',
+                "--stream",
+            ],  # fmt: skip
+            env=self._env(FLWR_HOME=str(layout.flwr_home)),
+            expect_exit=True,
+        )
+
+    def services(self) -> list[ProcessSpec]:
+        """Return the long-running processes, in start order."""
+        layout = self.prepare()
+        specs = [self._party(layout, "keyauthority", layout.authority_port)]
+        if self.options.mode == "shares":
+            specs.append(self._party(layout, "helper", layout.helper_port))
+        specs.append(api_spec(layout.api, python=self.python, env=self._env()))
+        specs.append(self._superlink(layout))
+        specs += [self._supernode(layout, pid) for pid in layout.ids]
+        return specs
+
+    def start(self) -> None:
+        """Prepare, then start every service (each healthy before the next).
+
+        Raises
+        ------
+        ProcessFailed, ProcessNotReady
+            A service did not start (every started one is stopped again).
+        """
+        specs = self.services()
+        supervisor = self._supervisor()
+        try:
+            for spec in specs:
+                supervisor.start(spec)
+        except BaseException:
+            supervisor.stop_all()
+            raise
+
+    def run(self, *, timeout: float | None = None) -> int:
+        """Start the run job and wait for it; return its exit status.
+
+        Raises
+        ------
+        ProcessFailed
+            A service died during the run, or the run did not end in ``timeout``.
+        """
+        supervisor = self._supervisor()
+        supervisor.start(self._run(self.prepare()))
+        return supervisor.wait(RUN, timeout=timeout)
+
+    def round_stages(self) -> dict[str, str]:
+        """Return the stage of every round stored in the ledger (``completed``, ``aborted``...)."""
+        from sqlalchemy import select
+
+        from privacy_ledger.db import create_ledger_engine
+        from privacy_ledger.models import RoundRow
+
+        engine = create_ledger_engine(self.prepare().database_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(select(RoundRow.id, RoundRow.stage).order_by(RoundRow.id))
+                return {str(r[0]): str(r[1]) for r in rows}
+        finally:
+            engine.dispose()
+
+    def stop(self) -> None:
+        """Stop every process (reverse order). Safe to call twice."""
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
+
+    def _supervisor(self) -> Supervisor:
+        self.prepare()
+        assert self.supervisor is not None
+        return self.supervisor

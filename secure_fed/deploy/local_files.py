@@ -1,0 +1,289 @@
+"""The files of a try-out federation on one machine: keys, ledger, API, server and nodes.
+
+:func:`prepare` lays out a run directory for ``secure-fed deploy local``::
+
+    <run>/keys/                 the key ceremony (secure_fed.deploy.keys.create_keys), TLS CA
+    <run>/ledger.db             the ledger (unless a database URL is given)
+    <run>/api/api.toml          the REST API's settings (0600)
+    <run>/server/server.toml    the ServerApp's settings (Flower run config names it)
+    <run>/nodes/<id>/           participant.toml, api-token (0600), state/
+    <run>/keyauthority/, <run>/helper/   the services' state directories
+    <run>/superlink/            the SuperLink's database
+    <run>/flwr/config.toml      FLWR_HOME of ``flwr run`` (the SuperLink connection)
+    <run>/logs/<process>.log    one log per process (the supervisor's)
+
+Participants are ``hospital-1``, ``bank-1``, ``hospital-2``... on alternating
+architectures, each with its Dirichlet share of a built-in task (``digits``)
+and a budget of epsilon 8 at delta 1e-5 in the ledger; each charges it through
+the API with its own participant token. Ports are chosen free on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from privacy_ledger.api_tokens import ApiTokenStore
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.budget.service import PrivacyLedger
+from secure_fed.deploy.api_service import ApiEndpoint, write_api_config
+from secure_fed.deploy.ceremony import read_sm2
+from secure_fed.deploy.keys import create_keys, read_manifest
+from secure_fed.deploy.supervisor import free_port
+from secure_fed.errors import FederationConfigInvalid
+from secure_fed.federation.config import ASSET_ID, KINDS
+from secure_fed.federation.evidence import carve_evidence
+from secure_fed.federation.participant import public_set_digest
+from secure_fed.learning.data import load_task
+
+__all__ = ["LocalLayout", "LocalOptions", "participant_ids", "prepare"]
+
+MODES = ("ckks", "shares")
+ARCHITECTURES = ("mlp", "logreg")
+_EVIDENCE_ROWS = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalOptions:
+    """What ``secure-fed deploy local`` runs.
+
+    Raises
+    ------
+    FederationConfigInvalid
+        A mode other than ckks or shares, fewer than 2 participants, or a bad number.
+    """
+
+    participants: int
+    mode: str
+    rounds: int
+    run_dir: Path
+    database_url: str | None = None
+    builtin: str = "digits"
+    seed: int = 0
+    min_participants: int = 2
+    epsilon: float = 8.0
+    delta: float = 1e-5
+    epochs_per_round: int = 1
+    reply_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise FederationConfigInvalid(f"mode: one of {', '.join(MODES)}, got {self.mode!r}")
+        if not 2 <= self.participants <= 100:
+            raise FederationConfigInvalid(f"participants: 2..100, got {self.participants!r}")
+        if not 1 <= self.rounds <= 100:
+            raise FederationConfigInvalid(f"rounds: 1..100, got {self.rounds!r}")
+        if not 2 <= self.min_participants <= self.participants:
+            raise FederationConfigInvalid(
+                f"min_participants: 2..participants, got {self.min_participants!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalLayout:
+    """Where everything of a prepared run is, and its ports."""
+
+    run_dir: Path
+    keys: Path
+    ids: tuple[str, ...]
+    database_url: str
+    api: ApiEndpoint
+    server_toml: Path
+    participant_tomls: dict[str, Path]
+    flwr_home: Path
+    superlink_port: int
+    authority_port: int
+    helper_port: int
+
+    @property
+    def ca_file(self) -> Path:
+        """The try-out CA every TLS client of the run trusts."""
+        return self.keys / "tls" / "ca.pem"
+
+    def tls(self, name: str) -> tuple[Path, Path]:
+        """Return the certificate and key of ``name`` (superlink, api, aggregator, ...)."""
+        return self.keys / "tls" / f"{name}.pem", self.keys / "tls" / f"{name}.key"
+
+
+def participant_ids(count: int) -> list[str]:
+    """``hospital-1``, ``bank-1``, ``hospital-2``, ``bank-2``, ... (``count`` of them)."""
+    return [f"{KINDS[k % len(KINDS)]}-{k // len(KINDS) + 1}" for k in range(count)]
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _q(value: object) -> str:
+    text = str(value)
+    if any(c in text for c in '"\\\n'):
+        raise FederationConfigInvalid(f"run_dir: a path not representable in TOML: {text!r}")
+    return f'"{text}"'
+
+
+def _public_set(options: LocalOptions) -> tuple[str, tuple[int, int]]:
+    task = load_task(options.builtin, seed=options.seed)
+    public, _ = carve_evidence(task, rows=_EVIDENCE_ROWS, seed=options.seed)
+    classes = int(task.private_y.max()) + 1
+    return public_set_digest(public.public_x), (int(public.public_x.shape[0]), classes)
+
+
+def _seed_ledger(
+    options: LocalOptions, layout_keys: Path, url: str, ids: list[str], nodes: Path
+) -> None:
+    """Register participants and budgets; write each participant's API token (0600)."""
+    manifest = read_manifest(layout_keys / "aggregator")
+    signer = read_sm2(layout_keys / "api", "audit")
+    ledger = PrivacyLedger.from_url(url, audit=AuditLog(signer=signer, origin="secure-fed/local"))
+    try:
+        tokens = ApiTokenStore(ledger.engine)
+        for k, pid in enumerate(ids):
+            ledger.register_participant(
+                pid,
+                institution=pid,
+                kind=KINDS[k % len(KINDS)],
+                public_key_pem=manifest.participant_keys[pid].to_pem(),
+            )
+            ledger.register_asset(pid, ASSET_ID)
+            ledger.set_budget(pid, ASSET_ID, epsilon=repr(options.epsilon), delta=options.delta)
+            issued = tokens.create(name=f"node {pid}", role="participant", participant_id=pid)
+            _write_private(nodes / pid / "api-token", issued.secret + "\n")
+    finally:
+        ledger.engine.dispose()
+
+
+def _server_toml(options: LocalOptions, layout: LocalLayout, sm3: str) -> str:
+    keys = layout.keys
+    entries = "".join(
+        f"\n[[participants]]\nid = {_q(pid)}\narchitecture = {_q(ARCHITECTURES[k % 2])}\n"
+        for k, pid in enumerate(layout.ids)
+    )
+    cert, key = layout.tls("aggregator")
+    helper = f"helper_url = {_q(f'https://127.0.0.1:{layout.helper_port}')}\n"
+    return f"""[server]
+namespace = "local"
+ledger_url = {_q(layout.database_url)}
+log_signing_key = {_q(keys / "api" / "audit.key.pem")}
+key_dir = {_q(keys / "aggregator")}
+reply_timeout = {options.reply_timeout}
+publication_timeout = 300
+join_timeout = 120
+
+[federation]
+mode = {_q(options.mode)}
+rounds = {options.rounds}
+seed = {options.seed}
+min_participants = {options.min_participants}
+builtin = {_q(options.builtin)}
+epochs_per_round = {options.epochs_per_round}
+evidence_rows = {_EVIDENCE_ROWS}
+
+[public]
+sm3 = {_q(sm3)}
+
+[parties]
+authority_url = {_q(f"https://127.0.0.1:{layout.authority_port}")}
+{helper if options.mode == "shares" else ""}ca_file = {_q(layout.ca_file)}
+client_cert = {_q(cert)}
+client_key = {_q(key)}
+{entries}"""
+
+
+def _participant_toml(options: LocalOptions, layout: LocalLayout, k: int, sm3: str) -> str:
+    pid = layout.ids[k]
+    return f"""[participant]
+id = {_q(pid)}
+architecture = {_q(ARCHITECTURES[k % 2])}
+state_dir = "state"
+
+[data]
+builtin = {_q(options.builtin)}
+
+[public]
+builtin = true
+sm3 = {_q(sm3)}
+
+[dp]
+epsilon = {options.epsilon!r}
+delta = {options.delta!r}
+rounds = {options.rounds}
+
+[keys]
+dir = {_q(layout.keys / "participants" / pid)}
+
+[budget]
+api_url = {_q(layout.api.url)}
+token_file = "api-token"
+ca_file = {_q(layout.ca_file)}
+"""
+
+
+def _flwr_config(layout: LocalLayout) -> str:
+    return f"""[superlink]
+default = "local"
+
+[superlink.local]
+address = "127.0.0.1:{layout.superlink_port}"
+root-certificates = {_q(layout.ca_file)}
+"""
+
+
+def prepare(options: LocalOptions) -> LocalLayout:
+    """Write every file of the run (keys, ledger, settings) and choose the ports.
+
+    Raises
+    ------
+    FederationConfigInvalid
+        The run directory already holds a run (``keys/`` exists).
+    """
+    run = options.run_dir.resolve()
+    keys = run / "keys"
+    if keys.exists():
+        raise FederationConfigInvalid(f"run_dir: {run} already holds a run; choose a new one")
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ids = participant_ids(options.participants)
+    sm3, shape = _public_set(options)
+    create_keys(
+        keys,
+        mode=options.mode,
+        participant_ids=ids,
+        shape=shape,
+        min_participants=options.min_participants,
+    )
+    url = options.database_url or f"sqlite:///{run / 'ledger.db'}"
+    _seed_ledger(options, keys, url, ids, run / "nodes")
+    api_cert, api_key = keys / "tls" / "api.pem", keys / "tls" / "api.key"
+    api = write_api_config(
+        run / "api",
+        database_url=url,
+        port=free_port(),
+        audit_key=keys / "api" / "audit.key.pem",
+        receipt_key=keys / "api" / "receipts.key.pem",
+        tls_cert=api_cert,
+        tls_key=api_key,
+        ca_file=keys / "tls" / "ca.pem",
+    )
+    layout = LocalLayout(
+        run_dir=run,
+        keys=keys,
+        ids=tuple(ids),
+        database_url=url,
+        api=api,
+        server_toml=run / "server" / "server.toml",
+        participant_tomls={pid: run / "nodes" / pid / "participant.toml" for pid in ids},
+        flwr_home=run / "flwr",
+        superlink_port=free_port(),
+        authority_port=free_port(),
+        helper_port=free_port(),
+    )
+    _write_private(layout.server_toml, _server_toml(options, layout, sm3))
+    for k, pid in enumerate(ids):
+        _write_private(layout.participant_tomls[pid], _participant_toml(options, layout, k, sm3))
+    _write_private(layout.flwr_home / "config.toml", _flwr_config(layout))
+    for name in ("keyauthority", "helper", "superlink"):
+        (run / name).mkdir(exist_ok=True, mode=0o700)
+    return layout

@@ -1,0 +1,154 @@
+"""The process supervisor over real processes: health checks, failures, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from secure_fed.deploy.supervisor import (
+    ProcessFailed,
+    ProcessNotReady,
+    ProcessSpec,
+    Supervisor,
+    free_port,
+    http_ready,
+    tcp_ready,
+)
+
+PY = sys.executable
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("SECURE_FED_")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _http_server(port: int) -> ProcessSpec:
+    return ProcessSpec(
+        name="web",
+        argv=[PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        env=ENV,
+        ready=http_ready(f"http://127.0.0.1:{port}/"),
+        ready_timeout=30,
+    )
+
+
+def test_a_service_is_started_when_healthy_and_logs_to_its_own_file(tmp_path: Path) -> None:
+    port = free_port()
+    with Supervisor(run_dir=tmp_path) as sup:
+        child = sup.start(_http_server(port))
+        assert tcp_ready("127.0.0.1", port)()
+        assert child.alive() and child.log_path == tmp_path / "logs" / "web.log"
+        sup.check()
+    assert not child.alive()
+    assert not tcp_ready("127.0.0.1", port)()
+    assert "GET / HTTP" in (tmp_path / "logs" / "web.log").read_text()
+
+
+def test_a_process_that_dies_before_it_is_ready_is_a_typed_error_with_its_log(
+    tmp_path: Path,
+) -> None:
+    spec = ProcessSpec(
+        name="broken",
+        argv=[PY, "-c", "import sys; print('bad config: port'); sys.exit(3)"],
+        env=ENV,
+        ready=tcp_ready("127.0.0.1", free_port()),
+    )
+    with Supervisor(run_dir=tmp_path) as sup, pytest.raises(ProcessFailed, match="bad config"):
+        sup.start(spec)
+
+
+def test_a_process_never_ready_is_not_ready_and_is_stopped(tmp_path: Path) -> None:
+    spec = ProcessSpec(
+        name="silent",
+        argv=[PY, "-c", "import time; time.sleep(60)"],
+        env=ENV,
+        ready=tcp_ready("127.0.0.1", free_port()),
+        ready_timeout=1.0,
+    )
+    sup = Supervisor(run_dir=tmp_path)
+    with pytest.raises(ProcessNotReady, match="silent"):
+        sup.start(spec)
+    pid = sup.children["silent"].pid
+    sup.stop_all()
+    assert _wait_gone(pid)
+
+
+def test_a_dead_service_is_reported_by_check(tmp_path: Path) -> None:
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(ProcessSpec(name="short", argv=[PY, "-c", "print('bye')"], env=ENV))
+        sup.children["short"].process.wait(timeout=30)
+        with pytest.raises(ProcessFailed, match="short exited with 0"):
+            sup.check()
+
+
+def test_stop_reaches_grandchildren_and_kills_what_ignores_sigterm(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "g = subprocess.Popen([sys.executable, '-c', "
+        "'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+        "time.sleep(300)\n"
+    )
+    sup = Supervisor(run_dir=tmp_path, stop_timeout=1.0)
+    sup.start(ProcessSpec(name="stubborn", argv=[PY, "-c", script], env=ENV, ready=pid_file.exists))
+    grandchild = int(pid_file.read_text())
+    parent = sup.children["stubborn"].pid
+    sup.stop_all()
+    assert _wait_gone(parent) and _wait_gone(grandchild)
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from secure_fed.deploy.supervisor import ProcessSpec, Supervisor\n"
+        f"sup = Supervisor(run_dir=Path({str(tmp_path)!r}))\n"
+        "spec = ProcessSpec(name='sleeper', argv=['sleep', '300'], env=dict(os.environ))\n"
+        "child = sup.start(spec)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(300)\n"
+    )
+    boss = subprocess.Popen([PY, "-c", script], env=ENV, cwd=Path(__file__).parents[3])
+    try:
+        end = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        boss.send_signal(signal.SIGKILL)
+        boss.wait(timeout=30)
+        assert _wait_gone(child)
+    finally:
+        if boss.poll() is None:
+            boss.kill()
+
+
+def test_a_name_in_use_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(_http_server(port))
+        with pytest.raises(ProcessFailed, match="already running"):
+            sup.start(_http_server(port))
