@@ -1,0 +1,226 @@
+"""The aggregator operator's side of a deployment, built from ``server.toml``.
+
+:meth:`AggregatorNode.open` opens the ledger database (migrating it), its
+audit log and round store, and builds the aggregator with
+:func:`~secure_fed.federation.builders.build_aggregator` -- the function the
+in-process federation uses. The ServerApp
+(:mod:`secure_fed.deploy.flower.server_app`) only moves bytes between it and
+the nodes; this module holds the bookkeeping a deployment adds:
+
+* :meth:`AggregatorNode.abort_unfinished` -- after a restart, every round the
+  store still holds open is aborted (``round.aborted``), nothing of it is
+  released, and the federation goes on with the next round id;
+* :meth:`AggregatorNode.record_dropout` -- a node that did not answer a round
+  in time is recorded (``participant.dropped``); the round goes on while at
+  least ``min_participants`` uploads arrive (the engine's rule).
+
+Round ids run from 1 to ``federation.rounds``; an aborted round is not
+retried (the distillation schedules are indexed by round id).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from crypto.sm import SM2PrivateKey, SM2PublicKey
+from privacy_ledger.audit.events import register_event
+from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.budget.service import PrivacyLedger
+from privacy_ledger.errors import ParticipantConflict
+from secure_fed.deploy.config_errors import ServerConfigInvalid
+from secure_fed.deploy.server_config import ServerConfig, settings_of
+from secure_fed.federation.builders import AggregatorParts, build_aggregator, private_parts
+from secure_fed.federation.config import ASSET_ID, PlannedParticipant, plan_participants
+from secure_fed.federation.evidence import carve_evidence
+from secure_fed.federation.stages import RoundConfig
+from secure_fed.federation.store import LedgerRoundStore
+from secure_fed.learning.data import load_task
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
+from secure_fed.secure.audit import AuditSink, LedgerAuditSink
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.scoring.evidence import EvidenceSlice
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+
+__all__ = ["PARTICIPANT_DROPPED", "AggregatorNode"]
+
+_log = logging.getLogger(__name__)
+
+PARTICIPANT_DROPPED = register_event(
+    "participant.dropped",
+    "A participant's node did not answer a round before its timeout; the round went on without it.",
+).name
+
+
+def _read_key(path: Path | None, passphrase_file: Path | None, field: str) -> SM2PrivateKey:
+    if path is None:
+        raise ServerConfigInvalid(f"{field} is required", field=field)
+    try:
+        passphrase = passphrase_file.read_bytes().strip() if passphrase_file else None
+        return SM2PrivateKey.from_pem(path.read_bytes(), passphrase=passphrase)
+    except (OSError, ValueError) as exc:
+        raise ServerConfigInvalid(
+            f"{field}: {path} is not a readable SM2 key: {exc}", field=field
+        ) from None
+
+
+def _participant_keys(config: ServerConfig) -> dict[str, SM2PublicKey]:
+    """Return the participants' SM2 public keys: ``<key_dir>/participants/<id>.pub.pem``."""
+    key_dir = config.key_dir or config.source.parent
+    keys = {}
+    for pid in config.federation.participant_ids or ():
+        path = key_dir / "participants" / f"{pid}.pub.pem"
+        try:
+            keys[pid] = SM2PublicKey.from_pem(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ServerConfigInvalid(
+                f"server.key_dir: no readable public key of {pid!r} at {path}: {exc}",
+                field="server.key_dir",
+            ) from None
+    return keys
+
+
+def _enrol(
+    ledger: PrivacyLedger, plan: list[PlannedParticipant], keys: dict[str, SM2PublicKey]
+) -> None:
+    """Register every planned participant and its asset in the ledger (kept if already there)."""
+    for planned in plan:
+        pid = planned.participant_id
+        try:
+            ledger.register_participant(
+                pid,
+                institution=planned.institution,
+                kind=planned.kind,
+                public_key_pem=keys[pid].to_pem(),
+            )
+        except ParticipantConflict:
+            _log.info("participant %s is registered already with other attributes; kept", pid)
+        ledger.register_asset(pid, ASSET_ID)
+
+
+class AggregatorNode:
+    """The aggregator of a deployed federation (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        parts: AggregatorParts,
+        audit: AuditSink,
+        shape: tuple[int, int],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config, self.parts, self.audit, self.shape = config, parts, audit, shape
+        self.handler, self.engine, self.clock = parts.handler, parts.engine, clock
+        self.settings = settings_of(config.federation)
+
+    @classmethod
+    def open(
+        cls, config: ServerConfig, *, clock: Callable[[], float] = time.time
+    ) -> AggregatorNode:
+        """Open the ledger, audit log and round store; build the aggregator.
+
+        Raises
+        ------
+        ServerConfigInvalid
+            If a key file is missing or unreadable, or the mode needs parties not configured.
+        """
+        federation = config.federation
+        signer = _read_key(
+            config.log_signing_key, config.log_key_passphrase_file, "server.log_signing_key"
+        )
+        log = AuditLog(signer=signer, origin=f"secure-fed-server/{config.namespace}")
+        ledger = PrivacyLedger.from_url(config.ledger_url, audit=log)
+        audit = LedgerAuditSink(engine=ledger.engine, log=log)
+        plan = plan_participants(federation)
+        keys = _participant_keys(config)
+        _enrol(ledger, plan, keys)
+        evidence: EvidenceSlice | None = None
+        if config.builtin:
+            task = load_task(config.builtin, seed=federation.seed)
+            task, evidence = carve_evidence(
+                task, rows=federation.evidence_rows, seed=federation.seed
+            )
+            shape = (len(task.public_x), task.num_classes)
+            parts = private_parts(task, federation)
+            rows = {p.participant_id: len(idx) for p, idx in zip(plan, parts, strict=True)}
+        else:
+            num_public = config.num_public
+            shape, rows = (num_public, config.num_classes), dict(config.rows)
+        if federation.mode != "plaintext":
+            raise ServerConfigInvalid(
+                f"federation.mode {federation.mode!r} needs the key ceremony's aggregator keys",
+                field="federation.mode",
+            )
+        deployment = SecureDeployment.create(
+            mode=federation.mode,
+            shape=shape,
+            participant_ids=[p.participant_id for p in plan],
+            min_participants=federation.quorum(),
+            audit=audit,
+            scoring=ScoringConfig(min_subset=federation.quorum()),
+        )
+        built = build_aggregator(
+            federation,
+            plan=plan,
+            registered_rows=rows,
+            num_classes=shape[1],
+            aggregator=deployment.aggregator(bound=PUBLIC_LOGIT_BOUND),
+            params=deployment.params,
+            participant_keys=keys,
+            store=LedgerRoundStore(engine=ledger.engine, namespace=config.namespace),
+            audit=audit,
+            receipt_key=(
+                None
+                if config.receipt_public_key is None
+                else SM2PublicKey.from_pem(config.receipt_public_key.read_bytes())
+            ),
+            evidence=evidence,
+            clock=clock,
+        )
+        return cls(config=config, parts=built, audit=audit, shape=shape, clock=clock)
+
+    def abort_unfinished(self) -> list[int]:
+        """Abort every round the store holds unfinished (a restart); return their ids."""
+        aborted = []
+        for stored in self.engine.store.open_rounds():
+            rid, stage = stored.round_id, stored.stage.value
+            reason = f"the ServerApp restarted while the round was {stage!r}; nothing was released"
+            self.engine.state(rid)
+            self.engine.abort(rid, reason=reason)
+            self.audit.record("round.aborted", {"round": rid, "stage": stage, "reason": reason})
+            _log.warning("round %d aborted on restart (was %s)", rid, stage)
+            aborted.append(rid)
+        return aborted
+
+    def next_round_ids(self) -> range:
+        """Round ids still to run: after the newest stored round, up to ``federation.rounds``."""
+        last = self.engine.store.last_round_id() or 0
+        return range(last + 1, self.config.federation.rounds + 1)
+
+    def round_config(self, round_id: int) -> RoundConfig:
+        """Return the config round ``round_id`` opens with (as the in-process federation's)."""
+        f = self.config.federation
+        return RoundConfig(
+            round_id=round_id,
+            public_set_id=f"{self.config.builtin or 'own'}-public",
+            public_set_sm3=self.config.public_sm3,
+            schema=self.parts.contract,
+            mode=f.mode,
+            num_public=self.shape[0],
+            min_participants=f.quorum(),
+            deadline=self.clock() + self.config.reply_timeout,
+            projection_seed=f.seed,
+            max_upload_bytes=64 * 1024 * 1024,
+            max_weight=f.weight_cap(),
+        )
+
+    def record_dropout(self, round_id: int, participant_id: str, reason: str) -> None:
+        """Record that ``participant_id`` sent nothing usable in round ``round_id``."""
+        self.audit.record(
+            PARTICIPANT_DROPPED,
+            {"round": round_id, "participant": participant_id, "reason": reason},
+        )
+        _log.warning("round %d: %s dropped out: %s", round_id, participant_id, reason)

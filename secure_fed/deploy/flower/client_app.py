@@ -1,0 +1,92 @@
+r"""The participant's Flower ClientApp: Flower messages in, :class:`ParticipantNode` calls out.
+
+Each SuperNode names its ``participant.toml`` in its node config::
+
+    flower-supernode --superlink 127.0.0.1:9092 --port 9094 \
+        --node-config 'participant-config="/srv/hospital-1/participant.toml"'
+
+Every message rebuilds the participant from its files
+(:meth:`~secure_fed.deploy.participant_node.ParticipantNode.open`), since the
+SuperNode may run the ClientApp in a fresh process per message. A refusal
+(budget, public set, configuration) is answered with its error code and
+reason, never with a Python traceback; the ServerApp records the node as
+having sent no upload.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from secure_fed.deploy.flower.messages import pack, unpack_bytes, unpack_json
+from secure_fed.deploy.participant_config import load_participant_config
+from secure_fed.deploy.participant_node import ParticipantNode, node_config_path
+from secure_fed.errors import SecureFedError, UploadMalformed
+from secure_fed.federation.stages import RoundConfig
+
+__all__ = ["app"]
+
+_log = logging.getLogger(__name__)
+
+app = ClientApp()
+
+
+def _refusal(message: Message, exc: SecureFedError) -> Message:
+    _log.warning("refused: %s", exc)
+    return Message(pack({"code": exc.code, "reason": exc.message}), reply_to=message)
+
+
+@app.query("secure_fed_hello")
+def hello(message: Message, context: Context) -> Message:
+    """Answer with the node's participant id, architecture and public-set SM3."""
+    try:
+        config = load_participant_config(
+            node_config_path(context.node_config.get("participant-config"))
+        )
+    except SecureFedError as exc:
+        return _refusal(message, exc)
+    fields = {
+        "participant_id": config.participant_id,
+        "architecture": config.architecture,
+        "public_sm3": config.public_sm3,
+    }
+    return Message(pack(fields), reply_to=message)
+
+
+def _open(context: Context, fields: dict[str, Any]) -> ParticipantNode:
+    config = load_participant_config(
+        node_config_path(context.node_config.get("participant-config"))
+    )
+    settings, index = fields.get("settings"), fields.get("index")
+    if not isinstance(settings, dict) or not isinstance(index, int):
+        raise UploadMalformed("the round message lacks the federation settings or the index")
+    return ParticipantNode.open(config, settings=settings, index=index)
+
+
+@app.train("secure_fed_round")
+def train_round(message: Message, context: Context) -> Message:
+    """Train privately for the round and answer with the signed upload envelope."""
+    try:
+        fields = unpack_json(message.content)
+        round_config = RoundConfig.from_dict(fields.get("round") or {})
+        envelope = _open(context, fields).handle_round(round_config)
+    except SecureFedError as exc:
+        return _refusal(message, exc)
+    return Message(pack({"round_id": round_config.round_id}, envelope), reply_to=message)
+
+
+@app.evaluate("secure_fed_publication")
+def publication(message: Message, context: Context) -> Message:
+    """Distill from the publication; answer with what was done."""
+    try:
+        fields = unpack_json(message.content)
+        payload = unpack_bytes(message.content)
+        if payload is None:
+            raise UploadMalformed("the publication message carries no bytes")
+        done = _open(context, fields).handle_publication(payload)
+    except SecureFedError as exc:
+        return _refusal(message, exc)
+    return Message(pack(done), reply_to=message)

@@ -1,0 +1,195 @@
+r"""The aggregator operator's Flower ServerApp: rounds over the Grid, bytes to the aggregator.
+
+Started by ``flwr run`` against the operator's SuperLink, with the path of
+``server.toml`` in the run config::
+
+    flwr run secure_fed/deploy/flower/app <connection> \
+        --run-config 'server-config="/etc/secure-fed/server.toml"'
+
+(:func:`secure_fed.deploy.flower.app_dir` returns the installed app folder.)
+
+What it does, in order:
+
+1. builds the aggregator from ``server.toml`` and aborts every round a
+   previous ServerApp left unfinished in the store;
+2. asks every connected node who it is (``query.secure_fed_hello``) until all
+   participants of ``server.toml`` answered or ``server.join_timeout`` passed;
+3. per round id still to run: opens the round, sends the round config to every
+   participant's node, hands each envelope to the aggregator as it arrives,
+   records the nodes that sent nothing before the deadline as dropouts
+   (``participant.dropped``), finishes the round (it publishes while at least
+   ``min_participants`` uploads were accepted, else it aborts) and sends the
+   publication to every node, which distills.
+
+No protocol logic lives here: the handlers decide; this module moves bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.serverapp import Grid, ServerApp
+
+from secure_fed.deploy.aggregator_node import AggregatorNode
+from secure_fed.deploy.config_errors import ServerConfigInvalid
+from secure_fed.deploy.flower.messages import (
+    HELLO,
+    PUBLICATION,
+    ROUND,
+    pack,
+    unpack_bytes,
+    unpack_json,
+)
+from secure_fed.deploy.server_config import load_server_config
+from secure_fed.errors import SecureFedError, TooFewParticipants
+
+__all__ = ["app", "run_federation"]
+
+_log = logging.getLogger(__name__)
+
+#: Seconds between two pulls of replies from the SuperLink.
+POLL_SECONDS = 0.5
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the federation ``server-config`` (run config) describes."""
+    path = context.run_config.get("server-config")
+    if not isinstance(path, str) or not path:
+        raise ServerConfigInvalid(
+            "the run needs --run-config 'server-config=\"/path/server.toml\"'",
+            field="server-config",
+        )
+    run_federation(grid, AggregatorNode.open(load_server_config(path)))
+
+
+def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
+    """Run every round still to run; return ``{round id: published | aborted: reason}``."""
+    for rid in node.abort_unfinished():
+        _log.warning("round %d was left unfinished and is aborted", rid)
+    members = discover(grid, node)
+    outcomes = {}
+    for rid in node.next_round_ids():
+        outcomes[rid] = run_round(grid, node, members, rid)
+        _log.info("round %d: %s", rid, outcomes[rid])
+    return outcomes
+
+
+def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
+    """Map participant ids to node ids, asking every connected node (``HELLO``)."""
+    wanted = set(node.config.federation.participant_ids or ())
+    members: dict[str, int] = {}
+    asked: set[int] = set()
+    end = time.monotonic() + node.config.join_timeout
+    while wanted - set(members) and time.monotonic() < end:
+        fresh = [n for n in grid.get_node_ids() if n not in asked]
+        asked.update(fresh)
+        messages = [grid.create_message(pack(), HELLO, n, "hello") for n in fresh]
+        for reply in exchange(grid, messages, timeout=min(30.0, node.config.join_timeout)):
+            pid = _hello_id(reply, wanted)
+            if pid is not None:
+                members[pid] = reply.metadata.src_node_id
+        if wanted - set(members):
+            time.sleep(1.0)
+    missing = sorted(wanted - set(members))
+    if missing:
+        _log.warning("no node answered for %s; rounds go on without them", missing)
+    return members
+
+
+def _hello_id(reply: Message, wanted: set[str]) -> str | None:
+    if reply.has_error():
+        return None
+    try:
+        pid = unpack_json(reply.content).get("participant_id")
+    except SecureFedError:
+        return None
+    return pid if isinstance(pid, str) and pid in wanted else None
+
+
+def exchange(
+    grid: Grid, messages: list[Message], *, timeout: float, on_reply: Any = None
+) -> list[Message]:
+    """Push ``messages`` and pull replies until all came or ``timeout`` passed.
+
+    ``on_reply`` is called with each reply as it arrives (uploads are handed to
+    the aggregator before the round's deadline, not after the slowest node).
+    """
+    if not messages:
+        return []
+    pending = set(grid.push_messages(messages))
+    replies: list[Message] = []
+    end = time.monotonic() + timeout
+    while pending and time.monotonic() < end:
+        for reply in grid.pull_messages(list(pending)):
+            pending.discard(reply.metadata.reply_to_message_id)
+            replies.append(reply)
+            if on_reply is not None:
+                on_reply(reply)
+        if pending:
+            time.sleep(POLL_SECONDS)
+    return replies
+
+
+def run_round(grid: Grid, node: AggregatorNode, members: dict[str, int], rid: int) -> str:
+    """Run round ``rid``: round config out, envelopes in, publication out."""
+    config = node.handler.open_round(node.round_config(rid))
+    plan = list(node.config.federation.participant_ids or ())
+    by_node = {n: pid for pid, n in members.items()}
+    answered: set[str] = set()
+    base = {"round": config.to_dict(), "settings": node.settings}
+    messages = [
+        grid.create_message(pack({**base, "index": plan.index(pid)}), ROUND, n, str(rid))
+        for pid, n in members.items()
+    ]
+
+    def on_reply(reply: Message) -> None:
+        pid = by_node.get(reply.metadata.src_node_id)
+        if pid is None:
+            return
+        answered.add(pid)
+        _take_upload(node, rid, pid, reply)
+
+    exchange(grid, messages, timeout=max(0.0, config.deadline - time.time()), on_reply=on_reply)
+    for pid in sorted(set(plan) - answered):
+        node.record_dropout(rid, pid, "no reply before the round's deadline")
+    try:
+        publication = node.handler.finish_round(rid)
+    except TooFewParticipants as exc:
+        return f"aborted: {exc.message}"
+    base = {"settings": node.settings}
+    messages = [
+        grid.create_message(
+            pack({**base, "index": plan.index(pid)}, publication), PUBLICATION, n, str(rid)
+        )
+        for pid, n in members.items()
+    ]
+    acks = exchange(grid, messages, timeout=node.config.publication_timeout)
+    return f"published; {len(acks)} of {len(members)} nodes acknowledged the publication"
+
+
+def _take_upload(node: AggregatorNode, rid: int, pid: str, reply: Message) -> None:
+    """Hand one node's envelope to the aggregator; a node that sent none is a dropout."""
+    if reply.has_error():
+        node.record_dropout(rid, pid, f"the node failed: {reply.error.reason}")
+        return
+    try:
+        envelope = unpack_bytes(reply.content)
+        fields = unpack_json(reply.content)
+    except SecureFedError as exc:
+        node.record_dropout(rid, pid, f"malformed reply: {exc.message}")
+        return
+    if envelope is None:
+        node.record_dropout(
+            rid, pid, f"sent no upload: {fields.get('code')}: {fields.get('reason')}"
+        )
+        return
+    try:
+        node.handler.handle_upload(envelope, round_id=rid)
+    except SecureFedError as exc:  # the gate and the engine audit their refusals themselves
+        _log.warning("round %d: upload of %s refused: %s", rid, pid, exc)

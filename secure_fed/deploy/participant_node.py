@@ -1,0 +1,278 @@
+"""One participant's node: ``participant.toml``, state directory and handler, per message.
+
+The ClientApp (:mod:`secure_fed.deploy.flower.client_app`) may run in a fresh
+process for every message, so :meth:`ParticipantNode.open` rebuilds the
+participant each time from what does not change -- ``participant.toml``, the
+federation settings the server sends, the participant's position in the plan
+-- with :func:`~secure_fed.federation.builders.build_participant` (the same
+function the in-process federation uses: same seeds and rows, same
+participant), then restores the model and progress from the state directory.
+
+* :meth:`ParticipantNode.handle_round` answers a round config with the signed
+  envelope; a round whose envelope is on disk is answered with it (no
+  retraining, no second charge);
+* :meth:`ParticipantNode.handle_publication` distills once per round and
+  checkpoints the model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crypto.sm import SM2PrivateKey
+from privacy_ledger.budget.service import PrivacyLedger
+from privacy_ledger.errors import LedgerError
+from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
+from secure_fed.deploy.participant_config import ParticipantConfig
+from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
+from secure_fed.deploy.server_config import config_from_settings
+from secure_fed.federation.builders import build_participant, private_parts
+from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
+from secure_fed.federation.evidence import carve_evidence
+from secure_fed.federation.handlers import ParticipantHandler
+from secure_fed.federation.messages import decode_publication
+from secure_fed.federation.stages import RoundConfig
+from secure_fed.learning.budget_gate import BudgetGate
+from secure_fed.learning.data import load_task
+from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
+from secure_fed.learning.tabular import read_table
+from secure_fed.secure.deployment import SecureDeployment
+
+__all__ = ["NodeData", "ParticipantNode", "load_node_data"]
+
+_log = logging.getLogger(__name__)
+
+#: Largest publication a node accepts (the participant's own limit).
+_MAX_PUBLICATION = 64 * 1024 * 1024
+
+
+class NodeData:
+    """A participant's private rows and the public set, as its models see them."""
+
+    def __init__(
+        self, *, x: np.ndarray, y: np.ndarray, public_x: np.ndarray, num_classes: int
+    ) -> None:
+        self.x, self.y, self.public_x, self.num_classes = x, y, public_x, num_classes
+        self.input_shape: tuple[int, ...] = tuple(int(d) for d in public_x.shape[1:])
+
+
+def load_node_data(config: ParticipantConfig, federation: FederationConfig, index: int) -> NodeData:
+    """Load the participant's private rows and public set, the public set checked by SM3 first.
+
+    Built-in data: the participant's share of the federation's Dirichlet split
+    (exactly the in-process federation's rows). Own table: every row is private;
+    labels are numbered by ``data.classes``.
+
+    Raises
+    ------
+    ParticipantConfigInvalid
+        If the table cannot be read or holds a label outside ``data.classes``.
+    PublicSetMismatch
+        If the public set's SM3 differs from ``public.sm3``.
+    """
+    if config.builtin:
+        task = load_task(config.builtin, seed=federation.seed)
+        task, _ = carve_evidence(task, rows=federation.evidence_rows, seed=federation.seed)
+        public = config.load_public(task.public_x)
+        rows = private_parts(task, federation)[index]
+        return NodeData(
+            x=task.private_x[rows],
+            y=task.private_y[rows],
+            public_x=public,
+            num_classes=task.num_classes,
+        )
+    public = config.load_public()
+    x, y = _read_own_table(config)
+    if x.shape[1:] != public.shape[1:]:
+        raise ParticipantConfigInvalid(
+            f"{config.source}: data.path has {x.shape[1:]} features, the public set "
+            f"{public.shape[1:]}",
+            field="data.path",
+        )
+    return NodeData(x=x, y=y, public_x=public, num_classes=len(config.classes))
+
+
+def _read_own_table(config: ParticipantConfig) -> tuple[np.ndarray, np.ndarray]:
+    path = config.data_path
+    assert path is not None  # load_participant_config: data.path or data.builtin
+    try:
+        frame = read_table(path)
+        labels = frame.pop(config.label_column).astype(str).to_numpy()
+        x = frame.to_numpy(dtype=np.float32)
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise ParticipantConfigInvalid(
+            f"{config.source}: data.path {path} cannot be read with label column "
+            f"{config.label_column!r}: {exc}",
+            field="data.path",
+        ) from None
+    numbering = {label: k for k, label in enumerate(config.classes)}
+    unknown = sorted(set(labels) - set(numbering))
+    if unknown:
+        raise ParticipantConfigInvalid(
+            f"{config.source}: data.path has labels {unknown[:5]} not in data.classes",
+            field="data.classes",
+        )
+    if not np.isfinite(x).all():
+        raise ParticipantConfigInvalid(
+            f"{config.source}: data.path has missing or infinite features", field="data.path"
+        )
+    return x, np.array([numbering[label] for label in labels], dtype=np.int64)
+
+
+def _budget_gate(config: ParticipantConfig) -> BudgetGate:
+    """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger."""
+    if config.api_url:
+        remote: Any = importlib.import_module("secure_fed.deploy.remote_budget")
+        token = config.token_file.read_text(encoding="utf-8").strip() if config.token_file else ""
+        gate: BudgetGate = remote.RemoteBudgetGate(
+            base_url=config.api_url, token=token, ca_file=config.ca_file
+        )
+        return gate
+    ledger = PrivacyLedger.from_url(config.ledger_url)
+    pid = config.participant_id
+    try:
+        ledger.budget_status(pid, ASSET_ID)
+    except LedgerError:  # a fresh local ledger: the node's own goal is its budget
+        ledger.register_participant(pid, institution=pid, kind="other")
+        ledger.register_asset(pid, ASSET_ID)
+        ledger.set_budget(pid, ASSET_ID, epsilon=repr(config.epsilon), delta=config.delta)
+    return ledger
+
+
+def _signing_key(config: ParticipantConfig) -> SM2PrivateKey:
+    path = config.key_dir / "signing-key.pem"
+    try:
+        return SM2PrivateKey.from_pem(path.read_bytes(), passphrase=None)
+    except (OSError, ValueError) as exc:
+        raise ParticipantConfigInvalid(
+            f"{config.source}: keys.dir has no readable signing-key.pem: {exc}", field="keys.dir"
+        ) from None
+
+
+class ParticipantNode:
+    """A participant rebuilt from its files for one message (see the module docstring)."""
+
+    def __init__(
+        self, *, config: ParticipantConfig, handler: ParticipantHandler, state: ParticipantState
+    ) -> None:
+        self.config, self.handler, self.state = config, handler, state
+
+    @classmethod
+    def open(
+        cls, config: ParticipantConfig, *, settings: dict[str, Any], index: int
+    ) -> ParticipantNode:
+        """Build the participant at ``index`` of the plan the server's ``settings`` describe.
+
+        Raises
+        ------
+        ParticipantConfigInvalid, PublicSetMismatch, ParticipantStateInvalid
+            For a bad file, public set or state directory.
+        FederationConfigInvalid
+            If the server's settings are invalid.
+        """
+        federation = config_from_settings(settings, epsilon=config.epsilon, delta=config.delta)
+        planned = plan_participants(federation)[index]
+        if planned.participant_id != config.participant_id:
+            raise ParticipantConfigInvalid(
+                f"{config.source}: the server lists {planned.participant_id!r} at position "
+                f"{index}, this node is {config.participant_id!r}",
+                field="participant.id",
+            )
+        data = load_node_data(config, federation, index)
+        state = ParticipantState(directory=config.state_dir, participant_id=config.participant_id)
+        gate = BudgetRecorder(
+            gate=_budget_gate(config), state=state, round_of=lambda label: int(label[1:])
+        )
+        shape = (len(data.public_x), data.num_classes)
+        deployment = SecureDeployment.create(
+            mode=federation.mode,
+            shape=shape,
+            participant_ids=[config.participant_id],
+            min_participants=1,
+        )
+        handler = build_participant(
+            federation,
+            planned=planned,
+            index=index,
+            x=data.x,
+            y=data.y,
+            public_x=data.public_x,
+            input_shape=data.input_shape,
+            num_classes=data.num_classes,
+            budget=gate,
+            encoder=deployment.encoder(config.participant_id, bound=PUBLIC_LOGIT_BOUND),
+            params=deployment.params,
+            signing_key=_signing_key(config),
+        )
+        state.restore(handler)
+        return cls(config=config, handler=handler, state=state)
+
+    def handle_round(self, round_config: RoundConfig) -> bytes:
+        """Return the signed envelope of the round: the one on disk, or a freshly trained one.
+
+        Raises
+        ------
+        PublicSetMismatch
+            If the round names another public set than the node holds.
+        SecureFedError
+            Whatever private training, encoding or sealing refuse.
+        """
+        rid = round_config.round_id
+        kept = self.state.envelope(rid)
+        if kept is not None:
+            _log.info("round %d: resending the envelope made before (no retraining)", rid)
+            return kept
+        if round_config.public_set_sm3 != self.config.public_sm3:
+            raise PublicSetMismatch(
+                f"round {rid} names public set {round_config.public_set_sm3}, "
+                f"{self.config.participant_id!r} holds {self.config.public_sm3}",
+                field="public.sm3",
+            )
+        envelope = self.handler.handle_round(round_config)
+        report = self.handler.report
+        self.state.checkpoint(self.handler, round_id=rid, phase="trained")
+        self.state.update_record(
+            rid,
+            trained=bool(report is not None and report.trained),
+            epsilon_spent=None if report is None else report.epsilon_spent,
+            refused_reason=None if report is None else report.refused_reason,
+        )
+        self.state.save_envelope(rid, envelope)
+        return envelope
+
+    def handle_publication(self, publication: bytes) -> dict[str, Any]:
+        """Distill from the publication once per round; return what the node did.
+
+        Raises
+        ------
+        UploadMalformed
+            If the publication bytes are malformed or of another shape.
+        """
+        rid = decode_publication(publication, max_bytes=_MAX_PUBLICATION).round_id
+        if self.state.record(rid).get("distilled"):
+            return {"round_id": rid, "distilled": False, "reason": "already distilled"}
+        temperature = self.handler.handle_publication(publication)
+        self.state.checkpoint(self.handler, round_id=rid, phase="distilled")
+        self.state.update_record(rid, distilled=True, temperature=temperature)
+        return {"round_id": rid, "distilled": True, "temperature": temperature}
+
+
+def node_config_path(value: object) -> Path:
+    """Return the ``participant-config`` node-config value as a path.
+
+    Raises
+    ------
+    ParticipantConfigInvalid
+        If the SuperNode was started without ``--node-config participant-config=...``.
+    """
+    if not isinstance(value, str) or not value:
+        raise ParticipantConfigInvalid(
+            "the SuperNode needs --node-config 'participant-config=\"/path/participant.toml\"'",
+            field="participant-config",
+        )
+    return Path(value)
