@@ -48,6 +48,10 @@ COMMANDS = {
         "api.cli.deploy:deploy_app",
         "Run the key ceremony, or a whole federation of real processes on 127.0.0.1.",
     ),
+    "keyauthority": LazyCommand(
+        "api.cli.parties:keyauthority_app", "Run the key authority service (mutual TLS)."
+    ),
+    "helper": LazyCommand("api.cli.parties:helper_app", "Run the helper service (mutual TLS)."),
 }
 
 app = typer.Typer(

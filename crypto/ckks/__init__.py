@@ -7,7 +7,7 @@ noise-flooding parameters.
 from crypto.ckks.aggregate import quadratic_score, weighted_sum
 from crypto.ckks.authority import decrypt_aggregate, decrypt_score
 from crypto.ckks.export import export_secret_key_encrypted, import_secret_key_encrypted
-from crypto.ckks.keys import KeyAuthorityKeys, PublicContext, generate_keys
+from crypto.ckks.keys import KeyAuthorityKeys, PublicContext, generate_keys, resume_release_count
 from crypto.ckks.packing import EncryptedMatrix, Layout, pack_class_major
 from crypto.ckks.presets import (
     CKKS_AGGREGATION,
@@ -38,5 +38,6 @@ __all__ = [
     "load_encrypted",
     "pack_class_major",
     "quadratic_score",
+    "resume_release_count",
     "weighted_sum",
 ]

@@ -32,7 +32,7 @@ from crypto.errors import (
 )
 from crypto.sm import sm3_digest
 
-__all__ = ["KeyAuthorityKeys", "PublicContext", "generate_keys"]
+__all__ = ["KeyAuthorityKeys", "PublicContext", "generate_keys", "resume_release_count"]
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +309,27 @@ def _reserve_releases(keys: KeyAuthorityKeys, count: int) -> None:
             f"lower its flooding below {keys._preset.guaranteed_bits:.0f} bits: rotate the keys"
         )
     keys._releases += count
+
+
+def resume_release_count(keys: KeyAuthorityKeys, count: int) -> None:
+    """Count ``count`` ciphertexts an earlier process of this epoch already released.
+
+    A key set imported after a restart counts from zero; the key authority
+    restores the count it persisted, so the epoch never releases more than its
+    preset's ``max_decryptions`` across restarts. The count only ever grows.
+
+    Raises
+    ------
+    ParameterInvalid
+        If ``count`` is not an integer >= 0.
+    ReleaseLimitReached
+        If the restored count exceeds the preset's ``max_decryptions``.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ParameterInvalid(f"count must be an integer >= 0, got {count!r}")
+    if not isinstance(keys, KeyAuthorityKeys):
+        raise ParameterInvalid(f"keys must be KeyAuthorityKeys, not {type(keys).__name__}")
+    _reserve_releases(keys, count)
 
 
 def _public_ts(public: PublicContext) -> TsContext:

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crypto.errors import CryptoError
 from crypto.sm import SM2PrivateKey, SM2PublicKey
@@ -25,6 +25,9 @@ from secure_fed.deploy.tls import create_local_ca, private_dir, write_private
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.deployment import DeploymentPlan
 
+if TYPE_CHECKING:
+    from crypto.shares import ShareMacKey
+
 __all__ = [
     "FORMAT",
     "MANIFEST",
@@ -32,6 +35,7 @@ __all__ = [
     "KeyManifest",
     "create_keys",
     "read_json",
+    "read_mac",
     "read_manifest",
     "read_secret",
     "read_sm2",
@@ -122,6 +126,19 @@ def read_secret(path: Path, *, size: int = SECRET_BYTES) -> bytes:
     if len(value) != size:
         raise KeyDirectoryInvalid(f"secret {path} must be {size} bytes, got {len(value)}")
     return value
+
+
+def read_mac(directory: Path, name: str) -> ShareMacKey:
+    """Derive the MAC key of ``directory/<name>.secret`` (recipient ``name``).
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        Missing or malformed secret.
+    """
+    from crypto.shares import ShareMacKey
+
+    return ShareMacKey.derive(read_secret(Path(directory) / f"{name}.secret"), recipient=name)
 
 
 def read_sm2(directory: Path, name: str) -> SM2PrivateKey:

@@ -52,10 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, cast
 
+from secure_fed.deploy.authority import KeyAuthorityParty, load_key_authority
 from secure_fed.deploy.ceremony import (
     MANIFEST,
     KeyManifest,
     read_json,
+    read_mac,
     read_manifest,
     read_secret,
     read_sm2,
@@ -64,15 +66,14 @@ from secure_fed.deploy.ceremony import (
 from secure_fed.deploy.ceremony import create_keys as create_keys
 from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.tls import private_dir
-from secure_fed.deploy.transport import AuthorityChannels, pack_pair
+from secure_fed.deploy.transport import AuthorityChannels
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadEncoder
 from secure_fed.secure.parties.helper import HelperParty
-from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.parties.nonces import NonceStore
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from secure_fed.secure.server_auth import ChannelKey, ServerIdentity, ServerSigningKey
+from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 
 __all__ = [
     "MANIFEST",
@@ -91,12 +92,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 SHARES_PARAMS = "Z2^64/f12"
-
-
-def _mac(directory: Path, name: str, recipient: str) -> object:
-    from crypto.shares import ShareMacKey
-
-    return ShareMacKey.derive(read_secret(directory / f"{name}.secret"), recipient=recipient)
 
 
 def _context(directory: Path, role: str, preset: str, fingerprint: str) -> object:
@@ -218,8 +213,8 @@ class AggregatorKeys:
             helper=self.helper,
             dealer=cast("Dealer", channels.deal),
             range_dealer=cast("RangeDealer | None", channels.deal_range),
-            dealer_key=_mac(d, "dealer-aggregator", "dealer-aggregator"),  # type: ignore[arg-type]
-            channel_key=_mac(d, "channel", "channel"),  # type: ignore[arg-type]
+            dealer_key=read_mac(d, "dealer-aggregator"),
+            channel_key=read_mac(d, "channel"),
             request_key=ChannelKey(name="aggregator", key=read_secret(d / "request.secret")),
             signing_key=signer,
         )
@@ -335,131 +330,6 @@ def load_participant(directory: Path) -> ParticipantKeys:
     return ParticipantKeys(manifest, directory, pid, read_sm2(directory, "signing"))
 
 
-@dataclass(eq=False)
-class KeyAuthorityParty:
-    """The key authority as loaded: the party and its bytes endpoints (MAC keys bound).
-
-    ``decrypt`` and ``plan`` serve the ckks mode; ``deal`` and ``deal_range`` (two
-    blobs each, :func:`~secure_fed.deploy.transport.pack_pair` for HTTP) the shares mode.
-    """
-
-    authority: KeyAuthority
-    manifest: KeyManifest
-    directory: Path
-    _macs: tuple[object, object] | None = None
-
-    def decrypt(self, request: bytes) -> bytes:
-        """Serve a signed decryption request (:meth:`KeyAuthority.handle`)."""
-        return self.authority.handle(request)
-
-    def plan(self, request: bytes) -> bytes:
-        """Fix a round's release plan (:meth:`KeyAuthority.install_plan`)."""
-        return self.authority.install_plan(request)
-
-    def deal(self, request: bytes) -> tuple[bytes, bytes]:
-        """Deal Beaver triples for a signed request (shares mode)."""
-        agg, helper = self._keys()
-        return self.authority.handle_deal(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
-
-    def deal_range(self, request: bytes) -> tuple[bytes, bytes]:
-        """Deal one upload's range-check material for a signed request (shares mode)."""
-        agg, helper = self._keys()
-        return self.authority.handle_deal_range(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
-
-    def deal_packed(self, request: bytes) -> bytes:
-        """:meth:`deal` with both blobs in one body (the HTTP route's reply)."""
-        return pack_pair(*self.deal(request))
-
-    def deal_range_packed(self, request: bytes) -> bytes:
-        """:meth:`deal_range` with both blobs in one body."""
-        return pack_pair(*self.deal_range(request))
-
-    def _keys(self) -> tuple[object, object]:
-        from secure_fed.errors import AuthorityRequestMalformed
-
-        if self._macs is None:
-            raise AuthorityRequestMalformed("this key authority deals no triples (ckks mode)")
-        return self._macs
-
-    def public_context(self, role: str) -> bytes:
-        """Return the serialized public context of epoch ``role`` (``scoring`` or ``publication``).
-
-        Raises
-        ------
-        KeyDirectoryInvalid
-            If the authority holds no such epoch.
-        """
-        from secure_fed.errors import KeyAuthorityConfigInvalid
-
-        try:
-            if role == "scoring":
-                return self.authority.public_context
-            if role == "publication":
-                return self.authority.publication_context
-        except KeyAuthorityConfigInvalid as exc:
-            raise KeyDirectoryInvalid(str(exc)) from exc
-        raise KeyDirectoryInvalid(f"epoch role must be 'scoring' or 'publication', got {role!r}")
-
-    def channels(self) -> AuthorityChannels:
-        """In-process channels to this authority (tests and one-machine runs)."""
-        return AuthorityChannels(
-            decrypt=self.decrypt, plan=self.plan, deal=self.deal, deal_range=self.deal_range
-        )
-
-
-def _state(state_dir: Path) -> Path:
-    return private_dir(Path(state_dir))
-
-
-def _sealed(directory: Path, role: str) -> object:
-    from crypto.ckks import import_secret_key_encrypted
-    from crypto.errors import CryptoError
-
-    try:
-        blob = (directory / f"{role}.sealed").read_bytes()
-        return import_secret_key_encrypted(blob, key=read_secret(directory / "seal.key", size=16))
-    except (OSError, CryptoError) as exc:
-        raise KeyDirectoryInvalid(f"{role} secret key in {directory} refused: {exc}") from exc
-
-
-def load_key_authority(
-    directory: Path, *, audit: AuditSink | None, state_dir: Path
-) -> KeyAuthorityParty:
-    """Load the key authority's directory; its nonce record lives in ``state_dir``.
-
-    Raises
-    ------
-    KeyDirectoryInvalid
-        The directory is not the key authority's, or a key does not load.
-    """
-    directory = Path(directory)
-    manifest = read_manifest(directory, role="keyauthority")
-    aggregator = ServerIdentity("aggregator", manifest.aggregator_key)
-    nonces = NonceStore(_state(state_dir) / "keyauthority-nonces.db")
-    common = {
-        "min_participants": manifest.min_participants,
-        "audit": audit,
-        "aggregator": aggregator,
-        "nonces": nonces,
-        "enrolled": frozenset(manifest.participant_ids),
-        "upload_shape": manifest.shape,
-    }
-    if manifest.mode == "ckks":
-        scoring = _sealed(directory, "scoring")
-        publication = (
-            None if manifest.publication_preset is None else _sealed(directory, "publication")
-        )
-        authority = KeyAuthority(keys=scoring, publication_keys=publication, **common)  # type: ignore[arg-type]
-        return KeyAuthorityParty(authority, manifest, directory)
-    require_mode(manifest, "shares")
-    authority = KeyAuthority(**common)  # type: ignore[arg-type]
-    macs = (
-        _mac(directory, "dealer-aggregator", "dealer-aggregator"),
-        _mac(directory, "dealer-helper", "dealer-helper"),
-    )
-    return KeyAuthorityParty(authority, manifest, directory, macs)
-
-
 def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) -> HelperParty:
     """Load the helper's directory; its triple registry and nonce record live in ``state_dir``.
 
@@ -471,14 +341,14 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
     directory = Path(directory)
     manifest = read_manifest(directory, role="helper")
     require_mode(manifest, "shares")
-    state = _state(state_dir)
+    state = private_dir(Path(state_dir))
     enrolment = read_json(directory / "enrolment.json")
     return HelperParty(
         shape=manifest.shape,
         min_participants=manifest.min_participants,
         secrets={p: bytes.fromhex(str(s)) for p, s in enrolment.items()},
-        dealer_key=_mac(directory, "dealer-helper", "dealer-helper"),  # type: ignore[arg-type]
-        channel_key=_mac(directory, "channel", "channel"),  # type: ignore[arg-type]
+        dealer_key=read_mac(directory, "dealer-helper"),
+        channel_key=read_mac(directory, "channel"),
         audit=audit,
         registry=HelperRegistry(state / "helper-registry.db"),
         request_key=ChannelKey(name="aggregator", key=read_secret(directory / "request.secret")),

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import stat
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.keys import (
     AggregatorKeys,
-    ParticipantKeys,
     create_keys,
     load_aggregator,
     load_helper,
@@ -21,26 +21,11 @@ from secure_fed.deploy.keys import (
 )
 from secure_fed.deploy.transport import AuthorityChannels
 from secure_fed.errors import ModeSetupInvalid, ServerRequestReplayed
-from secure_fed.federation.messages import decode_publication
 from secure_fed.secure.audit import MemoryAuditSink
-from tests.secure_fed.secure.helpers import BOUND, Harness, population
+from tests.secure_fed.deploy.loaded import run_round
 
 IDS = ("h1", "h2", "b1")
 SHAPE = (64, 4)
-
-
-class _Deployment:
-    """The loaded parties seen through the interface the test harness drives."""
-
-    def __init__(self, agg: AggregatorKeys, parts: dict[str, ParticipantKeys]) -> None:
-        self.agg, self.parts = agg, parts
-        self.mode, self.params, self.shape = agg.mode, agg.params, agg.shape
-
-    def aggregator(self, *, bound: float):  # type: ignore[no-untyped-def]
-        return self.agg.aggregator(bound=bound)
-
-    def encoder(self, pid: str, *, bound: float):  # type: ignore[no-untyped-def]
-        return self.parts[pid].encoder(bound=bound)
 
 
 def _files(root: Path) -> dict[str, set[str]]:
@@ -50,15 +35,13 @@ def _files(root: Path) -> dict[str, set[str]]:
     }
 
 
-def _load(root: Path, tmp_path: Path, audit: MemoryAuditSink) -> _Deployment:
+def _load(root: Path, tmp_path: Path, audit: MemoryAuditSink) -> AggregatorKeys:
     ka = load_key_authority(root / "keyauthority", audit=audit, state_dir=tmp_path / "ka")
     manifest = read_manifest(root / "aggregator")
     helper = None
     if manifest.mode == "shares":
         helper = load_helper(root / "helper", audit=audit, state_dir=tmp_path / "helper").handle
-    agg = load_aggregator(root / "aggregator", authority=ka.channels(), helper=helper)
-    parts = {p: load_participant(root / "participants" / p) for p in IDS}
-    return _Deployment(agg, parts)
+    return load_aggregator(root / "aggregator", authority=ka.channels(), helper=helper)
 
 
 def test_each_party_holds_only_its_own_files_mode_0600(ckks_root: Path) -> None:
@@ -125,26 +108,19 @@ def test_a_party_directory_is_refused_as_another_party_s(ckks_root: Path, tmp_pa
 
 
 def test_a_tampered_sealed_secret_key_is_refused(ckks_root: Path, tmp_path: Path) -> None:
-    sealed = ckks_root / "keyauthority" / "scoring.sealed"
+    copy = shutil.copytree(ckks_root / "keyauthority", tmp_path / "keyauthority")
+    sealed = copy / "scoring.sealed"
     blob = bytearray(sealed.read_bytes())
     blob[-1] ^= 1
     sealed.write_bytes(bytes(blob))
     with pytest.raises(KeyDirectoryInvalid, match="scoring secret key .* refused"):
-        load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=tmp_path)
+        load_key_authority(copy, audit=None, state_dir=tmp_path / "state")
 
 
 @pytest.mark.parametrize("mode", ["ckks", "shares"])
 def test_a_round_runs_on_the_loaded_keys(mode: str, tmp_path: Path, request) -> None:  # type: ignore[no-untyped-def]
     root = request.getfixturevalue(f"{mode}_root")
-    audit = MemoryAuditSink()
-    dep = _load(root, tmp_path, audit)
-    harness = Harness(dep, tmp_path, ids=IDS, min_participants=2, audit=audit)
-    preds = dict(zip(IDS, population(3, *SHAPE, seed=1).values(), strict=True))
-    _, _, raw = harness.round(1, preds)
-    publication = decode_publication(raw, max_bytes=1 << 24, shape=SHAPE)
-    assert set(publication.weights) == set(IDS)
-    expected = sum(w * np.clip(preds[p], -BOUND, BOUND) for p, w in publication.weights.items())
-    np.testing.assert_allclose(publication.aggregate, expected, atol=0.01)
+    run_round(_load(root, tmp_path, MemoryAuditSink()), root, tmp_path)
 
 
 def test_a_replayed_request_is_refused_after_the_key_authority_reloads(
@@ -166,3 +142,50 @@ def test_a_replayed_request_is_refused_after_the_key_authority_reloads(
     older = deal_request(round_id=2, tensor="t", count=4, signer=signer)
     with pytest.raises(ServerRequestReplayed, match="round 2 after round 3"):
         again.deal(older)
+
+
+def test_a_replayed_helper_request_is_refused_after_the_helper_reloads(
+    shares_root: Path, tmp_path: Path
+) -> None:
+    from secure_fed.deploy.ceremony import read_secret
+    from secure_fed.secure.parties.helper import plan_request
+    from secure_fed.secure.server_auth import ChannelKey
+    from tests.secure_fed.secure.helpers import plan
+
+    key = ChannelKey(
+        name="aggregator", key=read_secret(shares_root / "aggregator" / "request.secret")
+    )
+    captured = plan_request(plan(4, SHAPE, min_participants=2), key=key)
+    load_helper(shares_root / "helper", audit=None, state_dir=tmp_path).handle(captured)
+    audit = MemoryAuditSink()
+    again = load_helper(shares_root / "helper", audit=audit, state_dir=tmp_path)
+    with pytest.raises(ServerRequestReplayed, match="nonce already used in round 4"):
+        again.handle(captured)
+    assert [e["code"] for e in audit.named("access.denied")] == ["SERVER_REQUEST_REPLAYED"]
+    # a fresh plan request of the same round is still served (the helper lost its plans)
+    again.handle(plan_request(plan(4, SHAPE, min_participants=2), key=key))
+
+
+def test_the_release_count_of_each_epoch_survives_a_restart(
+    ckks_root: Path, tmp_path: Path
+) -> None:
+    from secure_fed.deploy.authority import RELEASES_FILE
+
+    state = tmp_path / "ka"
+    ka = load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)
+    agg = load_aggregator(ckks_root / "aggregator", authority=ka.channels())
+    run_round(agg, ckks_root, tmp_path)
+    released = ka.releases()
+    assert len(released) == 2 and all(count > 0 for count in released.values())
+    again = load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)
+    assert again.releases() == released
+    # an epoch restored at its sized limit releases nothing more
+    scoring = again.authority.keys
+    assert scoring is not None
+    limit = scoring.preset.max_decryptions
+    (state / RELEASES_FILE).write_text(json.dumps({scoring.fingerprint.hex(): limit}))
+    full = load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)
+    assert full.authority.keys is not None and full.authority.keys.releases == limit
+    (state / RELEASES_FILE).write_text(json.dumps({scoring.fingerprint.hex(): limit + 1}))
+    with pytest.raises(KeyDirectoryInvalid, match="scoring secret key .* refused"):
+        load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)

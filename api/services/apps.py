@@ -1,0 +1,149 @@
+"""FastAPI applications of the key authority and the helper (one process each).
+
+Each route takes the aggregator's request bytes (``application/octet-stream``),
+hands them to the party's byte handler and returns its reply bytes. The handlers
+authenticate every request themselves (SM2 signature or HMAC-SM3 tag, round,
+purpose, fresh nonce persisted across restarts) and audit every refusal; the
+transport adds mutual TLS and a body size limit. A refusal is an RFC 9457 problem
+whose ``code`` is the party's typed error code
+(:class:`secure_fed.deploy.transport.RemoteParty` raises the same class again).
+Requests are served one at a time per party (the parties keep round state).
+
+Routes: ``POST /v1/decrypt``, ``/v1/plan``, ``/v1/deal``, ``/v1/deal-range`` (key
+authority), ``POST /v1/helper`` (helper), ``GET /v1/contexts/{scoring|publication}``
+(the key authority's public contexts, for participants to check by fingerprint),
+``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.rest.errors import InternalFault, NotFound, RequestInvalid
+from api.rest.middleware import ServiceMiddleware
+from api.rest.problems import install_problem_handlers, problem_response
+from crypto.errors import CryptoError
+from secure_fed.deploy.errors import KeyDirectoryInvalid
+from secure_fed.deploy.keys import KeyAuthorityParty
+from secure_fed.deploy.transport import AUTHORITY_PATHS, HELPER_PATH, OCTET_STREAM
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    ConfigurationInvalid,
+    ReleaseRefused,
+    SecureFedError,
+    ServerRequestReplayed,
+    ServerRequestUnauthenticated,
+    UploadRejected,
+)
+from secure_fed.secure.parties.helper import HelperParty
+
+__all__ = ["DEFAULT_MAX_BODY", "create_helper_app", "create_keyauthority_app", "party_status"]
+
+_log = logging.getLogger(__name__)
+
+#: Largest request body (a decryption request of a 10,000 x 10 aggregate is a few MB).
+DEFAULT_MAX_BODY = 64 << 20
+
+#: HTTP status of a party's refusal, by error class (first match wins).
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (ServerRequestUnauthenticated, 403),
+    (ServerRequestReplayed, 409),
+    (AuthorityRequestMalformed, 400),
+    (UploadRejected, 400),
+    (CryptoError, 400),
+    (ReleaseRefused, 403),
+    (ConfigurationInvalid, 422),
+)
+
+Handler = Callable[[bytes], bytes]
+
+
+def party_status(exc: Exception) -> int:
+    """Return the HTTP status of a party's typed error (500 for anything else)."""
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+async def _on_party_error(request: Request, exc: Exception) -> JSONResponse:
+    status = party_status(exc)
+    code = str(getattr(exc, "code", InternalFault.code))
+    message = str(getattr(exc, "message", exc))
+    _log.info("%s refused %s: %s", request.url.path, code, message)
+    return problem_response(request, code=code, status=status, detail=message)
+
+
+def _base_app(title: str, *, max_body: int, hsts: bool) -> FastAPI:
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    install_problem_handlers(app)
+    app.add_exception_handler(SecureFedError, _on_party_error)
+    app.add_exception_handler(CryptoError, _on_party_error)
+    app.add_middleware(ServiceMiddleware, max_body=max_body, metrics=None, hsts=hsts)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "party": title}
+
+    return app
+
+
+def _route(app: FastAPI, path: str, handler: Handler, lock: threading.Lock) -> None:
+    def serve(body: bytes) -> bytes:
+        with lock:  # the party's round state is not shared between threads
+            return handler(body)
+
+    async def endpoint(request: Request) -> Response:
+        kind = request.headers.get("content-type", "").split(";")[0].strip()
+        if kind != OCTET_STREAM:
+            return problem_response(
+                request,
+                code=RequestInvalid.code,
+                status=415,
+                detail=f"the body must be {OCTET_STREAM}, not {kind or 'untyped'}",
+            )
+        reply = await run_in_threadpool(serve, await request.body())
+        return Response(content=reply, media_type=OCTET_STREAM)
+
+    app.add_api_route(path, endpoint, methods=["POST"], name=path.strip("/").replace("/", "_"))
+
+
+def create_keyauthority_app(
+    party: KeyAuthorityParty, *, max_body: int = DEFAULT_MAX_BODY, hsts: bool = True
+) -> FastAPI:
+    """Return the key authority's application over ``party``'s byte handlers."""
+    app = _base_app("keyauthority", max_body=max_body, hsts=hsts)
+    lock = threading.Lock()
+    handlers: Mapping[str, Handler] = {
+        "decrypt": party.decrypt,
+        "plan": party.plan,
+        "deal": party.deal_packed,
+        "deal_range": party.deal_range_packed,
+    }
+    for name, handler in handlers.items():
+        _route(app, AUTHORITY_PATHS[name], handler, lock)
+
+    @app.get("/v1/contexts/{role}")
+    def context(role: str, request: Request) -> Response:
+        try:
+            data = party.public_context(role)
+        except KeyDirectoryInvalid as exc:
+            return problem_response(request, code=NotFound.code, status=404, detail=exc.message)
+        return Response(content=data, media_type=OCTET_STREAM)
+
+    return app
+
+
+def create_helper_app(
+    helper: HelperParty, *, max_body: int = DEFAULT_MAX_BODY, hsts: bool = True
+) -> FastAPI:
+    """Return the helper's application over :meth:`HelperParty.handle`."""
+    app = _base_app("helper", max_body=max_body, hsts=hsts)
+    _route(app, HELPER_PATH, helper.handle, threading.Lock())
+    return app

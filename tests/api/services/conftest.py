@@ -1,0 +1,121 @@
+"""Party services as real processes on loopback: start, wait on /healthz, stop by pid."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from secure_fed.deploy.keys import create_keys
+from secure_fed.deploy.tls import LocalCA
+
+IDS = ("h1", "h2", "b1")
+SHAPE = (64, 4)
+STARTUP_SECONDS = 90.0
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (bound to 0, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Service:
+    """One ``secure-fed keyauthority|helper serve`` process."""
+
+    def __init__(self, party: str, keys: Path, state: Path, *, tls: bool = True, **opts: str):
+        self.party, self.keys, self.state, self.tls = party, keys, state, tls
+        self.opts = opts
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        ca = LocalCA(keys.parent / "tls")
+        self.ca = ca
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+
+    def args(self) -> list[str]:
+        name = "keyauthority" if self.party == "keyauthority" else "helper"
+        args = [name, "serve", "--keys", str(self.keys), "--state", str(self.state)]
+        args += ["--port", str(self.port)]
+        if self.tls:
+            args += ["--tls-cert", str(self.ca.cert(name)), "--tls-key", str(self.ca.key(name))]
+            args += ["--client-ca", str(self.ca.ca_cert)]
+        else:
+            args.append("--insecure-dev")
+        for key, value in self.opts.items():
+            args += [f"--{key.replace('_', '-')}", value]
+        return args
+
+    def start(self) -> Service:
+        code = "import sys; from api.cli import main; sys.argv[0] = 'secure-fed'; main()"
+        log = (self.state.parent / f"{self.party}-{self.port}.log").open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, *self.args()], stderr=log)
+        self._wait()
+        return self
+
+    def client(self) -> httpx.Client:
+        if not self.tls:
+            return httpx.Client(timeout=10.0)
+        context = self.ca.client("aggregator").ssl_context()
+        return httpx.Client(verify=context, timeout=10.0)
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.party} exited with {self.proc.returncode}")
+                try:
+                    if client.get(f"{self.url}/healthz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    time.sleep(0.2)
+        raise RuntimeError(f"{self.party} did not answer /healthz in {STARTUP_SECONDS} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def ckks_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("svc-ckks") / "keys"
+    create_keys(root, mode="ckks", participant_ids=IDS, shape=SHAPE, min_participants=2)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shares_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("svc-shares") / "keys"
+    create_keys(root, mode="shares", participant_ids=IDS, shape=SHAPE, min_participants=2)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ckks_authority(ckks_keys: Path) -> Iterator[Service]:
+    service = Service("keyauthority", ckks_keys / "keyauthority", ckks_keys.parent / "ka-state")
+    yield service.start()
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def shares_services(shares_keys: Path) -> Iterator[tuple[Service, Service]]:
+    state = shares_keys.parent
+    authority = Service("keyauthority", shares_keys / "keyauthority", state / "ka-state")
+    helper = Service("helper", shares_keys / "helper", state / "helper-state", max_body="65536")
+    yield authority.start(), helper.start()
+    authority.stop()
+    helper.stop()

@@ -1,0 +1,42 @@
+"""A round over loaded key directories, driven by the secure-mode test harness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from secure_fed.deploy.keys import AggregatorKeys, ParticipantKeys, load_participant
+from secure_fed.federation.messages import decode_publication
+from secure_fed.secure.audit import MemoryAuditSink
+from tests.secure_fed.secure.helpers import BOUND, Harness, population
+
+
+class LoadedDeployment:
+    """The loaded parties seen through the interface the test harness drives."""
+
+    def __init__(self, agg: AggregatorKeys, parts: dict[str, ParticipantKeys]) -> None:
+        self.agg, self.parts = agg, parts
+        self.mode, self.params, self.shape = agg.mode, agg.params, agg.shape
+
+    def aggregator(self, *, bound: float):  # type: ignore[no-untyped-def]
+        return self.agg.aggregator(bound=bound)
+
+    def encoder(self, pid: str, *, bound: float):  # type: ignore[no-untyped-def]
+        return self.parts[pid].encoder(bound=bound)
+
+
+def run_round(agg: AggregatorKeys, root: Path, tmp_path: Path, *, round_id: int = 1) -> None:
+    """Run one scored round and check the publication is the weighted mean of the uploads."""
+    ids = agg.participant_ids
+    parts = {p: load_participant(root / "participants" / p) for p in ids}
+    audit = MemoryAuditSink()
+    harness = Harness(
+        LoadedDeployment(agg, parts), tmp_path, ids=ids, min_participants=2, audit=audit
+    )
+    preds = dict(zip(ids, population(len(ids), *agg.shape, seed=round_id).values(), strict=True))
+    _, _, raw = harness.round(round_id, preds)
+    publication = decode_publication(raw, max_bytes=1 << 24, shape=agg.shape)
+    assert set(publication.weights) == set(ids)
+    expected = sum(w * np.clip(preds[p], -BOUND, BOUND) for p, w in publication.weights.items())
+    np.testing.assert_allclose(publication.aggregate, expected, atol=0.01)
