@@ -27,6 +27,7 @@ from typing import Annotated
 import typer
 
 from api.cli.core import CliCommand, CliGroup
+from api.cli.parties import deploy_keys
 
 __all__ = ["deploy_app"]
 
@@ -35,6 +36,7 @@ deploy_app = typer.Typer(
     cls=CliGroup,
     no_args_is_help=True,
 )
+deploy_app.command("keys", cls=CliCommand)(deploy_keys)
 
 
 class Stopped(KeyboardInterrupt):
