@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, cast
 
+from crypto.sm import SM2PrivateKey, SM2PublicKey
 from secure_fed.deploy.authority import KeyAuthorityParty, load_key_authority
 from secure_fed.deploy.ceremony import (
     MANIFEST,
@@ -144,12 +145,12 @@ class AggregatorKeys:
         return self.manifest.participant_ids
 
     @property
-    def participant_keys(self) -> dict[str, object]:
+    def participant_keys(self) -> dict[str, SM2PublicKey]:
         """SM2 public key of every participant (``crypto.sm.SM2PublicKey``)."""
         return dict(self.manifest.participant_keys)
 
     @property
-    def receipt_key(self) -> object:
+    def receipt_key(self) -> SM2PublicKey | None:
         """SM2 public key of the ledger's budget receipts (``crypto.sm.SM2PublicKey``)."""
         return self.manifest.receipt_key
 
@@ -260,7 +261,7 @@ class ParticipantKeys:
     manifest: KeyManifest
     directory: Path
     participant_id: str
-    signing_key: object  # crypto.sm.SM2PrivateKey
+    signing_key: SM2PrivateKey
 
     @property
     def mode(self) -> str:
