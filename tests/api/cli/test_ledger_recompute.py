@@ -1,9 +1,10 @@
 """``secure-fed ledger verify --recompute`` on real CKKS rounds in a real SQLite ledger.
 
 A round runs through the engine with the ckks aggregator, the ledger's round
-store and its signed audit log. In the forged round the aggregator (which holds
-its own signing key) swaps one final score's ciphertext for a one-hot cell of
-that participant's upload, under the honest claim, and signs it: the key
+store, its signed audit log and a labeled slice (every round opens one evidence
+scalar per participant). In the forged round the aggregator (which holds its own
+signing key) swaps one final score's or one evidence's ciphertext for a one-hot
+cell of that participant's upload, under the honest claim, and signs it: the key
 authority cannot see the difference and decrypts it. The command recomputes
 every request from the stored uploads and names the forged one.
 """
@@ -19,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
-from crypto.ckks import EncryptedMatrix, load_encrypted, weighted_sum
+from crypto.ckks import EncryptedMatrix, Layout, load_encrypted, weighted_sum
 from crypto.sm import SM2PrivateKey, sm3_digest
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.budget.participants import ParticipantRegistry
@@ -33,6 +34,7 @@ from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
 from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.wire import KEY_AUTHORITY_REQUEST, decode_frame
 from tests.secure_fed.federation.helpers import (
     BOUND,
@@ -46,11 +48,16 @@ from tests.secure_fed.federation.helpers import (
 from tests.secure_fed.federation.helpers import schema as model_schema
 
 IDS = ["a", "b", "c", "d"]
+#: The labeled slice: every public row (the gatekeepers' minimum is min(N, 64) rows).
+SLICE = EvidenceSlice(rows=tuple(range(N_PUB)), labels=tuple(r % C for r in range(N_PUB)))
 runner = CliRunner()
 
 
-def _one_hot(payload: bytes, dep: CkksDeployment, cell: tuple[int, int]) -> bytes:
-    """The attack ciphertext: one cell of an upload, slot-summed, at an honest score's level."""
+def _one_hot(
+    payload: bytes, dep: CkksDeployment, cell: tuple[int, int], *, rows: int = N_PUB
+) -> bytes:
+    """The attack ciphertext: one cell of an upload, slot-summed, at an honest score's level
+    (laid out as a value over ``rows`` rows: an evidence's slice or a score's samples)."""
     part = epoch_part(payload, dep.public_context)  # the scoring epoch's ciphertexts
     up = load_encrypted(dep.public_context, part, kind="upload", n_samples=N_PUB, n_classes=C)
     row, cls = cell
@@ -61,7 +68,7 @@ def _one_hot(payload: bytes, dep: CkksDeployment, cell: tuple[int, int]) -> byte
         kind="score",
         preset=up.preset,
         fingerprint=up.fingerprint,
-        layout=up.layout,
+        layout=Layout(n_samples=rows, n_classes=C, slots=up.layout.slots),
         vectors=[vector],
     )
     return forged.to_bytes()
@@ -105,7 +112,8 @@ def _forging(
                 epoch=header["epoch"],
             )
             return dep.authority.handle(forged)
-        if target != "score" or claim.get("step") != "final" or claim["uploads"][0][0] != "b":
+        step = "final" if target == "score" else target
+        if claim.get("step") != step or claim["uploads"][0][0] != "b":
             return dep.authority.handle(request)
         forged = decryption_request(
             round_id=int(str(header["round_id"])),
@@ -168,6 +176,7 @@ def _round(tmp_path: Path, *, forge: bool | str) -> tuple[str, Path, Path]:
         registry=schemas,
         audit=audit,
         clock=Clock(),
+        evidence=SLICE,
     )
     engine.open(replace(make_config(min_participants=3, max_weight=1 / 3), mode="ckks"))
     engine.start_collecting(1)
@@ -198,6 +207,19 @@ def test_a_forged_score_in_a_real_round_is_named(tmp_path: Path) -> None:
     assert len(lines) == 1 and "round 1, purpose score, request " in lines[0]
     assert "not the one its claim recomputes to" in lines[0]
     assert "[CLI_RECOMPUTE_MISMATCH] 1 of " in output
+
+
+@pytest.mark.slow
+def test_a_forged_evidence_in_a_real_round_is_named(tmp_path: Path) -> None:
+    """The evidence under the plan's claim, computed from one cell instead of the slice."""
+    url, pem, context = _round(tmp_path, forge="evidence")
+    code, output = _verify(url, pem, context)
+    assert code == 1, output
+    lines = [line for line in output.splitlines() if line.startswith("MISMATCH")]
+    assert len(lines) == 1 and "round 1, purpose score, request " in lines[0]
+    assert "not the one its claim recomputes to" in lines[0]
+    # ranking, final and evidence per participant, and the moments: all recomputed
+    assert f"[CLI_RECOMPUTE_MISMATCH] 1 of {3 * len(IDS) + 1} " in output
 
 
 @pytest.mark.slow
