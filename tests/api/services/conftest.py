@@ -54,8 +54,9 @@ class Service:
 
     def start(self) -> Service:
         code = "import sys; from api.cli import main; sys.argv[0] = 'secure-fed'; main()"
-        log = (self.state.parent / f"{self.party}-{self.port}.log").open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, *self.args()], stderr=log)
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        with (self.state.parent / f"{self.party}-{self.port}.log").open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", code, *self.args()], stderr=log)
         self._wait()
         return self
 
