@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from crypto.sm import SM2PrivateKey, SM2PublicKey
 from privacy_ledger.audit.events import register_event
@@ -31,7 +32,11 @@ from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.budget.service import PrivacyLedger
 from privacy_ledger.errors import ParticipantConflict
 from secure_fed.deploy.config_errors import ServerConfigInvalid
+from secure_fed.deploy.keys import MANIFEST, load_aggregator
 from secure_fed.deploy.server_config import ServerConfig, settings_of
+from secure_fed.deploy.tls import ClientTLS
+from secure_fed.deploy.transport import AuthorityChannels, remote_authority, remote_helper
+from secure_fed.errors import RoundStateError
 from secure_fed.federation.builders import AggregatorParts, build_aggregator, private_parts
 from secure_fed.federation.config import ASSET_ID, PlannedParticipant, plan_participants
 from secure_fed.federation.evidence import carve_evidence
@@ -41,6 +46,7 @@ from secure_fed.learning.data import load_task
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
@@ -66,9 +72,8 @@ def _read_key(path: Path | None, passphrase_file: Path | None, field: str) -> SM
         ) from None
 
 
-def _participant_keys(config: ServerConfig) -> dict[str, SM2PublicKey]:
+def _plaintext_keys(config: ServerConfig, key_dir: Path) -> dict[str, SM2PublicKey]:
     """Return the participants' SM2 public keys: ``<key_dir>/participants/<id>.pub.pem``."""
-    key_dir = config.key_dir or config.source.parent
     keys = {}
     for pid in config.federation.participant_ids or ():
         path = key_dir / "participants" / f"{pid}.pub.pem"
@@ -131,12 +136,12 @@ class AggregatorNode:
         signer = _read_key(
             config.log_signing_key, config.log_key_passphrase_file, "server.log_signing_key"
         )
-        log = AuditLog(signer=signer, origin=f"secure-fed-server/{config.namespace}")
+        log = AuditLog(signer=signer, origin=config.log_origin)
         ledger = PrivacyLedger.from_url(config.ledger_url, audit=log)
         audit = LedgerAuditSink(engine=ledger.engine, log=log)
         plan = plan_participants(federation)
-        keys = _participant_keys(config)
-        _enrol(ledger, plan, keys)
+        keys = _aggregator_keys(config, audit)
+        _enrol(ledger, plan, keys.participant_keys)
         evidence: EvidenceSlice | None = None
         if config.builtin:
             task = load_task(config.builtin, seed=federation.seed)
@@ -149,34 +154,18 @@ class AggregatorNode:
         else:
             num_public = config.num_public
             shape, rows = (num_public, config.num_classes), dict(config.rows)
-        if federation.mode != "plaintext":
-            raise ServerConfigInvalid(
-                f"federation.mode {federation.mode!r} needs the key ceremony's aggregator keys",
-                field="federation.mode",
-            )
-        deployment = SecureDeployment.create(
-            mode=federation.mode,
-            shape=shape,
-            participant_ids=[p.participant_id for p in plan],
-            min_participants=federation.quorum(),
-            audit=audit,
-            scoring=ScoringConfig(min_subset=federation.quorum()),
-        )
+        keys.check(shape=shape, plan=plan, quorum=federation.quorum())
         built = build_aggregator(
             federation,
             plan=plan,
             registered_rows=rows,
             num_classes=shape[1],
-            aggregator=deployment.aggregator(bound=PUBLIC_LOGIT_BOUND),
-            params=deployment.params,
-            participant_keys=keys,
+            aggregator=keys.aggregator(shape, ScoringConfig(min_subset=federation.quorum())),
+            params=keys.params,
+            participant_keys=keys.participant_keys,
             store=LedgerRoundStore(engine=ledger.engine, namespace=config.namespace),
             audit=audit,
-            receipt_key=(
-                None
-                if config.receipt_public_key is None
-                else SM2PublicKey.from_pem(config.receipt_public_key.read_bytes())
-            ),
+            receipt_key=_receipt_key(config, keys),
             evidence=evidence,
             clock=clock,
         )
@@ -186,14 +175,24 @@ class AggregatorNode:
         """Abort every round the store holds unfinished (a restart); return their ids."""
         aborted = []
         for stored in self.engine.store.open_rounds():
-            rid, stage = stored.round_id, stored.stage.value
-            reason = f"the ServerApp restarted while the round was {stage!r}; nothing was released"
-            self.engine.state(rid)
-            self.engine.abort(rid, reason=reason)
-            self.audit.record("round.aborted", {"round": rid, "stage": stage, "reason": reason})
-            _log.warning("round %d aborted on restart (was %s)", rid, stage)
-            aborted.append(rid)
+            stage = stored.stage.value
+            why = f"the ServerApp restarted while the round was {stage!r}; nothing was released"
+            self.abort_round(stored.round_id, reason=why)
+            aborted.append(stored.round_id)
         return aborted
+
+    def abort_round(self, round_id: int, *, reason: str) -> None:
+        """Abort ``round_id`` unless it already ended, and record it (``round.aborted``)."""
+        try:
+            stage = self.engine.state(round_id).stage.value
+        except RoundStateError:  # the round could not even be opened
+            stage = "unopened"
+        if stage in ("published", "aborted"):
+            return
+        if stage != "unopened":
+            self.engine.abort(round_id, reason=reason)
+        self.audit.record("round.aborted", {"round": round_id, "stage": stage, "reason": reason})
+        _log.warning("round %d aborted (was %s): %s", round_id, stage, reason)
 
     def next_round_ids(self) -> range:
         """Round ids still to run: after the newest stored round, up to ``federation.rounds``."""
@@ -224,3 +223,93 @@ class AggregatorNode:
             {"round": round_id, "participant": participant_id, "reason": reason},
         )
         _log.warning("round %d: %s dropped out: %s", round_id, participant_id, reason)
+
+
+class _Keys:
+    """The aggregator's key material: the key ceremony's directory, or plaintext's public keys."""
+
+    def __init__(self, *, config: ServerConfig, audit: AuditSink) -> None:
+        self.config, self.audit = config, audit
+        key_dir = config.key_dir or config.source.parent
+        self.loaded: Any = None
+        if (key_dir / MANIFEST).exists():
+            self.loaded = load_aggregator(
+                key_dir, authority=self._authority(), helper=self._helper(), audit=audit
+            )
+            self.participant_keys: dict[str, SM2PublicKey] = dict(self.loaded.participant_keys)
+            self.params: str = self.loaded.params
+            self.receipt_key: SM2PublicKey | None = self.loaded.receipt_key
+        else:
+            self.participant_keys = _plaintext_keys(config, key_dir)
+            self.params, self.receipt_key = "float32", None
+
+    def _tls(self) -> ClientTLS | None:
+        c = self.config
+        if c.ca_file is None:
+            return None
+        return ClientTLS(ca=c.ca_file, cert=c.client_cert, key=c.client_key)
+
+    def _authority(self) -> AuthorityChannels:
+        if not self.config.authority_url:
+            return AuthorityChannels()
+        return remote_authority(self.config.authority_url, tls=self._tls())
+
+    def _helper(self) -> Callable[[bytes], bytes] | None:
+        if not self.config.helper_url:
+            return None
+        return remote_helper(self.config.helper_url, tls=self._tls())
+
+    def check(self, *, shape: tuple[int, int], plan: list[PlannedParticipant], quorum: int) -> None:
+        """Refuse keys made for another mode, shape, roster or quorum than ``server.toml``'s."""
+        mode = self.config.federation.mode
+        if self.loaded is None:
+            if mode != "plaintext":
+                raise ServerConfigInvalid(
+                    f"server.key_dir: mode {mode!r} needs the key ceremony's aggregator "
+                    f"directory ({MANIFEST} not found)",
+                    field="server.key_dir",
+                )
+            return
+        found = (self.loaded.mode, tuple(self.loaded.shape), set(self.loaded.participant_ids))
+        wanted = (mode, shape, {p.participant_id for p in plan})
+        if found != wanted or self.loaded.min_participants > quorum:
+            raise ServerConfigInvalid(
+                f"server.key_dir: keys made for (mode, shape, participants) {found} and quorum "
+                f"{self.loaded.min_participants}, server.toml needs {wanted} and quorum {quorum}",
+                field="server.key_dir",
+            )
+
+    def aggregator(self, shape: tuple[int, int], scoring: ScoringConfig) -> SecureAggregator:
+        """Build the mode's aggregator."""
+        if self.loaded is not None:
+            built: SecureAggregator = self.loaded.aggregator(
+                bound=PUBLIC_LOGIT_BOUND, scoring=scoring
+            )
+            return built
+        deployment = SecureDeployment.create(
+            mode="plaintext",
+            shape=shape,
+            participant_ids=list(self.participant_keys),
+            min_participants=1,
+            audit=self.audit,
+            scoring=scoring,
+        )
+        return deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
+
+
+def _aggregator_keys(config: ServerConfig, audit: AuditSink) -> _Keys:
+    return _Keys(config=config, audit=audit)
+
+
+def _receipt_key(config: ServerConfig, keys: _Keys) -> SM2PublicKey | None:
+    """Return the receipts' public key when ``receipts.required`` (else None)."""
+    if not config.receipts_required:
+        return None
+    if config.receipt_public_key is not None:
+        return SM2PublicKey.from_pem(config.receipt_public_key.read_bytes())
+    if keys.receipt_key is None:
+        raise ServerConfigInvalid(
+            "receipts.required needs receipts.public_key or a key directory naming one",
+            field="receipts.public_key",
+        )
+    return keys.receipt_key

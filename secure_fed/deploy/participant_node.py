@@ -17,8 +17,10 @@ participant), then restores the model and progress from the state directory.
 
 from __future__ import annotations
 
-import importlib
+import base64
 import logging
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,12 @@ import numpy as np
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.service import PrivacyLedger
-from privacy_ledger.errors import LedgerError
+from privacy_ledger.errors import LedgerError, ReceiptInvalid
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
+from secure_fed.deploy.keys import MANIFEST, load_participant
 from secure_fed.deploy.participant_config import ParticipantConfig
 from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
+from secure_fed.deploy.remote_budget import RemoteBudgetGate
 from secure_fed.deploy.server_config import config_from_settings
 from secure_fed.federation.builders import build_participant, private_parts
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
@@ -42,10 +46,13 @@ from secure_fed.learning.data import load_task
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.learning.tabular import read_table
 from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import UploadEncoder
 
 __all__ = ["NodeData", "ParticipantNode", "load_node_data"]
 
 _log = logging.getLogger(__name__)
+
+_LABEL = re.compile(r"^r(\d+)")
 
 #: Largest publication a node accepts (the participant's own limit).
 _MAX_PUBLICATION = 64 * 1024 * 1024
@@ -127,12 +134,13 @@ def _read_own_table(config: ParticipantConfig) -> tuple[np.ndarray, np.ndarray]:
 def _budget_gate(config: ParticipantConfig) -> BudgetGate:
     """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger."""
     if config.api_url:
-        remote: Any = importlib.import_module("secure_fed.deploy.remote_budget")
-        token = config.token_file.read_text(encoding="utf-8").strip() if config.token_file else ""
-        gate: BudgetGate = remote.RemoteBudgetGate(
-            base_url=config.api_url, token=token, ca_file=config.ca_file
+        assert config.token_file is not None  # load_participant_config: api_url needs it
+        return RemoteBudgetGate.from_token_file(
+            token_file=config.token_file,
+            base_url=config.api_url,
+            ca_file=config.ca_file,
+            participant_id=config.participant_id,
         )
-        return gate
     ledger = PrivacyLedger.from_url(config.ledger_url)
     pid = config.participant_id
     try:
@@ -144,14 +152,76 @@ def _budget_gate(config: ParticipantConfig) -> BudgetGate:
     return ledger
 
 
-def _signing_key(config: ParticipantConfig) -> SM2PrivateKey:
+def _round_of(label: str) -> int:
+    """Return the round number of a ledger round label (``r3``, ``r3-label-prior``)."""
+    found = _LABEL.match(label)
+    return int(found.group(1)) if found else 0
+
+
+def _receipts(config: ParticipantConfig, gate: BudgetGate) -> Callable[[str], bytes] | None:
+    """Return the fetcher of the ledger's budget receipts (API only; None for a local ledger).
+
+    A receipt the API does not give raises the ledger's error (the handler then
+    uploads without one, which the aggregator refuses and audits).
+    """
+    if not isinstance(gate, RemoteBudgetGate):
+        return None
+    pid = config.participant_id
+
+    def fetch(label: str) -> bytes:
+        path = f"/v1/budgets/{pid}/{ASSET_ID}/receipts/{label}"
+        reply = gate._call("GET", path, None, 200)  # the gate's client: token, CA, retries
+        try:
+            return base64.b64decode(str(reply["receipt_b64"]), validate=True)
+        except (KeyError, ValueError):
+            raise ReceiptInvalid(f"the API's receipt of {label} is malformed") from None
+
+    return fetch
+
+
+def _keys(
+    config: ParticipantConfig, mode: str, shape: tuple[int, int]
+) -> tuple[SM2PrivateKey, str, UploadEncoder]:
+    """Return the signing key, the envelope params and the encoder the mode needs.
+
+    The key ceremony's participant directory (``party.json``) serves every mode;
+    in ``plaintext`` mode a folder with ``signing-key.pem`` serves too.
+    """
+    if (config.key_dir / MANIFEST).exists():
+        keys = load_participant(config.key_dir)
+        if (keys.participant_id, keys.mode, tuple(keys.shape)) != (
+            config.participant_id,
+            mode,
+            shape,
+        ):
+            raise ParticipantConfigInvalid(
+                f"{config.source}: keys.dir holds keys of {keys.participant_id!r} for mode "
+                f"{keys.mode!r} and shape {keys.shape}; the federation runs {mode!r} at {shape}",
+                field="keys.dir",
+            )
+        key: SM2PrivateKey = keys.signing_key
+        return key, keys.params, keys.encoder(bound=PUBLIC_LOGIT_BOUND)
+    if mode != "plaintext":
+        raise ParticipantConfigInvalid(
+            f"{config.source}: keys.dir has no {MANIFEST}; mode {mode!r} needs the key "
+            "ceremony's participant directory",
+            field="keys.dir",
+        )
     path = config.key_dir / "signing-key.pem"
     try:
-        return SM2PrivateKey.from_pem(path.read_bytes(), passphrase=None)
+        key = SM2PrivateKey.from_pem(path.read_bytes(), passphrase=None)
     except (OSError, ValueError) as exc:
         raise ParticipantConfigInvalid(
             f"{config.source}: keys.dir has no readable signing-key.pem: {exc}", field="keys.dir"
         ) from None
+    deployment = SecureDeployment.create(
+        mode=mode, shape=shape, participant_ids=[config.participant_id], min_participants=1
+    )
+    return (
+        key,
+        deployment.params,
+        deployment.encoder(config.participant_id, bound=PUBLIC_LOGIT_BOUND),
+    )
 
 
 class ParticipantNode:
@@ -185,15 +255,10 @@ class ParticipantNode:
             )
         data = load_node_data(config, federation, index)
         state = ParticipantState(directory=config.state_dir, participant_id=config.participant_id)
-        gate = BudgetRecorder(
-            gate=_budget_gate(config), state=state, round_of=lambda label: int(label[1:])
-        )
-        shape = (len(data.public_x), data.num_classes)
-        deployment = SecureDeployment.create(
-            mode=federation.mode,
-            shape=shape,
-            participant_ids=[config.participant_id],
-            min_participants=1,
+        real_gate = _budget_gate(config)
+        gate = BudgetRecorder(gate=real_gate, state=state, round_of=_round_of)
+        key, params, encoder = _keys(
+            config, federation.mode, (len(data.public_x), data.num_classes)
         )
         handler = build_participant(
             federation,
@@ -205,9 +270,10 @@ class ParticipantNode:
             input_shape=data.input_shape,
             num_classes=data.num_classes,
             budget=gate,
-            encoder=deployment.encoder(config.participant_id, bound=PUBLIC_LOGIT_BOUND),
-            params=deployment.params,
-            signing_key=_signing_key(config),
+            encoder=encoder,
+            params=params,
+            signing_key=key,
+            receipts=_receipts(config, real_gate),
         )
         state.restore(handler)
         return cls(config=config, handler=handler, state=state)

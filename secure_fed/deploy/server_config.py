@@ -9,6 +9,7 @@ are taken from the file's folder. Format::
     ledger_url = "postgresql+psycopg://ledger@db/ledger"   # or sqlite:///ledger.db
     log_signing_key = "keys/aggregator/log-signing-key.pem"   # SM2 PEM, signs tree heads
     log_key_passphrase_file = "log-key-passphrase"            # optional (unencrypted PEM)
+    log_origin = "secure-fed/consortium"   # audit log origin (default: secure-fed/<namespace>)
     key_dir = "keys/aggregator"      # the aggregator's directory of the key ceremony
     reply_timeout = 600              # seconds a node has to answer a round (dropouts after)
     publication_timeout = 300        # seconds a node has to acknowledge the publication
@@ -38,9 +39,18 @@ are taken from the file's folder. Format::
     [parties]                        # ckks and shares modes: the key authority / helper
     authority_url = "https://127.0.0.1:8601"
     helper_url = "https://127.0.0.1:8602"      # shares mode
+    ca_file = "keys/tls/ca.pem"                # the CA of their server certificates
+    client_cert = "keys/tls/aggregator.pem"    # the aggregator's client certificate (mTLS)
+    client_key = "keys/tls/aggregator.key"
 
     [receipts]
-    public_key = "keys/api/receipt-public.pem" # optional: uploads need a budget receipt
+    required = true                  # uploads need the ledger's signed budget receipt
+    public_key = "keys/api/receipt-public.pem" # optional: the key ceremony's manifest has it
+
+``key_dir`` is the aggregator's directory of the key ceremony
+(:func:`secure_fed.deploy.keys.create_keys`), whose manifest names the mode,
+the participants' SM2 keys and the receipt key. In ``plaintext`` mode a folder
+holding ``participants/<id>.pub.pem`` serves instead (no secret keys exist).
 
 Every bad field raises :class:`~secure_fed.deploy.config_errors.ServerConfigInvalid`.
 """
@@ -48,7 +58,7 @@ Every bad field raises :class:`~secure_fed.deploy.config_errors.ServerConfigInva
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +102,7 @@ class ServerConfig:
     ledger_url: str
     log_signing_key: Path | None
     log_key_passphrase_file: Path | None
+    log_origin: str
     key_dir: Path | None
     reply_timeout: float
     publication_timeout: float
@@ -104,6 +115,10 @@ class ServerConfig:
     rows: dict[str, int]
     authority_url: str
     helper_url: str
+    ca_file: Path | None
+    client_cert: Path | None
+    client_key: Path | None
+    receipts_required: bool
     receipt_public_key: Path | None
 
 
@@ -130,6 +145,8 @@ def load_server_config(path: str | Path) -> ServerConfig:
         ledger_url=f.text("server.ledger_url"),
         log_signing_key=f.path_of("server.log_signing_key", optional=True),
         log_key_passphrase_file=f.path_of("server.log_key_passphrase_file", optional=True),
+        log_origin=f.text("server.log_origin", optional=True)
+        or f"secure-fed/{f.text('server.namespace', pattern=_ID)}",
         key_dir=f.path_of("server.key_dir", optional=mode == "plaintext"),
         reply_timeout=f.number("server.reply_timeout", low=0, high=86400, default=600.0),
         publication_timeout=f.number(
@@ -144,8 +161,21 @@ def load_server_config(path: str | Path) -> ServerConfig:
         rows=rows,
         authority_url=f.text("parties.authority_url", optional=mode != "ckks"),
         helper_url=f.text("parties.helper_url", optional=mode != "shares"),
+        ca_file=f.path_of("parties.ca_file", optional=True),
+        client_cert=f.path_of("parties.client_cert", optional=True),
+        client_key=f.path_of("parties.client_key", optional=True),
+        receipts_required=_flag(f, "receipts.required", default=mode != "plaintext"),
         receipt_public_key=f.path_of("receipts.public_key", optional=True),
     )
+
+
+def _flag(f: TomlFields, name: str, *, default: bool) -> bool:
+    value = f.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise f.fail(name, f"true or false, got {value!r}")
+    return value
 
 
 def _participants(
@@ -212,7 +242,7 @@ def settings_of(config: FederationConfig) -> dict[str, Any]:
         if field.name in ("attack", "central_dp"):
             continue
         if isinstance(value, DistillSettings):
-            value = {"epochs": value.epochs, "lr": value.lr, "batch_size": value.batch_size}
+            value = asdict(value)
         out[field.name] = list(value) if isinstance(value, tuple) else value
     return out
 

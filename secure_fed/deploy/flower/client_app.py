@@ -16,77 +16,90 @@ having sent no upload.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from privacy_ledger.errors import LedgerError
 from secure_fed.deploy.flower.messages import pack, unpack_bytes, unpack_json
 from secure_fed.deploy.participant_config import load_participant_config
 from secure_fed.deploy.participant_node import ParticipantNode, node_config_path
 from secure_fed.errors import SecureFedError, UploadMalformed
 from secure_fed.federation.stages import RoundConfig
 
-__all__ = ["app"]
+__all__ = ["ConfigFile", "app", "make_client_app", "node_config_file"]
 
 _log = logging.getLogger(__name__)
 
-app = ClientApp()
+#: Finds a node's ``participant.toml`` from its Flower context.
+ConfigFile = Callable[[Context], Path]
 
 
-def _refusal(message: Message, exc: SecureFedError) -> Message:
+def node_config_file(context: Context) -> Path:
+    """Return the ``participant-config`` path of the SuperNode's node config."""
+    return node_config_path(context.node_config.get("participant-config"))
+
+
+def _refusal(message: Message, exc: SecureFedError | LedgerError) -> Message:
     _log.warning("refused: %s", exc)
     return Message(pack({"code": exc.code, "reason": exc.message}), reply_to=message)
 
 
-@app.query("secure_fed_hello")
-def hello(message: Message, context: Context) -> Message:
-    """Answer with the node's participant id, architecture and public-set SM3."""
-    try:
-        config = load_participant_config(
-            node_config_path(context.node_config.get("participant-config"))
-        )
-    except SecureFedError as exc:
-        return _refusal(message, exc)
-    fields = {
-        "participant_id": config.participant_id,
-        "architecture": config.architecture,
-        "public_sm3": config.public_sm3,
-    }
-    return Message(pack(fields), reply_to=message)
-
-
-def _open(context: Context, fields: dict[str, Any]) -> ParticipantNode:
-    config = load_participant_config(
-        node_config_path(context.node_config.get("participant-config"))
-    )
+def _open(config_file: Path, fields: dict[str, Any]) -> ParticipantNode:
+    config = load_participant_config(config_file)
     settings, index = fields.get("settings"), fields.get("index")
     if not isinstance(settings, dict) or not isinstance(index, int):
         raise UploadMalformed("the round message lacks the federation settings or the index")
     return ParticipantNode.open(config, settings=settings, index=index)
 
 
-@app.train("secure_fed_round")
-def train_round(message: Message, context: Context) -> Message:
-    """Train privately for the round and answer with the signed upload envelope."""
-    try:
-        fields = unpack_json(message.content)
-        round_config = RoundConfig.from_dict(fields.get("round") or {})
-        envelope = _open(context, fields).handle_round(round_config)
-    except SecureFedError as exc:
-        return _refusal(message, exc)
-    return Message(pack({"round_id": round_config.round_id}, envelope), reply_to=message)
+def make_client_app(config_file: ConfigFile = node_config_file) -> ClientApp:
+    """Return a ClientApp whose nodes find their ``participant.toml`` with ``config_file``."""
+    client = ClientApp()
+
+    @client.query("secure_fed_hello")
+    def hello(message: Message, context: Context) -> Message:
+        """Answer with the node's participant id, architecture and public-set SM3."""
+        try:
+            config = load_participant_config(config_file(context))
+        except (SecureFedError, LedgerError) as exc:
+            return _refusal(message, exc)
+        fields = {
+            "participant_id": config.participant_id,
+            "architecture": config.architecture,
+            "public_sm3": config.public_sm3,
+        }
+        return Message(pack(fields), reply_to=message)
+
+    @client.train("secure_fed_round")
+    def train_round(message: Message, context: Context) -> Message:
+        """Train privately for the round and answer with the signed upload envelope."""
+        try:
+            fields = unpack_json(message.content)
+            round_config = RoundConfig.from_dict(fields.get("round") or {})
+            envelope = _open(config_file(context), fields).handle_round(round_config)
+        except (SecureFedError, LedgerError) as exc:
+            return _refusal(message, exc)
+        return Message(pack({"round_id": round_config.round_id}, envelope), reply_to=message)
+
+    @client.evaluate("secure_fed_publication")
+    def publication(message: Message, context: Context) -> Message:
+        """Distill from the publication; answer with what was done."""
+        try:
+            fields = unpack_json(message.content)
+            payload = unpack_bytes(message.content)
+            if payload is None:
+                raise UploadMalformed("the publication message carries no bytes")
+            done = _open(config_file(context), fields).handle_publication(payload)
+        except (SecureFedError, LedgerError) as exc:
+            return _refusal(message, exc)
+        return Message(pack(done), reply_to=message)
+
+    return client
 
 
-@app.evaluate("secure_fed_publication")
-def publication(message: Message, context: Context) -> Message:
-    """Distill from the publication; answer with what was done."""
-    try:
-        fields = unpack_json(message.content)
-        payload = unpack_bytes(message.content)
-        if payload is None:
-            raise UploadMalformed("the publication message carries no bytes")
-        done = _open(context, fields).handle_publication(payload)
-    except SecureFedError as exc:
-        return _refusal(message, exc)
-    return Message(pack(done), reply_to=message)
+#: The ClientApp ``flwr run`` starts on every SuperNode.
+app = make_client_app()

@@ -19,7 +19,7 @@ What it does, in order:
    records the nodes that sent nothing before the deadline as dropouts
    (``participant.dropped``), finishes the round (it publishes while at least
    ``min_participants`` uploads were accepted, else it aborts) and sends the
-   publication to every node, which distills.
+   publication to every node that answered the round, which distills.
 
 No protocol logic lives here: the handlers decide; this module moves bytes.
 """
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Message
@@ -46,26 +48,45 @@ from secure_fed.deploy.flower.messages import (
 from secure_fed.deploy.server_config import load_server_config
 from secure_fed.errors import SecureFedError, TooFewParticipants
 
-__all__ = ["app", "run_federation"]
+__all__ = ["app", "make_server_app", "run_config_file", "run_federation"]
 
 _log = logging.getLogger(__name__)
 
 #: Seconds between two pulls of replies from the SuperLink.
 POLL_SECONDS = 0.5
 
-app = ServerApp()
 
+def run_config_file(context: Context) -> Path:
+    """Return the ``server-config`` path of the run config.
 
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    """Run the federation ``server-config`` (run config) describes."""
+    Raises
+    ------
+    ServerConfigInvalid
+        If the run was started without it.
+    """
     path = context.run_config.get("server-config")
     if not isinstance(path, str) or not path:
         raise ServerConfigInvalid(
             "the run needs --run-config 'server-config=\"/path/server.toml\"'",
             field="server-config",
         )
-    run_federation(grid, AggregatorNode.open(load_server_config(path)))
+    return Path(path)
+
+
+def make_server_app(config_file: Callable[[Context], Path] = run_config_file) -> ServerApp:
+    """Return a ServerApp that runs the federation ``config_file(context)`` describes."""
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        """Run the federation of ``server.toml``."""
+        run_federation(grid, AggregatorNode.open(load_server_config(config_file(context))))
+
+    return server
+
+
+#: The ServerApp ``flwr run`` starts.
+app = make_server_app()
 
 
 def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
@@ -89,7 +110,7 @@ def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
     while wanted - set(members) and time.monotonic() < end:
         fresh = [n for n in grid.get_node_ids() if n not in asked]
         asked.update(fresh)
-        messages = [grid.create_message(pack(), HELLO, n, "hello") for n in fresh]
+        messages = [Message(pack(), n, HELLO, group_id="hello") for n in fresh]
         for reply in exchange(grid, messages, timeout=min(30.0, node.config.join_timeout)):
             pid = _hello_id(reply, wanted)
             if pid is not None:
@@ -138,13 +159,17 @@ def exchange(
 
 def run_round(grid: Grid, node: AggregatorNode, members: dict[str, int], rid: int) -> str:
     """Run round ``rid``: round config out, envelopes in, publication out."""
-    config = node.handler.open_round(node.round_config(rid))
+    try:
+        config = node.handler.open_round(node.round_config(rid))
+    except SecureFedError as exc:  # e.g. the key authority is down: no round to collect for
+        node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
+        return f"aborted: {exc}"
     plan = list(node.config.federation.participant_ids or ())
     by_node = {n: pid for pid, n in members.items()}
     answered: set[str] = set()
     base = {"round": config.to_dict(), "settings": node.settings}
     messages = [
-        grid.create_message(pack({**base, "index": plan.index(pid)}), ROUND, n, str(rid))
+        Message(pack({**base, "index": plan.index(pid)}), n, ROUND, group_id=str(rid))
         for pid, n in members.items()
     ]
 
@@ -160,17 +185,21 @@ def run_round(grid: Grid, node: AggregatorNode, members: dict[str, int], rid: in
         node.record_dropout(rid, pid, "no reply before the round's deadline")
     try:
         publication = node.handler.finish_round(rid)
-    except TooFewParticipants as exc:
+    except TooFewParticipants as exc:  # the engine aborted the round itself
         return f"aborted: {exc.message}"
+    except SecureFedError as exc:  # a party refused or failed: nothing is published
+        node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
+        return f"aborted: {exc}"
     base = {"settings": node.settings}
     messages = [
-        grid.create_message(
-            pack({**base, "index": plan.index(pid)}, publication), PUBLICATION, n, str(rid)
+        Message(
+            pack({**base, "index": plan.index(pid)}, publication), n, PUBLICATION, group_id=str(rid)
         )
         for pid, n in members.items()
+        if pid in answered  # a node that vanished mid-round is not waited for again
     ]
     acks = exchange(grid, messages, timeout=node.config.publication_timeout)
-    return f"published; {len(acks)} of {len(members)} nodes acknowledged the publication"
+    return f"published; {len(acks)} of {len(messages)} nodes acknowledged the publication"
 
 
 def _take_upload(node: AggregatorNode, rid: int, pid: str, reply: Message) -> None:

@@ -40,16 +40,6 @@ def _stages(tmp_path: Path) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
-def _events(tmp_path: Path, name: str) -> list[str]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'server' / 'ledger.db'}")
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT * FROM audit_log")).mappings().all()
-    engine.dispose()
-    return [
-        json.dumps(dict(r), default=str) for r in rows if name in json.dumps(dict(r), default=str)
-    ]
-
-
 def test_two_plaintext_rounds_over_superlink_and_three_supernodes(
     tmp_path: Path, processes: Processes
 ) -> None:

@@ -46,8 +46,13 @@ def write_federation(
     min_participants: int = 2,
     reply_timeout: float = 600.0,
     extra: str = "",
+    by_partition: bool = False,
 ) -> tuple[Path, list[Path]]:
-    """Write keys, ``server.toml`` and one ``participant.toml`` per id; return their paths."""
+    """Write keys, ``server.toml`` and one ``participant.toml`` per id; return their paths.
+
+    Node folders are ``nodes/<id>``, or ``nodes/node-<k>`` (``by_partition``: the
+    simulation runtime's virtual node ``k``).
+    """
     write_keys(root / "keys", ids)
     sm3 = builtin_public_sm3(builtin, seed=seed, evidence_rows=evidence_rows)
     entries = "".join(
@@ -83,7 +88,7 @@ sm3 = "{sm3}"
     )
     paths = []
     for k, pid in enumerate(ids):
-        folder = root / "nodes" / pid
+        folder = root / "nodes" / (f"node-{k}" if by_partition else pid)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "participant.toml"
         path.write_text(
