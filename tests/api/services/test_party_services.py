@@ -205,6 +205,7 @@ def test_a_request_replayed_after_a_restart_is_refused(shares_keys: Path, tmp_pa
     finally:
         service.stop()
     assert _audited(tmp_path / "state" / "audit.db", "SERVER_REQUEST_REPLAYED")
+    assert _audited(tmp_path / "state" / "audit.db", '"tls":"mutual"')
 
 
 def _audited(database: Path, code: str) -> bool:
@@ -246,3 +247,4 @@ def test_an_insecure_dev_service_serves_plain_http(shares_keys: Path, tmp_path: 
             remote_helper(service.url, tls=None)(b"junk")
     finally:
         service.stop()
+    assert _audited(tmp_path / "dev" / "audit.db", '"tls":"insecure-dev"')
