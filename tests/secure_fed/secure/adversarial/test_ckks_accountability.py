@@ -211,3 +211,21 @@ def test_release_counter_exhaustion_is_refused(setup) -> None:  # type: ignore[n
         authority.handle(request)
     assert sink.named("access.denied")[-1]["code"] == "KEY_AUTHORITY_EPOCH_EXHAUSTED"
     assert not authority.requests[-1].granted
+
+
+def test_an_evidence_claim_recomputes_and_one_outside_the_uploads_is_a_finding(setup) -> None:  # type: ignore[no-untyped-def]
+    """The mask is rebuilt from the slice the signed claim lists (rows and labels)."""
+    dep, _, payloads, ups = setup
+    rows = list(range(0, N, 2))
+    claim = _claim(
+        payloads, "evidence", ["a"], rows=rows, labels=[r % C for r in rows], samples=len(rows)
+    )
+    honest = evaluate(claim, ups, dep.public_context)
+    outside = {**claim, "rows": [*rows[:-1], N]}  # a row past the public set
+    evidence = [
+        _signed(dep, "score", ["a"], honest, claim),
+        _signed(dep, "score", ["a"], honest, outside),
+    ]
+    findings = _recompute(dep, payloads, evidence)
+    assert [f.request_sm3 for f in findings] == [evidence[1].request_sm3]
+    assert "does not evaluate on the stored uploads" in findings[0].problem

@@ -64,7 +64,8 @@ class Recorder:
     """A channel that records every request before passing it on (or to ``swap``)."""
 
     def __init__(self, inner: Channel, swap: Callable[[bytes], bytes] | None = None) -> None:
-        self.inner, self.swap, self.sent = inner, swap, []
+        self.inner, self.swap = inner, swap
+        self.sent: list[bytes] = []
 
     def __call__(self, request: bytes) -> Any:
         request = self.swap(request) if self.swap is not None else request

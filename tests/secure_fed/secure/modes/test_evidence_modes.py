@@ -5,18 +5,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crypto.ckks import decrypt_score, generate_keys, pack_class_major
+from crypto.ckks import decrypt_score, generate_keys, load_encrypted, pack_class_major
+from crypto.errors import CryptoError
 from crypto.shares.additive import split
 from crypto.shares.codec import RING_PREDICTIONS
-from secure_fed.errors import ScoringInvalid
+from secure_fed.errors import AuthorityRequestMalformed, ScoringInvalid
 from secure_fed.secure.modes.evidence import (
     ckks_evidence,
     ckks_pair_distance,
+    evidence_sums,
     integer_mask,
     open_evidence,
+    open_sums,
     share_evidence,
+    slice_fields,
+    slice_from_fields,
 )
-from secure_fed.secure.scoring.evidence import evidence_mask, pairwise_distances, plain_evidence
+from secure_fed.secure.scoring.evidence import (
+    EvidenceSlice,
+    evidence_mask,
+    pairwise_distances,
+    plain_evidence,
+)
 
 N, C, ROWS = 300, 6, 80
 RNG = np.random.default_rng(0)
@@ -73,3 +83,52 @@ def test_integer_mask_matches_the_real_mask_and_checks_its_input() -> None:
         integer_mask(rows=np.array([N]), labels=np.array([0]), shape=(N, C))
     with pytest.raises(ScoringInvalid, match="not the mask's"):
         share_evidence(np.zeros((2, 2), dtype=np.uint64), mask)
+
+
+def test_ckks_evidence_loads_as_a_score_over_the_slice_rows(keys) -> None:  # type: ignore[no-untyped-def]
+    """What the key authority parses: one value at a score's level, laid out ``|R| x C``."""
+    enc = ckks_evidence(pack_class_major(keys.public_context, P), MASK)
+    assert (enc.layout.n_samples, enc.layout.n_classes) == (ROWS, C)
+    loaded = load_encrypted(
+        keys.public_context, enc.to_bytes(), kind="score", n_samples=ROWS, n_classes=C
+    )
+    assert decrypt_score(keys, loaded) == pytest.approx(
+        plain_evidence({"p": P}, MASK)["p"], abs=1e-3
+    )
+    with pytest.raises(CryptoError, match="shape"):  # another row count is another layout
+        load_encrypted(keys.public_context, enc.to_bytes(), kind="score", n_samples=N, n_classes=C)
+
+
+def test_evidence_sums_of_both_parties_open_to_each_uploads_value() -> None:
+    piece = EvidenceSlice(
+        rows=tuple(int(r) for r in SLICE_ROWS), labels=tuple(int(y) for y in LABELS)
+    )
+    pairs = [split(RING_PREDICTIONS.encode(m)) for m in (P, Q)]
+    first = evidence_sums([a for a, _ in pairs], piece)
+    second = evidence_sums([b for _, b in pairs], piece)
+    encoded = {
+        k: RING_PREDICTIONS.decode(RING_PREDICTIONS.encode(m)) for k, m in (("p", P), ("q", Q))
+    }
+    expected = plain_evidence(encoded, MASK)
+    assert open_sums(first, second, rows=ROWS, classes=C) == pytest.approx(
+        [expected["p"], expected["q"]], abs=1e-12
+    )
+    with pytest.raises(ScoringInvalid, match="do not match"):
+        open_sums(first, second[:1], rows=ROWS, classes=C)
+    with pytest.raises(ScoringInvalid, match="no shares"):
+        evidence_sums([], piece)
+
+
+def test_a_slice_is_named_by_its_rows_and_labels_and_junk_is_refused() -> None:
+    piece = EvidenceSlice(rows=(3, 1), labels=(0, 2))
+    assert slice_from_fields(slice_fields(piece)) == piece
+    assert slice_from_fields({"op": "evidence"}) is None
+    for junk in (
+        {"rows": [1, 2]},
+        {"rows": [1, 2], "labels": [0]},
+        {"rows": [1.0], "labels": [0]},
+        {"rows": [True], "labels": [0]},
+        {"rows": "1", "labels": [0]},
+    ):
+        with pytest.raises(AuthorityRequestMalformed, match="evidence slice"):
+            slice_from_fields(junk)
