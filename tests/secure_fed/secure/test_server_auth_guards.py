@@ -122,6 +122,8 @@ def test_a_built_request_carries_its_auth_and_a_tag_over_it(
         HELPER_REQUEST, header, b"xyz", signer=signer, round_id=4, purpose="open"
     )
     assert decode_frame(again, HELPER_REQUEST)[0]["auth"] != auth  # a fresh nonce
+    bare = authenticate_request(HELPER_REQUEST, header, signer=signer, round_id=4, purpose="x")
+    assert decode_frame(bare, HELPER_REQUEST)[1] == b""  # no payload unless one is given
 
 
 def test_a_channel_key_checks_its_own_tags_only() -> None:
