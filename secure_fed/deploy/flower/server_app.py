@@ -102,21 +102,28 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
 
 
 def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
-    """Map participant ids to node ids, asking every connected node (``HELLO``)."""
+    """Map participant ids to node ids, asking every node that connects (``HELLO``).
+
+    Asks each node once as it appears and collects the answers until every
+    participant of ``server.toml`` answered or ``server.join_timeout`` passed.
+    """
     wanted = set(node.config.federation.participant_ids or ())
     members: dict[str, int] = {}
     asked: set[int] = set()
+    pending: set[str] = set()
     end = time.monotonic() + node.config.join_timeout
     while wanted - set(members) and time.monotonic() < end:
         fresh = [n for n in grid.get_node_ids() if n not in asked]
         asked.update(fresh)
-        messages = [Message(pack(), n, HELLO, group_id="hello") for n in fresh]
-        for reply in exchange(grid, messages, timeout=min(30.0, node.config.join_timeout)):
+        if fresh:
+            hellos = [Message(pack(), n, HELLO, group_id="hello") for n in fresh]
+            pending.update(grid.push_messages(hellos))
+        for reply in grid.pull_messages(list(pending)) if pending else []:
+            pending.discard(reply.metadata.reply_to_message_id)
             pid = _hello_id(reply, wanted)
             if pid is not None:
                 members[pid] = reply.metadata.src_node_id
-        if wanted - set(members):
-            time.sleep(1.0)
+        time.sleep(POLL_SECONDS)
     missing = sorted(wanted - set(members))
     if missing:
         _log.warning("no node answered for %s; rounds go on without them", missing)
