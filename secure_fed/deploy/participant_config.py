@@ -24,6 +24,8 @@ Relative paths are taken from the file's own folder. Format::
     epsilon = 8.0
     delta = 1e-5
     rounds = 3
+    insecure_seeded_noise = false  # true: DP-SGD noise seeded from the federation seed --
+                                   # reproducible runs for tests, NO DP guarantee (recorded)
 
     [keys]
     dir = "keys/participants/hospital-1"   # from `secure-fed deploy keys`
@@ -41,6 +43,7 @@ raises :class:`~secure_fed.deploy.config_errors.PublicSetMismatch`.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import tomllib
@@ -56,6 +59,8 @@ from secure_fed.learning.data import DATASET_REGISTRY
 from secure_fed.learning.models import MODEL_REGISTRY
 
 __all__ = ["ParticipantConfig", "TomlFields", "load_participant_config"]
+
+_log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9._@-]{1,100}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -152,6 +157,7 @@ class ParticipantConfig:
     epsilon: float
     delta: float
     dp_rounds: int
+    insecure_seeded_noise: bool
     key_dir: Path
     api_url: str
     token_file: Path | None
@@ -195,6 +201,17 @@ class ParticipantConfig:
                 field="public.sm3",
             )
         return public
+
+
+def _insecure_flag(f: TomlFields) -> bool:
+    value = f.get("dp.insecure_seeded_noise")
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise f.fail("dp.insecure_seeded_noise", f"true or false, got {value!r}")
+    if value:
+        _log.warning("%s: DP-SGD noise seeded from the federation seed: NO DP guarantee", f.path)
+    return value
 
 
 def load_participant_config(path: str | Path) -> ParticipantConfig:
@@ -246,6 +263,7 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
         epsilon=f.number("dp.epsilon", low=0, high=1e6),
         delta=f.number("dp.delta", low=0, high=1),
         dp_rounds=f.integer("dp.rounds", low=1, high=1000),
+        insecure_seeded_noise=_insecure_flag(f),
         key_dir=f.path_of("keys.dir") or f.path.parent,
         api_url=api_url,
         token_file=token_file,

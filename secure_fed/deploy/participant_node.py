@@ -274,6 +274,7 @@ class ParticipantNode:
             params=params,
             signing_key=key,
             receipts=_receipts(config, real_gate),
+            insecure_noise=config.insecure_seeded_noise,
         )
         state.restore(handler)
         return cls(config=config, handler=handler, state=state)

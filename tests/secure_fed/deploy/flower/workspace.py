@@ -47,6 +47,7 @@ def write_federation(
     reply_timeout: float = 600.0,
     extra: str = "",
     by_partition: bool = False,
+    insecure_noise: bool = False,
 ) -> tuple[Path, list[Path]]:
     """Write keys, ``server.toml`` and one ``participant.toml`` per id; return their paths.
 
@@ -108,6 +109,7 @@ sm3 = "{sm3}"
 epsilon = 8.0
 delta = 1e-5
 rounds = {rounds}
+insecure_seeded_noise = {str(insecure_noise).lower()}
 
 [keys]
 dir = "{root / "keys" / "participants" / pid}"
