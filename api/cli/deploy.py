@@ -95,8 +95,8 @@ def local(
             _say(f"services up; logs in {layout.run_dir / 'logs'}; API {layout.api.url}")
             status = federation.run()
             stages = federation.round_stages()
-            done = sum(stage == "completed" for stage in stages.values())
-            _say(f"run ended: {done} of {rounds} rounds completed {stages}; logs/run.log")
+            done = sum(stage == "published" for stage in stages.values())
+            _say(f"run ended: {done} of {rounds} rounds published {stages}; logs/run.log")
             if status == 0 and done < rounds:
                 status = 1
             _say(f"check the log: secure-fed ledger verify --db {layout.database_url}")

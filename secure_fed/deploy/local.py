@@ -224,7 +224,7 @@ class LocalFederation:
         return supervisor.wait(RUN, timeout=timeout)
 
     def round_stages(self) -> dict[str, str]:
-        """Return the stage of every round stored in the ledger (``completed``, ``aborted``...)."""
+        """Return the stage of every round stored in the ledger (``published``, ``aborted``...)."""
         from sqlalchemy import select
 
         from privacy_ledger.db import create_ledger_engine
