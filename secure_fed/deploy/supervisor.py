@@ -109,6 +109,8 @@ class Child:
     process: subprocess.Popen[bytes]
     log_path: Path
     _log: IO[bytes] = field(repr=False)
+    #: Stopped on purpose (:meth:`Supervisor.stop`, :meth:`Supervisor.kill`): not a failure.
+    stopped: bool = False
 
     @property
     def pid(self) -> int:
@@ -222,7 +224,7 @@ class Supervisor:
             Naming the first service found dead, with the end of its log.
         """
         for child in self.children.values():
-            if not child.spec.expect_exit and not child.alive():
+            if not (child.spec.expect_exit or child.stopped) and not child.alive():
                 raise ProcessFailed(
                     f"{child.spec.name} exited with {child.process.returncode}; end of "
                     f"{child.log_path}:\n{child.log_tail()}"
@@ -243,6 +245,7 @@ class Supervisor:
             Its exit status (``None`` if it could not be reaped).
         """
         child = self.children[name]
+        child.stopped = True
         if child.alive():
             self.send_signal(name, signal.SIGTERM)
             try:
@@ -258,6 +261,13 @@ class Supervisor:
             status = None
         child._log.close()
         return status
+
+    def kill(self, name: str) -> None:
+        """``SIGKILL`` one child's process group at once (fault injection); not a failure."""
+        child = self.children[name]
+        child.stopped = True
+        self.send_signal(name, signal.SIGKILL)
+        child.process.wait(timeout=self.stop_timeout)
 
     def stop_all(self) -> None:
         """Stop every child, the last started first. Safe to call twice."""

@@ -152,3 +152,13 @@ def test_a_name_in_use_is_refused(tmp_path: Path) -> None:
         sup.start(_http_server(port))
         with pytest.raises(ProcessFailed, match="already running"):
             sup.start(_http_server(port))
+
+
+def test_a_child_stopped_or_killed_on_purpose_is_not_a_failure(tmp_path: Path) -> None:
+    with Supervisor(run_dir=tmp_path, stop_timeout=5) as sup:
+        for name in ("a", "b"):
+            sup.start(ProcessSpec(name=name, argv=["sleep", "300"], env=ENV))
+        sup.kill("a")
+        sup.stop("b")
+        sup.check()
+        assert not sup.children["a"].alive() and not sup.children["b"].alive()
