@@ -22,7 +22,9 @@ ROC AUC per participant (``metrics``) and their means (``mean_metrics``); ``accu
 and ``mean_accuracy`` keep the earlier layout. ``--datasets`` also takes the generated
 imbalanced tabular sets ``bank_imbalanced`` (3% positive) and ``cohort_imbalanced`` (5%);
 ``--participants 4,10`` the K values; ``--tabular-rows PUB,PRIV,TEST`` subsamples the
-tabular sets; ``--no-references`` skips ``local_only_nonprivate`` and ``pooled``. Each
+tabular sets; ``--no-references`` skips ``local_only_nonprivate`` and ``pooled``;
+``--no-logit-adjustment`` runs the plain losses (the minority-class method of
+``secure_fed.learning.logit_adjustment`` is on by default). Each
 finished case is also printed on stderr as one JSON line (``case_done``).
 
 Targets (docs/benchmarks.md): mean ``fd_dp`` accuracy >= mean ``local_only_dp`` + 5 points
@@ -42,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -217,6 +220,7 @@ def case(
         "epochs_per_round": base.epochs_per_round,
         "lr": base.lr,
         "distill_epochs": base.distill.epochs,
+        "logit_adjustment": base.logit_adjustment,
         "positive_rate_test": _positive_rate(task),
         "accuracy": accs,
         "mean_accuracy": means,
@@ -303,12 +307,26 @@ def main() -> None:
         default=None,
         help="nominal local learning rate (default: FederationConfig's)",
     )
+    parser.add_argument(
+        "--no-logit-adjustment",
+        action="store_true",
+        help="plain DP-SGD and distillation losses (FederationConfig(logit_adjustment=False))",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1: on a shared machine more only oversubscribes)",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/secure-fed-bench-federation"))
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     started = time.perf_counter()
     rounds = 3 if args.quick else args.rounds
     tag = time.strftime("%Y%m%d-%H%M%S")
     extra: dict[str, object] = {} if args.lr is None else {"lr": args.lr}
+    if args.no_logit_adjustment:
+        extra["logit_adjustment"] = False
     tmp = args.workdir / tag
     cases: list[dict[str, object]] = []
     wanted = set(args.datasets.split(","))

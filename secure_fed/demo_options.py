@@ -52,6 +52,8 @@ class DemoConfig:
     ledger and in ``results.json``; CKKS and shares keep their own randomness).
     Without it, ``seed`` fixes the data split, the initial models and the
     attacks, but not the DP noise, which comes from ``secrets``.
+    ``logit_adjustment`` (default on) is ``FederationConfig.logit_adjustment``: the
+    logit-adjusted DP-SGD and distillation losses that keep minority classes.
     """
 
     rounds: int = 5
@@ -71,6 +73,7 @@ class DemoConfig:
     participant_tables: tuple[tuple[str, Path], ...] = ()
     participant_ids: tuple[str, ...] | None = None
     architectures: tuple[str, ...] | None = None
+    logit_adjustment: bool = True
 
     def validate(self) -> AttackSpec | None:
         """Check every option and the output folder; return the parsed attack.
@@ -130,6 +133,7 @@ class DemoConfig:
             seed=self.seed,
             central_dp=self.central_dp,
             participant_ids=self.ids(),
+            logit_adjustment=self.logit_adjustment,
         )
         if self.architectures:
             config = replace(config, architectures=self.architectures)

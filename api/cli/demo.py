@@ -323,6 +323,14 @@ def demo(
             help=f"Architectures cycled over participants: {', '.join(ARCHITECTURES)}.",
         ),
     ] = None,
+    logit_adjustment: Annotated[
+        bool,
+        typer.Option(
+            help="Logit-adjusted DP-SGD and distillation losses, which keep rare classes "
+            "(the label prior is released with DP noise, charged to each budget); "
+            "--no-logit-adjustment for the plain losses.",
+        ),
+    ] = True,
 ) -> None:
     """Run a complete federation (all parties in one process) and show per-round tables."""
     tables = _participant_tables(participant or [])
@@ -344,6 +352,7 @@ def demo(
         overwrite=overwrite,
         central_dp=central_dp,
         reproducible=reproducible,
+        logit_adjustment=logit_adjustment,
     )
     _validated(config)
     passphrase = _key_passphrase()

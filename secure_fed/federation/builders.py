@@ -170,6 +170,7 @@ def make_trainer(
         epochs_per_round=c.epochs_per_round,
         seed=seed,
         insecure_noise=insecure_noise,
+        logit_adjustment=c.local_adjustment(),
     )
 
 
@@ -230,7 +231,7 @@ def build_participant(
         num_samples=len(x),
         encoder=encoder,
         mode=config.mode,
-        distill_settings=config.distill,
+        distill_settings=config.distill_settings(),
         attack=attack,
         seed=seed,
     )

@@ -9,11 +9,12 @@ register them and their budgets first (``secure_fed.demo``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from secure_fed.errors import FederationConfigInvalid
 from secure_fed.evaluation.attacks import AttackSpec
 from secure_fed.federation.participant import DistillSettings
+from secure_fed.learning.logit_adjustment import LogitAdjustment
 from secure_fed.learning.models import MODEL_REGISTRY
 from secure_fed.secure.mode import get_mode, mode_names
 
@@ -33,6 +34,13 @@ class FederationConfig:
     ``evidence_rows`` labeled rows of the private pool become the public slice the
     evidence of correctness is measured on (0: no slice, every merit 1;
     :func:`~secure_fed.federation.evidence.carve_evidence`).
+
+    ``logit_adjustment`` (on by default) keeps minority classes under label skew and
+    imbalance: DP-SGD minimises the logit-adjusted loss with each participant's own
+    label prior, released by a Gaussian mechanism charged to its budget, and
+    distillation the logit-adjusted loss with the published aggregate's class mass
+    (Menon et al. 2021; :mod:`secure_fed.learning.logit_adjustment`). ``False``: plain
+    cross-entropy and plain distillation, nothing extra charged.
     """
 
     participants: int = 4
@@ -60,6 +68,7 @@ class FederationConfig:
     central_dp: float | None = None
     max_weight: float | None = None
     participant_ids: tuple[str, ...] | None = None
+    logit_adjustment: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -119,6 +128,16 @@ class FederationConfig:
                 f"max_weight must be >= 1/min_participants = 1/{self.quorum()} so that every "
                 f"round that reaches its quorum can meet it, got {w!r}"
             )
+
+    def local_adjustment(self) -> LogitAdjustment | None:
+        """Return the DP-SGD loss's logit adjustment (``None`` when ``logit_adjustment`` is off)."""
+        return LogitAdjustment() if self.logit_adjustment else None
+
+    def distill_settings(self) -> DistillSettings:
+        """Return ``distill``, its logit adjustment switched off when ``logit_adjustment`` is."""
+        return (
+            self.distill if self.logit_adjustment else replace(self.distill, logit_adjustment=0.0)
+        )
 
     def quorum(self) -> int:
         """Minimum participants per round (default: half, rounded up, at least 2)."""

@@ -69,11 +69,16 @@ def public_set_digest(public_x: np.ndarray) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class DistillSettings:
-    """Distillation knobs shared by all participants of a federation."""
+    """Distillation knobs shared by all participants of a federation.
+
+    ``logit_adjustment`` is the ``tau`` of the logit-adjusted distillation loss
+    (``secure_fed.learning.distill.distill``); 0 distills plainly.
+    """
 
     epochs: int = 10
     lr: float = 0.1
     batch_size: int = 64
+    logit_adjustment: float = 1.0
 
 
 class Participant:
@@ -200,5 +205,6 @@ class Participant:
             lr=self.settings.lr,
             batch_size=self.settings.batch_size,
             seed=self.seed + round_index,
+            logit_adjustment=self.settings.logit_adjustment,
         )
         return float(temperature)

@@ -40,6 +40,7 @@ __all__ = [
     "distill",
     "distill_weight",
     "kl_to_targets",
+    "target_log_prior",
     "predict_public",
     "soft_labels_from_aggregate",
     "temperature_schedule",
@@ -220,9 +221,43 @@ def _check_targets(public_x: np.ndarray, soft_targets: np.ndarray) -> torch.Tens
     return torch.as_tensor(t, dtype=torch.float32)
 
 
+def target_log_prior(soft_targets: np.ndarray, *, temperature: float) -> torch.Tensor:
+    """Log class mass of the teacher behind soft labels made at ``temperature``.
+
+    Soft labels ``softmax(z / T)`` raised to the power ``T`` and renormalised are
+    ``softmax(z)``, the teacher's own probabilities; their mean over the public set
+    is the prior the teacher predicts (a public quantity: it is computed from the
+    published aggregate only).
+
+    Parameters
+    ----------
+    soft_targets
+        ``[N_pub, C]`` probability rows.
+    temperature
+        The ``T`` they were made with.
+
+    Returns
+    -------
+    torch.Tensor
+        ``float32 [C]``, log of the mean teacher probability of each class.
+    """
+    check_positive(temperature=temperature)
+    t = np.asarray(soft_targets, dtype=np.float64)
+    logs = temperature * np.log(np.maximum(t, 1e-300))
+    logs -= logs.max(axis=1, keepdims=True)
+    probs = np.exp(logs) / np.exp(logs).sum(axis=1, keepdims=True)
+    mass = np.maximum(probs.mean(axis=0), 1e-6)
+    return torch.as_tensor(np.log(mass / mass.sum()), dtype=torch.float32)
+
+
 def _kl_loss(
-    student_logits: torch.Tensor, targets: torch.Tensor, temperature: float
+    student_logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    if offset is not None:
+        student_logits = student_logits + offset
     log_q = nn.functional.log_softmax(student_logits / temperature, dim=1)
     kl = nn.functional.kl_div(log_q, targets, reduction="batchmean")
     return kl * temperature**2
@@ -249,6 +284,7 @@ def _kl_epochs(
     lr: float,
     batch_size: int,
     seed: int,
+    offset: torch.Tensor | None,
 ) -> None:
     xt = torch.as_tensor(np.ascontiguousarray(public_x, dtype=np.float32))
     generator = torch.Generator().manual_seed(seed)
@@ -259,7 +295,7 @@ def _kl_epochs(
         for start in range(0, len(xt), batch_size):
             idx = order[start : start + batch_size]
             optimizer.zero_grad()
-            loss = weight * _kl_loss(student(xt[idx]), targets[idx], temperature)
+            loss = weight * _kl_loss(student(xt[idx]), targets[idx], temperature, offset)
             torch.autograd.backward(loss)
             optimizer.step()
     student.zero_grad(set_to_none=True)
@@ -276,6 +312,7 @@ def distill(
     lr: float,
     batch_size: int,
     seed: int,
+    logit_adjustment: float = 0.0,
 ) -> float:
     """Train ``model`` towards the soft labels on the public set.
 
@@ -299,6 +336,12 @@ def distill(
         Usual meaning (> 0).
     seed
         Seed of the shuffling order.
+    logit_adjustment
+        ``tau >= 0``: the student's logits get ``tau * log(pi)`` added in the loss,
+        ``pi`` the teacher's class mass on the public set
+        (:func:`target_log_prior`), so the student's raw logits learn the teacher's
+        *balanced* scores (the logit-adjusted loss of Menon et al. 2021, with a
+        public prior). 0 (the default) is plain distillation.
 
     Returns
     -------
@@ -308,7 +351,14 @@ def distill(
     check_positive(temperature=temperature, epochs=epochs, lr=lr, batch_size=batch_size)
     if not (math.isfinite(weight) and weight >= 0):
         raise LearningParameterInvalid(f"weight must be finite and >= 0, got {weight!r}")
+    if not (math.isfinite(logit_adjustment) and logit_adjustment >= 0):
+        raise LearningParameterInvalid(
+            f"logit_adjustment must be finite and >= 0, got {logit_adjustment!r}"
+        )
     targets = _check_targets(public_x, soft_targets)
+    offset = None
+    if logit_adjustment > 0:
+        offset = logit_adjustment * target_log_prior(soft_targets, temperature=temperature)
     with _public_training(model) as student:
         _check_classes(student, public_x, targets)
         if weight > 0:
@@ -322,7 +372,9 @@ def distill(
                 lr,
                 int(batch_size),
                 seed,
+                offset,
             )
-        final = weight * kl_to_targets(student, public_x, soft_targets, temperature=temperature)
+        logits = torch.as_tensor(predict_logits(student, public_x))
+        final = weight * float(_kl_loss(logits, targets, temperature, offset))
     logger.debug("distilled at T=%.3f, weight %.3f: loss %.5f", temperature, weight, final)
     return float(final)

@@ -49,6 +49,11 @@ from secure_fed.learning.clipping import (
     clipping_norm,
     per_layer_clipping_norms,
 )
+from secure_fed.learning.logit_adjustment import (
+    PRIOR_ROUND_SUFFIX,
+    LogitAdjustment,
+    adjusted_cross_entropy,
+)
 from secure_fed.learning.models import check_private_compatible
 
 __all__ = [
@@ -321,6 +326,13 @@ class PrivateTrainer:
         An :class:`InsecureSeededNoise` makes them reproducible from its seed,
         which voids the DP guarantee; every reserved event then records
         ``noise_rng: insecure-seeded``. Demos and tests only.
+    logit_adjustment
+        ``None`` (plain cross-entropy) or a
+        :class:`~secure_fed.learning.logit_adjustment.LogitAdjustment`: before
+        the first round the participant's class counts are released by a
+        Gaussian mechanism charged to the same budget (event round id
+        ``<round>-label-prior``), and every DP-SGD step minimises the
+        cross-entropy of ``logits + tau * log(noisy prior)`` (Menon et al. 2021).
 
     Attributes
     ----------
@@ -372,6 +384,7 @@ class PrivateTrainer:
         p_ref: int = P_REF,
         max_noise_multiplier: float = 20.0,
         insecure_noise: InsecureSeededNoise | None = None,
+        logit_adjustment: LogitAdjustment | None = None,
     ) -> None:
         check_private_compatible(model)
         check_xy(x, y)
@@ -406,6 +419,9 @@ class PrivateTrainer:
         self._versions = dict(_VERSIONS)
         if insecure_noise is not None:
             self._versions["noise_rng"] = insecure_noise.label
+        self.logit_adjustment = logit_adjustment
+        #: ``tau * log(noisy prior)`` once released (None: not yet, or no adjustment).
+        self.logit_offset: torch.Tensor | None = None
 
     def train_round(self, round_id: str) -> TrainReport:
         """Calibrate, reserve, run DP-SGD, commit; or report a refusal.
@@ -442,6 +458,10 @@ class PrivateTrainer:
                 "goal to train further"
             )
             return self._report(round_id, trained=False, refused_reason=reason, sigma=0.0)
+        if self.logit_adjustment is not None and self.logit_offset is None:
+            refusal = self._release_prior(round_id, self.logit_adjustment)
+            if refusal is not None:
+                return self._report(round_id, trained=False, refused_reason=refusal, sigma=0.0)
         room = self.goal.epsilon - float(
             self.budget.epsilon_spent(self.participant_id, self.asset_id)
         )
@@ -503,6 +523,27 @@ class PrivateTrainer:
             raise
         self.rounds_trained += 1
         return self._report(round_id, trained=True, refused_reason=None, sigma=sigma, loss=loss)
+
+    def _release_prior(self, round_id: str, adjustment: LogitAdjustment) -> str | None:
+        """Charge and release the noisy class prior; return a refusal message or None."""
+        event = adjustment.event(delta=self.goal.delta, versions=self._versions)
+        classes = predict_logits(self.model, self.x[:1]).shape[1]
+        try:
+            reservation = self.budget.reserve(
+                self.participant_id, self.asset_id, event, round_id=round_id + PRIOR_ROUND_SUFFIX
+            )
+        except refusal_errors() as exc:
+            logger.warning(
+                "participant %s: label prior refused in round %s: %s",
+                self.participant_id,
+                round_id,
+                exc,
+            )
+            return str(exc)
+        offset = adjustment.noisy_log_prior(self.y, classes, self._generator(2))
+        self.budget.commit(reservation.id)
+        self.logit_offset = offset
+        return None
 
     def _report(
         self,
@@ -570,7 +611,9 @@ class PrivateTrainer:
                 )
             with warnings.catch_warnings():  # Opacus' hooks on a module whose input needs no grad
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                return _dp_steps(private, dp_optimizer, dp_loader, self.steps)
+                return _dp_steps(
+                    private, dp_optimizer, dp_loader, self.steps, offset=self.logit_offset
+                )
         finally:
             private.cleanup()
             self.model.zero_grad(set_to_none=True)
@@ -581,8 +624,14 @@ def _dp_steps(
     optimizer: torch.optim.Optimizer,
     loader: DataLoader[tuple[torch.Tensor, ...]],
     steps: int,
+    *,
+    offset: torch.Tensor | None = None,
 ) -> float:
-    """Run exactly ``steps`` DP-SGD steps, cycling over Poisson-sampled passes."""
+    """Run exactly ``steps`` DP-SGD steps, cycling over Poisson-sampled passes.
+
+    ``offset`` is the logit adjustment added to every example's logits in the
+    loss (a constant: per-example gradients and their clipping are unchanged).
+    """
     model.train()
     losses: list[float] = []
     done = 0
@@ -592,7 +641,7 @@ def _dp_steps(
             # An empty Poisson batch still takes a (noise-only) step: the accounting
             # assumes every step is noised. Its per-sample gradients are zero-size.
             reduction = "mean" if len(xb) else "sum"
-            loss = nn.functional.cross_entropy(model(xb), yb, reduction=reduction)
+            loss = adjusted_cross_entropy(model(xb), yb, offset, reduction=reduction)
             torch.autograd.backward(loss)
             optimizer.step()
             if len(xb):

@@ -72,8 +72,9 @@ def test_budget_refusal_stops_private_training_and_round_goes_on(
     result = fed.run_round()
     assert result.stage == "published"
     row = {r.participant_id: r for r in result.rows}[p0.participant_id]
-    # refused at calibration (no noise fits 0.05) or at reservation: typed, with the code
-    stop = r"stopped: \[(LEDGER_CALIBRATION_IMPOSSIBLE|BUDGET_REFUSED)\] "
+    # refused at calibration (no noise fits 0.05) or at reservation (the label prior of
+    # the logit adjustment is reserved first): typed, with the code
+    stop = r"stopped: \[(LEDGER_CALIBRATION_IMPOSSIBLE|(LEARNING_)?BUDGET_REFUSED)\] "
     assert re.match(stop, row.private_training), row.private_training
     assert p0.private_training_stopped and row.weight is not None  # still uploads and distills
     assert all(r.private_training == "trained" for r in result.rows if r is not row)
