@@ -11,6 +11,7 @@ refusals of a Beaver ``finish`` with their exact texts.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,14 +22,14 @@ import pytest
 
 from crypto.shares import ShareBundle, ShareLabel, ShareMacKey
 from crypto.sm import SM4GCM
-from secure_fed.errors import AuthorityRequestMalformed, UploadMalformed
+from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadMalformed
 from secure_fed.secure.modes.share_ops import CODEC
 from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.parties.helper import seal_key
 from secure_fed.secure.scoring.mahalanobis import ScoreReport
-from secure_fed.wire import HELPER_REPLY, HELPER_REQUEST, decode_frame
+from secure_fed.wire import HELPER_REPLY, HELPER_REQUEST, SHARES_UPLOAD, decode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, install_helper_plan, plan, population
 from tests.secure_fed.secure.signed_requests import signed
 
 
@@ -161,3 +162,33 @@ def test_a_tampered_opening_is_refused_with_the_reason(shares) -> None:  # type:
         match=r"^\[AUTHORITY_REQUEST_MALFORMED\] aggregator opening refused: \[CRYPTO_[A-Z_]+\] .+",
     ):
         _scored(dep, _on_finish(flip))
+
+
+@pytest.mark.parametrize(
+    ("carried", "named"),
+    [
+        ({"whitening": [[1.0]]}, "['whitening']"),
+        ({"center": [0], "samples": 3}, "['center', 'samples']"),
+        ({"g": 1, "fz": 16, "matrix": [[1]]}, "['fz', 'g', 'matrix']"),
+    ],
+)
+def test_an_opening_that_carries_an_input_the_helper_derives_is_refused(  # type: ignore[no-untyped-def]
+    shares, carried: dict[str, object], named: str
+) -> None:
+    dep, _ = shares
+    agg = dep.aggregator(bound=BOUND)
+    uids = []
+    for pid, matrix in population(3, N, C, seed=5).items():
+        payload = dep.encoder(pid, bound=BOUND).encode(matrix)
+        agg.load(payload)
+        uids.append(str(decode_frame(payload, SHARES_UPLOAD)[0]["upload_id"]))
+    install_helper_plan(dep.helper, plan(1, (N, C)))
+    request = {"op": "open", "kind": "ranking", "op_id": "r1", "round_id": 1, "uids": uids}
+    with pytest.raises(
+        OpeningRefused,
+        match=rf"^\[[A-Z_]+\] round 1, score: the helper derives {re.escape(named)} itself; "
+        r"the request set them$",
+    ):
+        dep.helper.handle(signed(dep, {**request, "centre": uids, "parts": [0], **carried}))
+    row = dep.helper.log[-1]
+    assert not row.released and row.participant_ids == ("p00",)
