@@ -90,6 +90,7 @@ _KNOBS = {
     "epsilon": float,
     "delta": float,
     "private": bool,
+    "logit_adjustment": bool,
 }
 
 
