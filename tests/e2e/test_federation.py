@@ -8,7 +8,8 @@ through the API with its own token. Checked after the run: every round
 published, each participant charged once per round it trained (nothing left
 held), the audit log verifies. Faults: a participant killed (SIGKILL) before
 the run: the rounds complete without it; the helper down: every round aborts
-with the typed error and nothing is published.
+with the typed error and nothing is published; the same for the key
+authority in ckks mode.
 """
 
 from __future__ import annotations
@@ -113,14 +114,15 @@ def test_a_killed_participant_is_a_dropout_and_the_rounds_complete(
     _verify(pg_ledger)
 
 
-def test_the_helper_down_aborts_the_round_and_nothing_is_published(
-    tmp_path: Path, pg_ledger: str
+@pytest.mark.parametrize(("mode", "party"), [("shares", "helper"), ("ckks", "keyauthority")])
+def test_a_party_down_aborts_the_round_and_nothing_is_published(
+    tmp_path: Path, pg_ledger: str, mode: str, party: str
 ) -> None:
-    fed = _federation(tmp_path, pg_ledger, mode="shares", participants=2, rounds=1)
+    fed = _federation(tmp_path, pg_ledger, mode=mode, participants=2, rounds=1)
     try:
         fed.start()
         assert fed.supervisor is not None
-        fed.supervisor.stop("helper")
+        fed.supervisor.stop(party)
         fed.run(timeout=900)
         stages = fed.round_stages()
         logs = _logs(fed)
