@@ -15,7 +15,11 @@ import pytest
 
 from crypto.ckks import pack_class_major, weighted_sum
 from crypto.shares import ShareMacKey
-from secure_fed.errors import DecryptionRefused, ServerRequestUnauthenticated
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    DecryptionRefused,
+    ServerRequestUnauthenticated,
+)
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.parties.central_dp import central_sensitivity
@@ -159,3 +163,35 @@ def test_central_noise_follows_the_configured_bound_and_is_charged_to_the_round(
     for p in ids:
         (charge,) = gate.events(p, "private-train")
         assert charge.round_id == "r41-central"
+
+
+def test_a_ciphertext_that_does_not_parse_is_refused_with_the_reason(ckks) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    signer = dep.server_keys().signer
+    preds = population(3, N, C, seed=32)
+    ids = sorted(preds)
+    ups = [pack_class_major(dep.public_context, m) for m in preds.values()]
+    ka = KeyAuthority(min_participants=3, aggregator=signer.identity, audit=MemoryAuditSink())
+    ka.keys = dep.authority.keys
+    ka.install_plan(plan_request(plan(42, (N, C), scored=False), signer=signer))
+    whole = weighted_sum(ups, [1 / 3] * 3).to_bytes()
+    claim: dict[str, object] = {
+        "op": "weighted_sum",
+        "uploads": [[p, "0" * 64] for p in ids],
+        "weights": [1 / 3] * 3,
+    }
+    request = decryption_request(
+        round_id=42,
+        purpose="aggregate",
+        participant_ids=ids,
+        shape=(N, C),
+        ciphertext=whole[:-16],  # the header reads, the last ciphertext does not
+        signer=signer,
+        claim=claim,
+    )
+    with pytest.raises(
+        AuthorityRequestMalformed,
+        match=r"^\[AUTHORITY_REQUEST_MALFORMED\] ciphertext refused: \[CRYPTO_[A-Z_]+\] .+",
+    ):
+        ka.handle(request)
+    assert not any(r.released for r in ka.log)
