@@ -132,6 +132,9 @@ def main() -> None:
     parser.add_argument("--mode", default="shares", choices=("ckks", "shares"))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--pg", default=PG)
+    parser.add_argument(
+        "--superlink-memory", action="store_true", help="SuperLink state in memory, not SQLite."
+    )
     args = parser.parse_args()
     schema = "bench_deploy_" + secrets.token_hex(4)
     admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
@@ -146,6 +149,7 @@ def main() -> None:
         run_dir=folder / "run",
         database_url=url,
         reply_timeout=1800.0,
+        superlink_database=not args.superlink_memory,
     )
     fed = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
     result: dict[str, object] = {
@@ -154,6 +158,7 @@ def main() -> None:
         "participants": args.participants,
         "mode": args.mode,
         "rounds": args.rounds,
+        "superlink_state": "memory" if args.superlink_memory else "sqlite",
     }
     try:
         t0 = time.perf_counter()

@@ -140,13 +140,17 @@ class LocalFederation:
                 "127.0.0.1",
                 "--port",
                 str(layout.superlink_port),
-                "--database",
-                str(layout.run_dir / "superlink" / "superlink.db"),
+                *self._superlink_state(layout),
             ],  # fmt: skip
             env=self._env(),
             ready=tcp_ready("127.0.0.1", layout.superlink_port),
             ready_timeout=120.0,
         )
+
+    def _superlink_state(self, layout: LocalLayout) -> list[str]:
+        if not self.options.superlink_database:
+            return []  # Flower keeps the state in memory
+        return ["--database", str(layout.run_dir / "superlink" / "superlink.db")]
 
     def _supernode(self, layout: LocalLayout, pid: str) -> ProcessSpec:
         toml = layout.participant_tomls[pid]

@@ -66,6 +66,8 @@ class LocalOptions:
     delta: float = 1e-5
     epochs_per_round: int = 1
     reply_timeout: float = 300.0
+    #: Keep the SuperLink's state in a SQLite file (restartable) rather than in memory.
+    superlink_database: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
