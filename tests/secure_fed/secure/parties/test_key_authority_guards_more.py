@@ -18,6 +18,7 @@ from crypto.shares import ShareMacKey
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
+    KeyEpochExhausted,
     ServerRequestUnauthenticated,
 )
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
@@ -195,3 +196,42 @@ def test_a_ciphertext_that_does_not_parse_is_refused_with_the_reason(ckks) -> No
     ):
         ka.handle(request)
     assert not any(r.released for r in ka.log)
+
+
+def test_a_publication_that_would_cross_the_epochs_limit_is_refused_by_name(ckks) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = ckks
+    signer = dep.server_keys().signer
+    preds = population(3, N, C, seed=33)
+    ids = sorted(preds)
+    whole = weighted_sum(
+        [pack_class_major(dep.public_context, m) for m in preds.values()], [1 / 3] * 3
+    )
+    used = dep.authority.keys.releases  # earlier tests of this module decrypted too
+    limit = used + len(whole.vectors) - 1  # one ciphertext short of the publication
+    ka = KeyAuthority(
+        min_participants=3, aggregator=signer.identity, audit=MemoryAuditSink(), max_releases=limit
+    )
+    ka.keys = dep.authority.keys
+    ka.install_plan(plan_request(plan(43, (N, C), scored=False), signer=signer))
+    claim: dict[str, object] = {
+        "op": "weighted_sum",
+        "uploads": [[p, "0" * 64] for p in ids],
+        "weights": [1 / 3] * 3,
+    }
+    request = decryption_request(
+        round_id=43,
+        purpose="aggregate",
+        participant_ids=ids,
+        shape=(N, C),
+        ciphertext=whole.to_bytes(),
+        signer=signer,
+        claim=claim,
+    )
+    epoch = ka.keys.fingerprint.hex()[:16]
+    with pytest.raises(
+        KeyEpochExhausted,
+        match=r"^\[KEY_AUTHORITY_EPOCH_EXHAUSTED\] round 43, aggregate: "
+        rf"\[CRYPTO_RELEASE_LIMIT_REACHED\] key epoch {epoch} released {used} of "
+        rf"{limit} decryptions; {len(whole.vectors)} more are asked: rotate the keys$",
+    ):
+        ka.handle(request)
