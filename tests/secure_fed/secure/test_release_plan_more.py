@@ -23,6 +23,7 @@ from scipy.stats import chi2
 from secure_fed.errors import OpeningRefused, ScoringInvalid
 from secure_fed.secure.release_plan import PlanBook, PlanTracker, ReleasePlan, exclusion_floor
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig, pooled_covariance, whitening
 
 N, C = 600, 4
@@ -204,3 +205,14 @@ def test_a_partys_self_check_raises_its_refusal_with_the_plans_reason() -> None:
         OpeningRefused, match=r"round 5, moments: the plan allows 'ranking' now, not 'moments'$"
     ):
         tracker.require(moments, OpeningRefused)
+
+
+def test_a_scored_rounds_plan_carries_its_labeled_slice_and_its_rows() -> None:
+    piece = EvidenceSlice(rows=tuple(range(0, 200, 2)), labels=(1,) * 100)
+    plan = _for_round(evidence=piece)
+    assert plan.evidence == piece and plan.evidence_rows == 100
+    assert PlanTracker(plan=plan).rows("evidence") == 100
+    assert PlanTracker(plan=plan).rows("final") == N
+    assert PlanTracker(plan=plan).rows("ranking") == 400
+    unscored = _for_round(evidence=piece, scored=False)
+    assert unscored.evidence is None and unscored.evidence_rows == 0
