@@ -145,7 +145,7 @@ def test_the_plan_round_trips_its_slice_and_unscored_plans_have_none() -> None:
 
 @pytest.mark.parametrize(
     "evidence",
-    ['{"rows": [1, 2]}', '[1, 2]', '{"rows": [1, 2], "labels": [0]}', '{"rows": 3, "labels": 1}'],
+    ['{"rows": [1, 2]}', "[1, 2]", '{"rows": [1, 2], "labels": [0]}', '{"rows": 3, "labels": 1}'],
 )
 def test_a_malformed_slice_in_plan_bytes_is_refused(evidence: str) -> None:
     raw = EVIDENCE_PLAN.to_bytes().decode()
