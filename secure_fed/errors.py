@@ -23,6 +23,7 @@ __all__ = [
     "DataError",
     "TrainingError",
     "BudgetError",
+    "DeploymentFailed",
 ]
 
 
@@ -436,6 +437,12 @@ class PrivateTrainingFailed(TrainingError):
 
 
 # --- BudgetError: the in-memory budget gate said no -----------------------------------
+
+
+class DeploymentFailed(SecureFedError):
+    """A process of a deployment (a party service, the SuperLink, a SuperNode) failed."""
+
+    code = "DEPLOYMENT_FAILED"
 
 
 class BudgetError(SecureFedError):

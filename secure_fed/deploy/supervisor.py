@@ -36,7 +36,7 @@ from typing import IO
 
 import httpx
 
-from secure_fed.errors import SecureFedError
+from secure_fed.errors import DeploymentFailed
 
 __all__ = [
     "Child",
@@ -55,7 +55,7 @@ _PR_SET_PDEATHSIG = 1
 _TAIL_BYTES = 4000
 
 
-class ProcessFailed(SecureFedError):
+class ProcessFailed(DeploymentFailed):
     """A supervised process could not start or exited while it should be running."""
 
     code = "DEPLOY_PROCESS_FAILED"
