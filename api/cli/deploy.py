@@ -32,7 +32,7 @@ from api.cli.parties import deploy_keys
 __all__ = ["deploy_app"]
 
 deploy_app = typer.Typer(
-    help="The key ceremony, and a whole federation of real processes on 127.0.0.1.",
+    help="Run the key ceremony, or a whole federation of real processes on 127.0.0.1.",
     cls=CliGroup,
     no_args_is_help=True,
 )
