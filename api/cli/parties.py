@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 __all__ = ["deploy_keys", "helper_app", "keyauthority_app"]
 
 keyauthority_app = typer.Typer(
-    help="Run the key authority service (CKKS secret keys, Beaver-triple dealing).",
+    help="Run the key authority service (mutual TLS).",
     cls=CliGroup,
     no_args_is_help=True,
 )
 helper_app = typer.Typer(
-    help="Run the shares-mode helper service (second share holder, gatekeeper).",
+    help="Run the helper service (mutual TLS).",
     cls=CliGroup,
     no_args_is_help=True,
 )
