@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from api.cli import app
 from secure_fed.demo import DemoConfig, run_demo
 from secure_fed.federation.observer import StageEvent
+from secure_fed.learning.logit_adjustment import PRIOR_ROUND_SUFFIX
 from tests.compliance.chromium import render
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -65,8 +66,11 @@ def test_reproducible_runs_give_identical_figures(runs: dict[str, Any]) -> None:
 
 def test_reproducible_noise_is_recorded_in_the_ledger(runs: dict[str, Any]) -> None:
     with sqlite3.connect(runs["base"] / "a" / "ledger.db") as db:
-        versions = [json.loads(v) for (v,) in db.execute("select versions from privacy_events")]
-    assert len(versions) == 4  # two participants, two rounds
+        rows = db.execute("select round_id, versions from privacy_events").fetchall()
+    rounds = sorted(r for r, _ in rows)
+    # two participants x two rounds of DP-SGD, and each one's label prior (round 1 only)
+    assert rounds == sorted(["r1", "r1", "r2", "r2", *[f"r1{PRIOR_ROUND_SUFFIX}"] * 2])
+    versions = [json.loads(v) for _, v in rows]
     assert all(v["noise_rng"] == "insecure-seeded" for v in versions)
     assert "INSECURE" in runs["cli"].stderr  # and the command line says so
 

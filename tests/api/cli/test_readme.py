@@ -6,7 +6,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -73,10 +76,51 @@ def test_operator_commands_run_as_written_after_the_main_command(tmp_path: Path)
     demo = subprocess.run(small, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert (tmp_path / "secure-fed-work" / "demo" / "ledger.db").is_file()
+    served = 0
     for command in operator_commands():
+        if " serve " in command:  # a service: it must come up, listen, and stop on Ctrl-C
+            _serve_then_stop(command, tmp_path, env)
+            served += 1
+            continue
         done = subprocess.run(
             ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr
+    assert served >= 1
     assert not (tmp_path / "secure-fed-work" / "ledger.db").exists()  # nothing created
+
+
+def _serve_then_stop(command: str, cwd: Path, env: dict[str, str]) -> None:
+    """Start a README ``serve`` command, wait until its port accepts, then send SIGINT."""
+    argv = shlex.split(command.split("#")[0])
+    port = int(argv[argv.index("--port") + 1]) if "--port" in argv else _default_port(argv)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not _accepts(port):
+            assert proc.poll() is None, f"{command}\n{proc.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, f"{command}: port {port} never opened"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, f"{command}\n{err[-3000:]}"
+    assert "Traceback" not in err
+
+
+def _default_port(argv: list[str]) -> int:
+    """The port the service's ``--help`` gives as the default of ``--port``."""
+    words = [a for a in argv[1:] if not a.startswith("-")][:2]
+    help_text = runner.invoke(app, [*words, "--help"]).output
+    found = re.search(r"--port\s+INTEGER.*?\[default:\s*(\d+)\]", help_text, flags=re.S)
+    assert found, help_text
+    return int(found.group(1))
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
