@@ -1,0 +1,157 @@
+"""Guards of the key authority's request handler that surviving mutants showed unchecked.
+
+``scripts/mutation key-authority`` changed each of these and the selected tests
+stayed green (docs/benchmarks.md, "Mutation testing"). The first: a score claim
+whose rows disagree with the header's shape. The authority reads a score's rows
+from the header (it divides the decrypted sum by ``sqrt(rows)``), the release plan
+checks the claim's rows; an aggregator that relabels the ciphertext's rows while
+claiming the plan's would get an honest participant's score multiplied by
+``sqrt(plan rows / header rows)`` (inflated to push it out of the ranking subset)
+or a colluder's deflated, under a claim that recomputes to the honest value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from crypto.ckks import EncryptedMatrix, Layout, pack_class_major
+from crypto.sm import sm3_digest
+from secure_fed.errors import DecryptionRefused
+from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.ckks_claims import evaluate
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.parties.key_authority import decryption_request, plan_request
+from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
+from tests.secure_fed.secure.helpers import plan, population
+from tests.tolerances import score_tolerance
+
+N, C = 64, 4
+IDS = ["a", "b", "c", "d"]
+_ROUND = [100]
+
+
+@pytest.fixture(scope="module")
+def setup() -> Any:
+    """One scoring epoch, four uploads the aggregator loaded, their payload digests."""
+    sink = MemoryAuditSink()
+    dep: Any = SecureDeployment.create(
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        audit=sink,
+        publication_preset=None,
+    )
+    preds = dict(zip(IDS, population(4, N, C, seed=13).values(), strict=True))
+    payloads = {p: pack_class_major(dep.public_context, m).to_bytes() for p, m in preds.items()}
+    agg = dep.aggregator(bound=8.0)
+    ups = {p: agg.load(b).matrix for p, b in payloads.items()}
+    digests = {p: sm3_digest(b).hex() for p, b in payloads.items()}
+    return dep, sink, preds, ups, digests
+
+
+def _scored_round(dep: Any) -> int:
+    """A fresh round with a scored release plan fixed by the aggregator's signed request."""
+    _ROUND[0] += 1
+    signer = dep.server_keys().signer
+    dep.authority.install_plan(plan_request(plan(_ROUND[0], (N, C)), signer=signer))
+    return _ROUND[0]
+
+
+def _ranking_claim(digests: dict[str, str], pid: str) -> dict[str, Any]:
+    """The plan's first step: ``pid``'s ranking score, centre all four, the plan's rows."""
+    return {
+        "op": "score",
+        "uploads": [[pid, digests[pid]]],
+        "centre": [[p, digests[p]] for p in IDS],
+        "samples": N,
+        "whitening": np.eye(C).tolist(),
+        "step": "ranking",
+        "roster": IDS,
+    }
+
+
+def _relabelled(score: EncryptedMatrix, rows: int) -> EncryptedMatrix:
+    """The honest score ciphertext, its header's rows changed to ``rows`` (the attack)."""
+    layout = Layout(n_samples=rows, n_classes=C, slots=score.layout.slots)
+    return EncryptedMatrix(
+        kind="score",
+        preset=score.preset,
+        fingerprint=score.fingerprint,
+        layout=layout,
+        vectors=score.vectors,
+    )
+
+
+def _request(
+    dep: Any, round_id: int, pid: str, claim: dict[str, Any], ct: EncryptedMatrix
+) -> bytes:
+    return decryption_request(
+        round_id=round_id,
+        purpose="score",
+        participant_ids=[pid],
+        shape=(ct.layout.n_samples, C),
+        ciphertext=ct.to_bytes(),
+        signer=dep.server_keys().signer,
+        claim=claim,
+    )
+
+
+@pytest.mark.parametrize("rows", [1, 16, 4096])
+def test_a_score_whose_rows_disagree_with_the_header_shape_is_refused(
+    setup: Any, rows: int
+) -> None:
+    """The claim names the plan's 64 rows, the ciphertext and header another count."""
+    dep, sink, preds, ups, digests = setup
+    ka = dep.authority
+    round_id = _scored_round(dep)
+    claim = _ranking_claim(digests, "a")
+    honest = evaluate(claim, ups, dep.public_context)
+    released_before = ka.keys.releases
+    events_before = len(sink.events)
+    reason = f"the claim's {N} rows are not the shape's"
+    with pytest.raises(DecryptionRefused) as refused:
+        ka.handle(_request(dep, round_id, "a", claim, _relabelled(honest, rows)))
+    assert str(refused.value) == (
+        f"[KEY_AUTHORITY_DECRYPTION_REFUSED] round {round_id}, score: {reason}"
+    )
+    # nothing decrypted, one refusal audited and journaled with the signed claim
+    assert ka.keys.releases == released_before
+    new = sink.events[events_before:]
+    assert [name for name, _ in new] == ["decryption.requested", "access.denied"]
+    assert new[1][1] == {
+        "party": "key_authority",
+        "round_id": round_id,
+        "purpose": "score",
+        "contributors": 1,
+        "reason": reason,
+    }
+    record = ka.log[-1]
+    assert (record.round_id, record.purpose, record.kind, record.released) == (
+        round_id,
+        "score",
+        "refused",
+        False,
+    )
+    journaled = ka.requests[-1]
+    assert (journaled.round_id, journaled.granted, journaled.reason) == (
+        round_id,
+        False,
+        str(refused.value),
+    )
+    assert {k: v for k, v in journaled.claim.items() if k != "whitening"} == {
+        k: v for k, v in claim.items() if k != "whitening"
+    }  # the wire carries the whitening's floats as exact decimal strings
+    # the refusal cost the plan nothing: the honest request is still the next step
+    reply = ka.handle(_request(dep, round_id, "a", claim, honest))
+    head, raw = decode_frame(reply, KEY_AUTHORITY_REPLY, max_bytes=1 << 30)
+    (score,) = decode_array(head["array"], raw)
+    centre = np.mean([preds[p] for p in IDS], axis=0)
+    expected = float(np.mean(np.sum((preds["a"] - centre) ** 2, axis=1)))
+    assert abs(score - expected) <= score_tolerance(ka.keys.preset, expected)
+    assert ka.keys.releases == released_before + 1
+    assert (ka.requests[-1].granted, ka.log[-1].released) == (True, True)
+    assert sink.events[-1][0] == "decryption.released"
