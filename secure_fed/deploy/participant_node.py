@@ -17,7 +17,6 @@ participant), then restores the model and progress from the state directory.
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 from collections.abc import Callable
@@ -28,7 +27,7 @@ import numpy as np
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.service import PrivacyLedger
-from privacy_ledger.errors import LedgerError, ReceiptInvalid
+from privacy_ledger.errors import LedgerError
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
 from secure_fed.deploy.keys import MANIFEST, load_participant
 from secure_fed.deploy.participant_config import ParticipantConfig
@@ -167,16 +166,7 @@ def _receipts(config: ParticipantConfig, gate: BudgetGate) -> Callable[[str], by
     if not isinstance(gate, RemoteBudgetGate):
         return None
     pid = config.participant_id
-
-    def fetch(label: str) -> bytes:
-        path = f"/v1/budgets/{pid}/{ASSET_ID}/receipts/{label}"
-        reply = gate._call("GET", path, None, 200)  # the gate's client: token, CA, retries
-        try:
-            return base64.b64decode(str(reply["receipt_b64"]), validate=True)
-        except (KeyError, ValueError):
-            raise ReceiptInvalid(f"the API's receipt of {label} is malformed") from None
-
-    return fetch
+    return lambda label: gate.receipt(participant_id=pid, asset_id=ASSET_ID, round_id=label)
 
 
 def _keys(

@@ -6,18 +6,24 @@ Layout (mode 0700, files 0600, every write a temp file renamed into place)::
       participant.json        # {"participant_id": ...}; a directory of another id is refused
       model.pt                # torch state_dict after the last training or distillation
       progress.json           # rounds_trained, stop_reason, last round trained / distilled
+      label-prior.json        # the label prior released once: noisy counts, sigma, charge
       rounds/r00000003.json   # round 3: training report, reservations, receipt, upload SM3
       envelopes/r00000003.bin # the signed upload envelope of round 3, as sent
 
 :class:`BudgetRecorder` wraps the participant's budget gate and writes each
 reservation, commit and abort into the round's record the moment it happens.
 After a restart :meth:`ParticipantState.restore` reloads the model and the
-trainer's progress; a round whose envelope is on disk is answered with that
-envelope, never retrained or charged again.
+trainer's progress and the released label prior; a round whose envelope is on
+disk is answered with that envelope, never retrained or charged again, and the
+label prior (logit adjustment) is released and charged once in the
+participant's life: the trainer hands it to :meth:`ParticipantState.save_prior`
+before its charge is committed and again after, and every later process
+reuses it (a copy whose digest or fields do not check is refused, nothing charged).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import tempfile
@@ -31,8 +37,10 @@ import torch
 from crypto.sm.sm3 import sm3_digest
 from privacy_ledger.budget.types import Reservation
 from secure_fed.deploy.config_errors import ParticipantStateInvalid
+from secure_fed.errors import LearningParameterInvalid
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.learning.budget_gate import BudgetGate
+from secure_fed.learning.logit_adjustment import ReleasedPrior
 from secure_fed.learning.private_training import PrivateTrainer
 
 __all__ = ["BudgetRecorder", "ParticipantState"]
@@ -108,24 +116,30 @@ class ParticipantState:
         return self._json("progress.json") or {}
 
     def restore(self, handler: ParticipantHandler) -> None:
-        """Load the checkpointed model and the trainer's progress into ``handler``.
+        """Load the checkpointed model, the trainer's progress and its label prior.
+
+        The trainer also keeps every later label-prior release here
+        (:meth:`save_prior`).
 
         Raises
         ------
         ParticipantStateInvalid
-            If the checkpoint does not fit the participant's model.
+            If the checkpoint does not fit the participant's model, or the kept
+            label prior is corrupted or does not fit the trainer.
         """
+        participant = handler.participant
+        trainer = participant.trainer
+        if isinstance(trainer, PrivateTrainer):
+            self._restore_prior(trainer)
         model_file = self.directory / "model.pt"
         if not model_file.exists():
             return
-        participant = handler.participant
         try:
             weights = torch.load(model_file, map_location="cpu", weights_only=True)
             participant.model.load_state_dict(weights)
         except (OSError, RuntimeError, ValueError) as exc:
             raise ParticipantStateInvalid(f"{model_file} does not fit the model: {exc}") from None
         progress = self.progress()
-        trainer = participant.trainer
         if isinstance(trainer, PrivateTrainer):
             trainer.rounds_trained = int(progress.get("rounds_trained", 0))
         stop = progress.get("stop_reason")
@@ -150,6 +164,51 @@ class ParticipantState:
             }
         )
         self._put("progress.json", progress)
+
+    # -- the label prior ------------------------------------------------------------
+
+    def save_prior(self, prior: ReleasedPrior) -> None:
+        """Keep the released label prior with the SM3 of its fields (before and after commit)."""
+        fields = prior.to_fields()
+        self._put(_PRIOR_FILE, {"prior": fields, "sm3": _prior_digest(fields)})
+
+    def load_prior(self) -> ReleasedPrior | None:
+        """Return the kept label prior (None if none was released yet).
+
+        Raises
+        ------
+        ParticipantStateInvalid
+            If the file is unreadable, its SM3 does not match or a field is invalid.
+        """
+        data = self._json(_PRIOR_FILE)
+        if data is None:
+            return None
+        path = self.directory / _PRIOR_FILE
+        fields, digest = data.get("prior"), data.get("sm3")
+        if not (isinstance(fields, dict) and isinstance(digest, str)):
+            raise ParticipantStateInvalid(
+                f"{path} has no prior and sm3", field="participant.state_dir"
+            )
+        if not hmac.compare_digest(_prior_digest(fields), digest):
+            raise ParticipantStateInvalid(
+                f"{path}: the label prior does not match its SM3 (corrupted or altered)",
+                field="participant.state_dir",
+            )
+        try:
+            return ReleasedPrior.from_fields(fields)
+        except (LearningParameterInvalid, TypeError) as exc:
+            raise ParticipantStateInvalid(f"{path}: {exc}", field="participant.state_dir") from None
+
+    def _restore_prior(self, trainer: PrivateTrainer) -> None:
+        prior = self.load_prior()
+        if prior is not None:
+            try:
+                trainer.adopt_prior(prior)
+            except LearningParameterInvalid as exc:
+                raise ParticipantStateInvalid(
+                    f"{self.directory / _PRIOR_FILE}: {exc}", field="participant.state_dir"
+                ) from None
+        trainer.on_prior = self.save_prior
 
     # -- the round record -----------------------------------------------------------
 
@@ -177,6 +236,15 @@ class ParticipantState:
         """Keep the signed envelope of ``round_id`` and record its SM3 and size."""
         _write(self.directory / "envelopes" / f"r{round_id:08d}.bin", envelope)
         self.update_record(round_id, envelope_sm3=sm3_digest(envelope).hex(), bytes=len(envelope))
+
+
+_PRIOR_FILE = "label-prior.json"
+
+
+def _prior_digest(fields: dict[str, Any]) -> str:
+    """SM3 of the prior's canonical JSON (sorted keys, no spaces)."""
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return sm3_digest(canonical.encode()).hex()
 
 
 class BudgetRecorder:

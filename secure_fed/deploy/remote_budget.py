@@ -1,7 +1,8 @@
 """The privacy budget of a participant on its own machine: the ledger's gate over HTTPS.
 
 :class:`RemoteBudgetGate` implements :class:`~privacy_ledger.budget.types.BudgetGate`
-(reserve, commit, abort, epsilon spent, noise calibration) against the REST
+(reserve, commit, abort, epsilon spent, noise calibration) and fetches the
+ledger's budget receipts (:meth:`RemoteBudgetGate.receipt`) against the REST
 API's budget routes (``/v1/budgets/{participant}/{asset}/...``, docs/api.md),
 with the participant's own API token. A
 :class:`~secure_fed.learning.private_training.PrivateTrainer` given this gate
@@ -28,7 +29,9 @@ never logged or shown in ``repr``.
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 import secrets
 import ssl
 import time
@@ -40,7 +43,7 @@ import httpx
 
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.types import Reservation
-from privacy_ledger.errors import BudgetExceeded, LedgerError, ReservationUnknown
+from privacy_ledger.errors import BudgetExceeded, LedgerError, ReceiptInvalid, ReservationUnknown
 from secure_fed.errors import BudgetError, LearningParameterInvalid
 
 __all__ = [
@@ -54,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 _PROBLEM = "application/problem+json"
 _MAX_TOKEN_BYTES = 4096
+_ROUND_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 
 class BudgetServiceUnavailable(BudgetError):
@@ -329,6 +333,46 @@ class RemoteBudgetGate:
         if not isinstance(sigma, int | float) or isinstance(sigma, bool):
             raise BudgetServiceReplyInvalid(f"noise_multiplier: not a number: {sigma!r}")
         return float(sigma)
+
+    # -- budget receipts -----------------------------------------------------------
+
+    def receipt(self, *, participant_id: str, asset_id: str, round_id: str) -> bytes:
+        """Fetch the ledger's signed receipt of a committed charge of ``round_id``.
+
+        The same bytes :meth:`privacy_ledger.budget.receipts.ReceiptIssuer.issue`
+        returns in process (same keywords); the aggregator verifies them.
+
+        Parameters
+        ----------
+        participant_id, asset_id
+            Whose budget (the token must speak for ``participant_id``).
+        round_id
+            The ledger round label (``r3``).
+
+        Returns
+        -------
+        bytes
+            The receipt as the API's issuer signed it.
+
+        Raises
+        ------
+        LearningParameterInvalid
+            ``round_id`` is not a round label (letters, digits, ``._:@-``).
+        ReceiptUnavailable
+            The ledger has no committed charge of that round (its own class).
+        ReceiptInvalid
+            The API's answer holds no decodable receipt.
+        BudgetServiceUnavailable, BudgetServiceDenied, BudgetServiceReplyInvalid
+            The API could not be asked, refused the token, or answered nonsense.
+        """
+        if not (isinstance(round_id, str) and _ROUND_LABEL.fullmatch(round_id)):
+            raise LearningParameterInvalid(f"round_id: not a ledger round label: {round_id!r}")
+        tail = f"receipts/{round_id}"
+        answer = self._call("GET", _path(participant_id, asset_id, tail), None, 200)
+        try:
+            return base64.b64decode(str(answer["receipt_b64"]), validate=True)
+        except (KeyError, ValueError):
+            raise ReceiptInvalid(f"the API's receipt of {round_id} is malformed") from None
 
     # -- plumbing ------------------------------------------------------------------
 

@@ -28,25 +28,39 @@ counts have L2 sensitivity 1 under adding or removing one row, noise of standard
 deviation ``prior_noise_multiplier`` is added to every count, and what follows
 (flooring at ``min_count``, normalising, the loss) is post-processing. The
 ledger composes it with the DP-SGD rounds (``docs/learning.md``, section 12).
+
+**Released once.** :func:`release_prior` returns a :class:`ReleasedPrior` (the
+noisy counts, the noise multiplier, the ledger round label and reservation),
+handing it to a ``keep`` callback *before* the charge is committed and again
+after. A participant that keeps it (a deployed node's state directory) and
+restarts reuses those counts, and :func:`resume_prior` finishes a commit a
+crash interrupted: the prior is charged once, never released a second time.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from privacy_ledger.budget.mechanism import MechanismEvent
+from privacy_ledger.budget.types import ChargeGate
+from privacy_ledger.errors import ReservationExpired, ReservationNotActive
 from secure_fed.errors import LearningParameterInvalid
 
 __all__ = [
+    "PRIOR_ROUND_SUFFIX",
     "LogitAdjustment",
+    "ReleasedPrior",
     "adjusted_cross_entropy",
     "class_counts",
     "log_prior",
+    "release_prior",
+    "resume_prior",
 ]
 
 #: Round-id suffix of the prior's ledger event (``r1`` -> ``r1-label-prior``).
@@ -133,10 +147,217 @@ class LogitAdjustment:
         torch.Tensor
             ``float32 [num_classes]``, the offset added to the logits in the loss.
         """
+        noisy = self.noisy_counts(y, num_classes, generator)
+        return self.tau * log_prior(noisy, min_count=self.min_count)
+
+    def noisy_counts(
+        self, y: np.ndarray, num_classes: int, generator: torch.Generator
+    ) -> np.ndarray:
+        """Run the Gaussian mechanism: class counts of ``y`` plus noise, ``float64 [C]``."""
         counts = torch.as_tensor(class_counts(y, num_classes), dtype=torch.float64)
         noise = torch.randn(num_classes, generator=generator, dtype=torch.float64)
-        noisy = counts + self.prior_noise_multiplier * noise
-        return self.tau * log_prior(noisy.numpy(), min_count=self.min_count)
+        return (counts + self.prior_noise_multiplier * noise).numpy()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasedPrior:
+    """A label prior released once: the noisy counts the loss applies, and their charge.
+
+    Parameters
+    ----------
+    round_id
+        The ledger round label of the charge (``r1-label-prior``).
+    reservation_id
+        The ledger reservation that charges it.
+    noise_multiplier, tau, min_count
+        The :class:`LogitAdjustment` it was released with.
+    noisy_counts
+        The released counts (one per class), before flooring.
+    committed
+        Whether the charge is known to be committed (``False``: kept just
+        before the commit; :func:`resume_prior` finishes it).
+
+    Raises
+    ------
+    LearningParameterInvalid
+        A field of the wrong type or out of range (named).
+    """
+
+    round_id: str
+    reservation_id: str
+    noise_multiplier: float
+    tau: float
+    min_count: float
+    noisy_counts: tuple[float, ...]
+    committed: bool
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.round_id, str) and self.round_id.endswith(PRIOR_ROUND_SUFFIX)):
+            raise LearningParameterInvalid(f"round_id must end in {PRIOR_ROUND_SUFFIX!r}")
+        if not (isinstance(self.reservation_id, str) and self.reservation_id):
+            raise LearningParameterInvalid("reservation_id must be a non-empty string")
+        LogitAdjustment(
+            tau=self.tau, prior_noise_multiplier=self.noise_multiplier, min_count=self.min_count
+        )
+        counts = self.noisy_counts
+        if not (isinstance(counts, tuple) and len(counts) >= 2 and all(_finite(v) for v in counts)):
+            raise LearningParameterInvalid("noisy_counts must be >= 2 finite numbers")
+        if not isinstance(self.committed, bool):
+            raise LearningParameterInvalid("committed must be a boolean")
+
+    def offset(self) -> torch.Tensor:
+        """``tau * log(prior)`` of the released counts: what the loss adds to the logits."""
+        noisy = np.asarray(self.noisy_counts, dtype=np.float64)
+        return self.tau * log_prior(noisy, min_count=self.min_count)
+
+    def check(self, adjustment: LogitAdjustment, num_classes: int) -> None:
+        """Refuse a prior released with other settings or for another number of classes.
+
+        Raises
+        ------
+        LearningParameterInvalid
+            The settings or the number of classes differ (named).
+        """
+        mine = (self.tau, self.noise_multiplier, self.min_count, len(self.noisy_counts))
+        theirs = (adjustment.tau, adjustment.prior_noise_multiplier, adjustment.min_count)
+        if mine != (*theirs, num_classes):
+            raise LearningParameterInvalid(
+                f"released prior (tau, noise multiplier, min_count, classes) {mine} differs "
+                f"from the trainer's {(*theirs, num_classes)}"
+            )
+
+    def to_fields(self) -> dict[str, object]:
+        """JSON-ready fields (floats exact: ``json`` writes their shortest ``repr``)."""
+        fields = {k: getattr(self, k) for k in _PRIOR_FIELDS}
+        fields["noisy_counts"] = list(self.noisy_counts)
+        return fields
+
+    @classmethod
+    def from_fields(cls, data: object) -> ReleasedPrior:
+        """Rebuild a prior from :meth:`to_fields`.
+
+        Raises
+        ------
+        LearningParameterInvalid
+            Not an object with exactly these fields, or a field out of range.
+        """
+        if not isinstance(data, dict) or set(data) != set(_PRIOR_FIELDS):
+            raise LearningParameterInvalid(f"a released prior has the fields {_PRIOR_FIELDS}")
+        counts = data["noisy_counts"]
+        if not isinstance(counts, list):
+            raise LearningParameterInvalid("noisy_counts must be a list")
+        return cls(**{**data, "noisy_counts": tuple(counts)})
+
+
+_PRIOR_FIELDS = (
+    "round_id",
+    "reservation_id",
+    "noise_multiplier",
+    "tau",
+    "min_count",
+    "noisy_counts",
+    "committed",
+)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def release_prior(
+    adjustment: LogitAdjustment,
+    *,
+    gate: ChargeGate,
+    event: MechanismEvent,
+    participant_id: str,
+    asset_id: str,
+    round_id: str,
+    counts: Callable[[], np.ndarray],
+    keep: Callable[[ReleasedPrior], None] | None = None,
+) -> ReleasedPrior:
+    """Reserve, release the noisy counts, keep them, commit, keep the commit.
+
+    Parameters
+    ----------
+    adjustment
+        The settings released with.
+    gate
+        The budget the release is charged to.
+    event
+        ``adjustment.event(...)``: the Gaussian mechanism reserved.
+    participant_id, asset_id
+        Whose budget.
+    round_id
+        The training round (``r1``); the charge is labelled ``r1-label-prior``.
+    counts
+        Runs the mechanism (:meth:`LogitAdjustment.noisy_counts`), called once.
+    keep
+        Called with the prior before the commit and again after it (persistence).
+
+    Returns
+    -------
+    ReleasedPrior
+        Committed.
+
+    Raises
+    ------
+    Exception
+        The gate's refusals (nothing held); whatever ``keep`` or ``commit``
+        raise (the reservation is aborted when ``keep`` fails before the commit).
+    """
+    label = round_id + PRIOR_ROUND_SUFFIX
+    reservation = gate.reserve(participant_id, asset_id, event, round_id=label)
+    prior = ReleasedPrior(
+        round_id=label,
+        reservation_id=reservation.id,
+        noise_multiplier=adjustment.prior_noise_multiplier,
+        tau=adjustment.tau,
+        min_count=adjustment.min_count,
+        noisy_counts=tuple(float(v) for v in counts()),
+        committed=False,
+    )
+    if keep is not None:
+        try:
+            keep(prior)
+        except BaseException:
+            gate.abort(reservation.id, released_anything=False)
+            raise
+    return _committed(prior, gate=gate, keep=keep)
+
+
+def resume_prior(
+    prior: ReleasedPrior, *, gate: ChargeGate, keep: Callable[[ReleasedPrior], None] | None = None
+) -> ReleasedPrior | None:
+    """Finish the charge of a prior kept before its commit (a restart in between).
+
+    Returns
+    -------
+    ReleasedPrior or None
+        The committed prior; ``None`` when the ledger never charged it (the
+        reservation expired or was aborted): nothing was trained with it, so a
+        new release replaces it.
+
+    Raises
+    ------
+    ReservationUnknown
+        The ledger has no such reservation (the kept prior is not this ledger's).
+    """
+    if prior.committed:
+        return prior
+    try:
+        return _committed(prior, gate=gate, keep=keep)
+    except (ReservationExpired, ReservationNotActive):
+        return None
+
+
+def _committed(
+    prior: ReleasedPrior, *, gate: ChargeGate, keep: Callable[[ReleasedPrior], None] | None
+) -> ReleasedPrior:
+    gate.commit(prior.reservation_id)
+    done = replace(prior, committed=True)
+    if keep is not None:
+        keep(done)
+    return done
 
 
 def class_counts(y: np.ndarray, num_classes: int) -> np.ndarray:

@@ -50,9 +50,11 @@ from secure_fed.learning.clipping import (
     per_layer_clipping_norms,
 )
 from secure_fed.learning.logit_adjustment import (
-    PRIOR_ROUND_SUFFIX,
     LogitAdjustment,
+    ReleasedPrior,
     adjusted_cross_entropy,
+    release_prior,
+    resume_prior,
 )
 from secure_fed.learning.models import check_private_compatible
 
@@ -342,6 +344,13 @@ class PrivateTrainer:
         before the first step. It lets tests read the noise multiplier and
         clipping norm Opacus actually applies (not the trainer's report) and
         compare them with the ledger's recorded event. ``None`` by default.
+    prior, on_prior
+        The label prior once released (a
+        :class:`~secure_fed.learning.logit_adjustment.ReleasedPrior`), and an
+        optional callback that keeps it, called before its charge is committed
+        and again after (a deployed node's state directory). A restarted
+        participant hands the kept prior to :meth:`adopt_prior`: it is reused,
+        never released or charged a second time.
 
     Raises
     ------
@@ -422,6 +431,9 @@ class PrivateTrainer:
         self.logit_adjustment = logit_adjustment
         #: ``tau * log(noisy prior)`` once released (None: not yet, or no adjustment).
         self.logit_offset: torch.Tensor | None = None
+        #: The released prior (:meth:`adopt_prior` after a restart); ``on_prior`` keeps it.
+        self.prior: ReleasedPrior | None = None
+        self.on_prior: Callable[[ReleasedPrior], None] | None = None
 
     def train_round(self, round_id: str) -> TrainReport:
         """Calibrate, reserve, run DP-SGD, commit; or report a refusal.
@@ -524,14 +536,42 @@ class PrivateTrainer:
         self.rounds_trained += 1
         return self._report(round_id, trained=True, refused_reason=None, sigma=sigma, loss=loss)
 
+    def adopt_prior(self, prior: ReleasedPrior) -> None:
+        """Reuse a prior released before (a restarted participant): never released twice.
+
+        A committed prior is applied at once; one kept before its commit is
+        committed (or replaced, if the ledger never charged it) by the next round.
+
+        Raises
+        ------
+        LearningParameterInvalid
+            The prior was released with other settings or for other classes.
+        """
+        if self.logit_adjustment is None:
+            return
+        prior.check(self.logit_adjustment, predict_logits(self.model, self.x[:1]).shape[1])
+        self.prior = prior
+        self.logit_offset = prior.offset() if prior.committed else None
+
     def _release_prior(self, round_id: str, adjustment: LogitAdjustment) -> str | None:
-        """Charge and release the noisy class prior; return a refusal message or None."""
-        event = adjustment.event(delta=self.goal.delta, versions=self._versions)
+        """Charge and release the noisy class prior once; return a refusal message or None."""
         classes = predict_logits(self.model, self.x[:1]).shape[1]
         try:
-            reservation = self.budget.reserve(
-                self.participant_id, self.asset_id, event, round_id=round_id + PRIOR_ROUND_SUFFIX
+            kept = self.prior
+            prior = (
+                None if kept is None else resume_prior(kept, gate=self.budget, keep=self.on_prior)
             )
+            if prior is None:
+                prior = release_prior(
+                    adjustment,
+                    gate=self.budget,
+                    event=adjustment.event(delta=self.goal.delta, versions=self._versions),
+                    participant_id=self.participant_id,
+                    asset_id=self.asset_id,
+                    round_id=round_id,
+                    counts=lambda: adjustment.noisy_counts(self.y, classes, self._generator(2)),
+                    keep=self.on_prior,
+                )
         except refusal_errors() as exc:
             logger.warning(
                 "participant %s: label prior refused in round %s: %s",
@@ -540,9 +580,7 @@ class PrivateTrainer:
                 exc,
             )
             return str(exc)
-        offset = adjustment.noisy_log_prior(self.y, classes, self._generator(2))
-        self.budget.commit(reservation.id)
-        self.logit_offset = offset
+        self.prior, self.logit_offset = prior, prior.offset()
         return None
 
     def _report(

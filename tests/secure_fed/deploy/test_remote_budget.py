@@ -17,8 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crypto.sm import SM2PrivateKey
 from privacy_ledger import MechanismEvent, PrivacyLedger
-from privacy_ledger.errors import BudgetExceeded, ReservationNotActive, ReservationUnknown
+from privacy_ledger.budget.receipts import DPPlan, ReceiptVerifier
+from privacy_ledger.errors import (
+    BudgetExceeded,
+    ReceiptUnavailable,
+    ReservationNotActive,
+    ReservationUnknown,
+)
 from secure_fed.deploy.remote_budget import (
     BudgetServiceDenied,
     BudgetServiceUnavailable,
@@ -237,3 +244,20 @@ def test_a_token_file_is_read_and_checked(api: BudgetApi, tmp_path: Path) -> Non
     with pytest.raises(LearningParameterInvalid, match="token_file"):
         RemoteBudgetGate.from_token_file(token_file=tmp_path / "missing", base_url=api.endpoint.url)
     assert np.isfinite(float(_gate(api).epsilon_spent(H, ASSET)))
+
+
+def test_a_receipt_of_a_committed_charge_verifies_under_the_apis_key(api: BudgetApi) -> None:
+    key = SM2PrivateKey.from_pem((api.folder / "receipts.key.pem").read_bytes(), passphrase=None)
+    verifier = ReceiptVerifier(public_key=key.public_key)
+    with _gate(api) as gate:
+        with pytest.raises(ReceiptUnavailable):
+            gate.receipt(participant_id=H, asset_id=ASSET, round_id="r-receipt")
+        gate.commit(gate.reserve(H, ASSET, EVENT, round_id="r-receipt").id)
+        data = gate.receipt(participant_id=H, asset_id=ASSET, round_id="r-receipt")
+        plan = DPPlan(noise_multiplier=1.1, sample_rate=0.01, steps=100, delta=1e-5)
+        got = verifier.verify(data, participant_id=H, round_id="r-receipt", plan=plan)
+        assert got.asset_id == ASSET
+        with pytest.raises(BudgetServiceDenied):  # the token speaks for H only
+            gate.receipt(participant_id=B, asset_id=ASSET, round_id="r-receipt")
+        with pytest.raises(LearningParameterInvalid, match="round_id"):
+            gate.receipt(participant_id=H, asset_id=ASSET, round_id="../r-receipt")
