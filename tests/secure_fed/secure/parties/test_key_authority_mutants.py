@@ -19,12 +19,19 @@ import pytest
 
 from crypto.ckks import EncryptedMatrix, Layout, pack_class_major
 from crypto.sm import sm3_digest
-from secure_fed.errors import DecryptionRefused
+from secure_fed.errors import DecryptionRefused, ServerRequestUnauthenticated
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.parties.key_authority import decryption_request, plan_request
-from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
+from secure_fed.secure.parties.key_authority import KeyAuthority, decryption_request, plan_request
+from secure_fed.secure.server_auth import ServerSigningKey, authenticate_request
+from secure_fed.wire import (
+    KEY_AUTHORITY_REPLY,
+    KEY_AUTHORITY_REQUEST,
+    decode_array,
+    decode_frame,
+    encode_header,
+)
 from tests.secure_fed.secure.helpers import plan, population
 from tests.tolerances import score_tolerance
 
@@ -155,3 +162,139 @@ def test_a_score_whose_rows_disagree_with_the_header_shape_is_refused(
     assert ka.keys.releases == released_before + 1
     assert (ka.requests[-1].granted, ka.log[-1].released) == (True, True)
     assert sink.events[-1][0] == "decryption.released"
+
+
+def test_an_honest_score_is_audited_with_its_signed_request_and_released_as_one_value(
+    setup: Any,
+) -> None:
+    """What the auditor needs to check who asked for what: the request's signed fields."""
+    dep, sink, _, ups, digests = setup
+    ka = dep.authority
+    round_id = _scored_round(dep)
+    claim = _ranking_claim(digests, "b")
+    ct = evaluate(claim, ups, dep.public_context).to_bytes()
+    epoch = ka.keys.fingerprint.hex()
+    request = decryption_request(
+        round_id=round_id,
+        purpose="score",
+        participant_ids=["b"],
+        shape=(N, C),
+        ciphertext=ct,
+        signer=dep.server_keys().signer,
+        claim=claim,
+        epoch=epoch,
+    )
+    header, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
+    signature = bytes.fromhex(str(header.pop("signature")))
+    signed_header = encode_header(KEY_AUTHORITY_REQUEST, header)
+    auth = header["auth"]
+    assert isinstance(auth, dict)
+    before = len(sink.events)
+    head, raw = decode_frame(ka.handle(request), KEY_AUTHORITY_REPLY, max_bytes=1 << 30)
+    assert (head["purpose"], head["central_dp"]) == ("score", False)
+    assert decode_array(head["array"], raw).shape == (1,)
+    new = sink.events[before:]
+    assert [name for name, _ in new] == ["decryption.requested", "decryption.released"]
+    assert new[0][1] == {
+        "party": "key_authority",
+        "round_id": round_id,
+        "purpose": "score",
+        "shape": [N, C],
+        "contributors": 1,
+        "participant_ids": ["b"],
+        "central_dp": False,
+        "request_sm3": sm3_digest(signed_header).hex(),
+        "signer": "aggregator",
+        "nonce": auth["nonce"],
+        "signed_header": signed_header.decode("utf-8"),
+        "signature": signature.hex(),
+        "ciphertext_sm3": sm3_digest(ct).hex(),
+        "epoch": epoch,
+    }
+    assert new[1][1]["shape"] == [1]  # one scalar score released, not the (N, C) it covers
+    journaled = ka.requests[-1]
+    assert (journaled.signed_header, journaled.signature) == (signed_header, signature)
+    assert (journaled.granted, journaled.reason, journaled.ciphertext_sm3) == (
+        True,
+        None,
+        sm3_digest(ct).hex(),
+    )
+
+
+# -- install_plan: a signed plan request, for "plan" and for the plan's own round ----------
+
+
+def _gatekeeper() -> tuple[KeyAuthority, ServerSigningKey, MemoryAuditSink]:
+    """A key authority without CKKS keys: plans need none."""
+    signer, sink = ServerSigningKey.generate("aggregator"), MemoryAuditSink()
+    ka = KeyAuthority(
+        min_participants=3,
+        aggregator=signer.identity,
+        audit=sink,
+        enrolled=frozenset(IDS),
+        upload_shape=(N, C),
+    )
+    return ka, signer, sink
+
+
+def _signed_plan(signer: ServerSigningKey, plan_round: int, round_id: int, purpose: str) -> bytes:
+    """The enrolled aggregator's validly signed request carrying plan ``plan_round``."""
+    header: dict[str, object] = {"round_id": round_id, "purpose": purpose}
+    body = plan(plan_round, (N, C)).to_bytes()
+    return authenticate_request(
+        KEY_AUTHORITY_REQUEST, header, body, signer=signer, round_id=round_id, purpose=purpose
+    )
+
+
+@pytest.mark.parametrize(
+    ("plan_round", "round_id", "purpose", "reason"),
+    [
+        (5, 5, "aggregate", "purpose 'aggregate' is not 'plan'"),
+        (5, 6, "plan", "the plan names round 5, the request round 6"),
+        (6, 5, "plan", "the plan names round 6, the request round 5"),
+    ],
+)
+def test_a_signed_request_that_is_no_plan_of_its_round_fixes_nothing(
+    plan_round: int, round_id: int, purpose: str, reason: str
+) -> None:
+    """Signed by the enrolled aggregator, so only these checks stand in the way."""
+    ka, signer, sink = _gatekeeper()
+    with pytest.raises(ServerRequestUnauthenticated) as refused:
+        ka.install_plan(_signed_plan(signer, plan_round, round_id, purpose))
+    assert str(refused.value) == f"[SERVER_REQUEST_UNAUTHENTICATED] {reason}"
+    assert sink.events == [
+        (
+            "access.denied",
+            {
+                "party": "key_authority",
+                "op": "plan",
+                "code": "SERVER_REQUEST_UNAUTHENTICATED",
+                "reason": str(refused.value),
+            },
+        )
+    ]
+    assert ka.plans.trackers == {}
+
+
+def test_a_plan_is_fixed_once_and_recorded_with_the_request_it_came_from() -> None:
+    ka, signer, sink = _gatekeeper()
+    request = _signed_plan(signer, 7, 7, "plan")
+    header, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
+    del header["signature"]
+    auth = header["auth"]
+    assert isinstance(auth, dict)
+    fixed = ka.install_plan(request)
+    assert fixed == plan(7, (N, C)).to_bytes()  # at the authority's minimum: as sent
+    assert ka.plans.tracker(7) is not None
+    ((name, event),) = sink.events
+    assert (name, event["party"], event["round_id"]) == ("plan.installed", "key_authority", 7)
+    assert event["plan_sm3"] == sm3_digest(fixed).hex()
+    assert event["participants"] == IDS
+    assert event["request"] == {
+        "signer": "aggregator",
+        "nonce": auth["nonce"],
+        "request_sm3": sm3_digest(encode_header(KEY_AUTHORITY_REQUEST, header)).hex(),
+    }
+    # the same plan again (a restarted aggregator, a fresh request): same reply, no record
+    assert ka.install_plan(_signed_plan(signer, 7, 7, "plan")) == fixed
+    assert len(sink.events) == 1
