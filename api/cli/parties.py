@@ -3,13 +3,16 @@
 Each service loads its own key directory (from the key ceremony,
 :func:`secure_fed.deploy.keys.create_keys`), keeps its nonce record, triple
 registry and audit ledger under ``--state``, and serves over TLS requiring the
-aggregator's client certificate (mutual TLS). ``--insecure-dev`` serves plain
+aggregator's client certificate (mutual TLS: the deployment's CA, and the name
+``--client-name``, ``aggregator`` as the ceremony issues it; a certificate of the
+same CA with another name is refused with 403 and an audit event). ``--insecure-dev`` serves plain
 HTTP on a development machine and says so in the log and the audit log. See
 ``docs/deploy.md``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -54,6 +57,14 @@ ClientCaOption = Annotated[
         "--client-ca", metavar="FILE", help="CA of the aggregator's client certificate (mTLS)."
     ),
 ]
+ClientNameOption = Annotated[
+    str,
+    typer.Option(
+        "--client-name",
+        metavar="NAME",
+        help="The only client served: the name in the aggregator's certificate (SAN or CN).",
+    ),
+]
 InsecureOption = Annotated[
     bool,
     typer.Option("--insecure-dev", help="Serve plain HTTP without client certificates (dev only)."),
@@ -65,8 +76,27 @@ AuditDbOption = Annotated[
 MaxBodyOption = Annotated[int, typer.Option(help="Largest request body in bytes.")]
 
 
+@dataclass(frozen=True, kw_only=True)
+class _ServeOptions:
+    """The options ``keyauthority serve`` and ``helper serve`` share."""
+
+    host: str
+    port: int
+    tls_cert: Path | None
+    tls_key: Path | None
+    client_ca: Path | None
+    client_name: str
+    insecure_dev: bool
+    audit_db: str | None
+    max_body: int
+
+
 def _tls(
-    cert: Path | None, key: Path | None, client_ca: Path | None, insecure_dev: bool
+    cert: Path | None,
+    key: Path | None,
+    client_ca: Path | None,
+    insecure_dev: bool,
+    client_name: str,
 ) -> ServerTLS | None:
     from secure_fed.deploy.tls import ServerTLS
 
@@ -80,7 +110,35 @@ def _tls(
             "--tls-cert, --tls-key and --client-ca are required (or --insecure-dev)"
         )
     assert cert is not None and key is not None
-    return ServerTLS(cert=cert, key=key, client_ca=client_ca)
+    return ServerTLS(cert=cert, key=key, client_ca=client_ca, client_name=client_name)
+
+
+def _serve(party: str, keys: Path, state: Path, options: _ServeOptions) -> None:
+    """Load ``party``'s keys, open its audit log, record the start, serve until stopped."""
+    from api.services.apps import create_helper_app, create_keyauthority_app
+    from api.services.run import party_audit, record_started, serve_app
+    from secure_fed.deploy.keys import load_helper, load_key_authority, read_manifest
+    from secure_fed.deploy.tls import private_dir
+
+    o = options
+    tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name)
+    audit = party_audit(keys, private_dir(state), party=party, database_url=o.audit_db)
+    client = None if tls is None else tls.client_name
+    hsts = tls is not None
+    if party == "keyauthority":
+        authority = load_key_authority(keys, audit=audit, state_dir=state)
+        manifest = authority.manifest
+        app = create_keyauthority_app(
+            authority, max_body=o.max_body, hsts=hsts, client_name=client, audit=audit
+        )
+    else:
+        helper = load_helper(keys, audit=audit, state_dir=state)
+        manifest = read_manifest(keys, role="helper")
+        app = create_helper_app(
+            helper, max_body=o.max_body, hsts=hsts, client_name=client, audit=audit
+        )
+    record_started(audit, party=party, manifest=manifest, host=o.host, port=o.port, tls=tls)
+    serve_app(app, host=o.host, port=o.port, tls=tls, insecure_dev=o.insecure_dev)
 
 
 @keyauthority_app.command("serve", cls=CliCommand)
@@ -92,24 +150,14 @@ def keyauthority_serve(
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
     client_ca: ClientCaOption = None,
+    client_name: ClientNameOption = "aggregator",
     insecure_dev: InsecureOption = False,
     audit_db: AuditDbOption = None,
     max_body: MaxBodyOption = 64 << 20,
 ) -> None:
     """Serve the key authority (decrypt, plan, deal, deal-range, contexts, healthz)."""
-    from api.services.apps import create_keyauthority_app
-    from api.services.run import party_audit, record_started, serve_app
-    from secure_fed.deploy.keys import load_key_authority
-    from secure_fed.deploy.tls import private_dir
-
-    tls = _tls(tls_cert, tls_key, client_ca, insecure_dev)
-    audit = party_audit(keys, private_dir(state), party="keyauthority", database_url=audit_db)
-    party = load_key_authority(keys, audit=audit, state_dir=state)
-    record_started(
-        audit, party="keyauthority", manifest=party.manifest, host=host, port=port, tls=tls
-    )
-    app = create_keyauthority_app(party, max_body=max_body, hsts=tls is not None)
-    serve_app(app, host=host, port=port, tls=tls, insecure_dev=insecure_dev)
+    options = _ServeOptions(**{k: v for k, v in locals().items() if k not in ("keys", "state")})
+    _serve("keyauthority", keys, state, options)
 
 
 @helper_app.command("serve", cls=CliCommand)
@@ -121,23 +169,14 @@ def helper_serve(
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
     client_ca: ClientCaOption = None,
+    client_name: ClientNameOption = "aggregator",
     insecure_dev: InsecureOption = False,
     audit_db: AuditDbOption = None,
     max_body: MaxBodyOption = 64 << 20,
 ) -> None:
     """Serve the shares-mode helper (helper requests, healthz)."""
-    from api.services.apps import create_helper_app
-    from api.services.run import party_audit, record_started, serve_app
-    from secure_fed.deploy.keys import load_helper, read_manifest
-    from secure_fed.deploy.tls import private_dir
-
-    tls = _tls(tls_cert, tls_key, client_ca, insecure_dev)
-    audit = party_audit(keys, private_dir(state), party="helper", database_url=audit_db)
-    helper = load_helper(keys, audit=audit, state_dir=state)
-    manifest = read_manifest(keys, role="helper")
-    record_started(audit, party="helper", manifest=manifest, host=host, port=port, tls=tls)
-    app = create_helper_app(helper, max_body=max_body, hsts=tls is not None)
-    serve_app(app, host=host, port=port, tls=tls, insecure_dev=insecure_dev)
+    options = _ServeOptions(**{k: v for k, v in locals().items() if k not in ("keys", "state")})
+    _serve("helper", keys, state, options)
 
 
 def deploy_keys(

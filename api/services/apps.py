@@ -4,7 +4,9 @@ Each route takes the aggregator's request bytes (``application/octet-stream``),
 hands them to the party's byte handler and returns its reply bytes. The handlers
 authenticate every request themselves (SM2 signature or HMAC-SM3 tag, round,
 purpose, fresh nonce persisted across restarts) and audit every refusal; the
-transport adds mutual TLS and a body size limit. A refusal is an RFC 9457 problem
+transport adds mutual TLS, the client's name (``client_name``: only the
+aggregator's certificate is served, :class:`api.services.peer.PeerGate`) and a
+body size limit. A refusal is an RFC 9457 problem
 whose ``code`` is the party's typed error code
 (:class:`secure_fed.deploy.transport.RemoteParty` raises the same class again).
 Requests are served one at a time per party (the parties keep round state).
@@ -28,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from api.rest.errors import InternalFault, NotFound, RequestInvalid
 from api.rest.middleware import ServiceMiddleware
 from api.rest.problems import install_problem_handlers, problem_response
+from api.services.peer import PeerGate
 from crypto.errors import CryptoError
 from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.keys import KeyAuthorityParty
@@ -41,6 +44,7 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
     UploadRejected,
 )
+from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.parties.helper import HelperParty
 
 __all__ = ["DEFAULT_MAX_BODY", "create_helper_app", "create_keyauthority_app", "party_status"]
@@ -52,7 +56,7 @@ DEFAULT_MAX_BODY = 64 << 20
 
 #: HTTP status of a party's refusal, by error class (first match wins).
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (ServerRequestUnauthenticated, 403),
+    (ServerRequestUnauthenticated, 403),  # and PeerRefused, a client of another name
     (ServerRequestReplayed, 409),
     (AuthorityRequestMalformed, 400),
     (UploadRejected, 400),
@@ -80,11 +84,15 @@ async def _on_party_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, code=code, status=status, detail=message)
 
 
-def _base_app(title: str, *, max_body: int, hsts: bool) -> FastAPI:
+def _base_app(
+    title: str, *, max_body: int, hsts: bool, client_name: str | None, audit: AuditSink | None
+) -> FastAPI:
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     install_problem_handlers(app)
     app.add_exception_handler(SecureFedError, _on_party_error)
     app.add_exception_handler(CryptoError, _on_party_error)
+    if client_name is not None:  # inside the service middleware: its headers apply
+        app.add_middleware(PeerGate, party=title, expected=client_name, audit=audit)
     app.add_middleware(ServiceMiddleware, max_body=max_body, metrics=None, hsts=hsts)
 
     @app.get("/healthz")
@@ -115,10 +123,22 @@ def _route(app: FastAPI, path: str, handler: Handler, lock: threading.Lock) -> N
 
 
 def create_keyauthority_app(
-    party: KeyAuthorityParty, *, max_body: int = DEFAULT_MAX_BODY, hsts: bool = True
+    party: KeyAuthorityParty,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    hsts: bool = True,
+    client_name: str | None = None,
+    audit: AuditSink | None = None,
 ) -> FastAPI:
-    """Return the key authority's application over ``party``'s byte handlers."""
-    app = _base_app("keyauthority", max_body=max_body, hsts=hsts)
+    """Return the key authority's application over ``party``'s byte handlers.
+
+    With ``client_name`` every request must come over mutual TLS with a client
+    certificate of that name (served by :func:`api.services.run.serve_app`);
+    any other is a 403 ``DEPLOY_PEER_REFUSED`` problem, recorded in ``audit``.
+    """
+    app = _base_app(
+        "keyauthority", max_body=max_body, hsts=hsts, client_name=client_name, audit=audit
+    )
     lock = threading.Lock()
     handlers: Mapping[str, Handler] = {
         "decrypt": party.decrypt,
@@ -141,9 +161,17 @@ def create_keyauthority_app(
 
 
 def create_helper_app(
-    helper: HelperParty, *, max_body: int = DEFAULT_MAX_BODY, hsts: bool = True
+    helper: HelperParty,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    hsts: bool = True,
+    client_name: str | None = None,
+    audit: AuditSink | None = None,
 ) -> FastAPI:
-    """Return the helper's application over :meth:`HelperParty.handle`."""
-    app = _base_app("helper", max_body=max_body, hsts=hsts)
+    """Return the helper's application over :meth:`HelperParty.handle`.
+
+    ``client_name`` and ``audit`` as in :func:`create_keyauthority_app`.
+    """
+    app = _base_app("helper", max_body=max_body, hsts=hsts, client_name=client_name, audit=audit)
     _route(app, HELPER_PATH, helper.handle, threading.Lock())
     return app

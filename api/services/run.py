@@ -5,7 +5,10 @@ JSON, SM3 Merkle tree, heads signed with the party's ``audit.key.pem``) in a led
 database, by default ``<state>/audit.db`` (SQLite); ``service.started`` records how
 it was started (TLS mode, listen address, the deployment's epoch fingerprints).
 TLS is on by default and requires the aggregator's client certificate (mutual
-TLS); plain HTTP needs ``insecure_dev=True`` and logs a warning.
+TLS: the deployment's CA and the aggregator's name, checked per request by
+:class:`api.services.peer.PeerGate` from the certificate uvicorn's protocol
+:func:`api.services.peer.tls_protocol` hands to the app); plain HTTP needs
+``insecure_dev=True`` and logs a warning.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from api.services.peer import tls_protocol
 from privacy_ledger.audit.events import register_event
 from secure_fed.deploy.ceremony import read_sm2
 from secure_fed.deploy.errors import TlsConfigInvalid
@@ -61,6 +65,7 @@ def record_started(
             "party": party,
             "mode": manifest.mode,
             "tls": mode,
+            "client_name": None if tls is None or tls.client_ca is None else tls.client_name,
             "address": f"{host}:{port}",
             "fingerprints": dict(manifest.fingerprints),
             "aggregator_key": manifest.aggregator_key.fingerprint(),
@@ -84,7 +89,7 @@ def serve_app(
         raise TlsConfigInvalid("give TLS certificate, key and client CA, or --insecure-dev")
     if tls is None:
         _log.warning("serving %s:%d over plain HTTP: --insecure-dev only", host, port)
-    options = {} if tls is None else tls.uvicorn_options()
+    options = {} if tls is None else {**tls.uvicorn_options(), "http": tls_protocol()}
     uvicorn.run(
         app,
         host=host,

@@ -9,9 +9,15 @@ operator's own configuration (:class:`ConfigurationInvalid`). Codes are document
 
 from __future__ import annotations
 
-from secure_fed.errors import ConfigurationInvalid, ReleaseRefused
+from secure_fed.errors import ConfigurationInvalid, ReleaseRefused, ServerRequestUnauthenticated
 
-__all__ = ["KeyDirectoryInvalid", "PartyReplyInvalid", "PartyUnavailable", "TlsConfigInvalid"]
+__all__ = [
+    "KeyDirectoryInvalid",
+    "PartyReplyInvalid",
+    "PartyUnavailable",
+    "PeerRefused",
+    "TlsConfigInvalid",
+]
 
 
 class PartyUnavailable(ReleaseRefused):
@@ -39,3 +45,13 @@ class TlsConfigInvalid(ConfigurationInvalid):
     """TLS certificates, keys or CA files are missing or unusable, or TLS was half configured."""
 
     code = "DEPLOY_TLS_INVALID"
+
+
+class PeerRefused(ServerRequestUnauthenticated):
+    """A TLS client certificate of the deployment's CA names another party than the one served.
+
+    The key authority and the helper serve the aggregator only: a participant's or
+    another service's certificate passes the CA check but is refused (403, audited).
+    """
+
+    code = "DEPLOY_PEER_REFUSED"

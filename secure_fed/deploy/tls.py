@@ -17,7 +17,13 @@ Public API (stable; the deployment helpers code against it)::
     create_local_ca(directory, *, hosts=("127.0.0.1", "localhost"),
                     servers=SERVER_NAMES, clients=CLIENT_NAMES, days=30) -> LocalCA
     ClientTLS(ca=Path, cert=Path | None, key=Path | None).ssl_context()
-    ServerTLS(cert=Path, key=Path, client_ca=Path | None)
+    ServerTLS(cert=Path, key=Path, client_ca=Path | None, client_name=AGGREGATOR_NAME)
+    LocalCA(directory).issue_client(name) -> ClientTLS
+
+A CA proves only that a certificate is the deployment's, not whose: with mutual
+TLS a server also names the one client it serves (``client_name``, the
+aggregator), checked on every request by
+:func:`secure_fed.deploy.peer.require_peer` (``api.services`` applies it).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +45,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from secure_fed.deploy.errors import TlsConfigInvalid
 
 __all__ = [
+    "AGGREGATOR_NAME",
     "CLIENT_NAMES",
     "SERVER_NAMES",
     "ClientTLS",
@@ -50,8 +58,12 @@ __all__ = [
 
 #: Services that get a server certificate in a try-out.
 SERVER_NAMES = ("superlink", "keyauthority", "helper", "api")
+#: The name the ceremony gives the aggregator's client certificate (subject CN and DNS SAN);
+#: the key authority and the helper serve only a client certificate of this name.
+AGGREGATOR_NAME = "aggregator"
 #: Parties that get a client certificate (mutual TLS to the key authority and helper).
-CLIENT_NAMES = ("aggregator",)
+CLIENT_NAMES = (AGGREGATOR_NAME,)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def private_dir(path: Path) -> Path:
@@ -101,6 +113,38 @@ class LocalCA:
         if name is None:
             return ClientTLS(ca=self.ca_cert)
         return ClientTLS(ca=self.ca_cert, cert=self.cert(name), key=self.key(name))
+
+    def issue_client(self, name: str, *, days: int = 30) -> ClientTLS:
+        """Issue one more client certificate ``name`` with this CA's key (``ca/ca.key``).
+
+        Raises
+        ------
+        TlsConfigInvalid
+            If ``name`` is not a simple name or already has a certificate here, or
+            the CA's files do not load.
+        """
+        if not (isinstance(name, str) and _NAME.fullmatch(name)) or self.cert(name).exists():
+            raise TlsConfigInvalid(f"name must be a new simple name, got {name!r}")
+        try:
+            ca_cert = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
+            ca_key = serialization.load_pem_private_key(
+                (self.directory / "ca" / "ca.key").read_bytes(), password=None
+            )
+        except (OSError, ValueError) as exc:
+            raise TlsConfigInvalid(f"the CA in {self.directory} does not load: {exc}") from exc
+        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+            raise TlsConfigInvalid("the CA key is not an EC key")
+        cert, key = _leaf(
+            name,
+            usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+            hosts=(),
+            ca_key=ca_key,
+            ca_name=ca_cert.subject,
+            days=days,
+        )
+        write_private(self.cert(name), cert)
+        write_private(self.key(name), key)
+        return self.client(name)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -174,6 +218,10 @@ def _leaf(
     )
     if usage == ExtendedKeyUsageOID.SERVER_AUTH:
         builder = builder.add_extension(_san(hosts), critical=False)
+    else:  # a client is named by its party name (what the services check)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False
+        )
     cert = builder.sign(ca_key, hashes.SHA256())
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
@@ -295,17 +343,23 @@ class ServerTLS:
     client_ca
         CA whose client certificates the server requires (mutual TLS); ``None``
         accepts any client (server authentication only).
+    client_name
+        With ``client_ca``: the only client served, by the name in its
+        certificate (DNS SAN, or the subject CN of a certificate without one).
     """
 
     cert: Path
     key: Path
     client_ca: Path | None = None
+    client_name: str = AGGREGATOR_NAME
 
     def __post_init__(self) -> None:
         _readable(self.cert, "cert")
         _readable(self.key, "key")
         if self.client_ca is not None:
             _readable(self.client_ca, "client_ca")
+        if not isinstance(self.client_name, str) or not self.client_name.strip():
+            raise TlsConfigInvalid(f"client_name must be a name, got {self.client_name!r}")
 
     def uvicorn_options(self) -> dict[str, object]:
         """Keyword arguments of :func:`uvicorn.run` / ``uvicorn.Config`` for these settings."""

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from secure_fed.deploy.keys import create_keys
-from secure_fed.deploy.tls import LocalCA
+from secure_fed.deploy.tls import ClientTLS, LocalCA
 
 IDS = ("h1", "h2", "b1")
 SHAPE = (64, 4)
@@ -38,6 +38,7 @@ class Service:
         ca = LocalCA(keys.parent / "tls")
         self.ca = ca
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.client_tls: ClientTLS = ca.client("aggregator") if tls else ca.client()
 
     def args(self) -> list[str]:
         name = "keyauthority" if self.party == "keyauthority" else "helper"
@@ -60,11 +61,15 @@ class Service:
         self._wait()
         return self
 
+    def start_with(self, client_tls: ClientTLS) -> Service:
+        """Start, checking health as the client ``client_tls`` (the one the service serves)."""
+        self.client_tls = client_tls
+        return self.start()
+
     def client(self) -> httpx.Client:
         if not self.tls:
             return httpx.Client(timeout=10.0)
-        context = self.ca.client("aggregator").ssl_context()
-        return httpx.Client(verify=context, timeout=10.0)
+        return httpx.Client(verify=self.client_tls.ssl_context(), timeout=10.0)
 
     def _wait(self) -> None:
         deadline = time.monotonic() + STARTUP_SECONDS
