@@ -6,6 +6,9 @@ are created with mode 0600 in 0700 directories; SM2 keys are unencrypted PKCS#8
 PEM (``to_pem_unencrypted_insecure``: a try-out on one machine), CKKS secret keys
 are sealed with SM4-GCM under a random 16-byte ``seal.key`` kept beside them (in
 production that key comes from the operator's KMS). ``party.json`` is public.
+Each participant also gets its SuperNode key pair (``node.key``, ``node.pub``) and
+the SuperLink operator every node's public key (``superlink/nodes/<id>.pub``:
+:mod:`secure_fed.deploy.node_auth`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from crypto.errors import CryptoError
 from crypto.sm import SM2PrivateKey, SM2PublicKey
 from secure_fed.deploy.errors import KeyDirectoryInvalid
+from secure_fed.deploy.node_auth import write_node_keys
 from secure_fed.deploy.tls import create_local_ca, private_dir, write_private
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.deployment import DeploymentPlan
@@ -323,6 +327,7 @@ def create_keys(
     )
     for pid, files in part_files.items():
         w.party(f"participants/{pid}", "participant", files, participant_id=pid)
+    write_node_keys(root, plan.participant_ids)
     create_local_ca(root / "tls", hosts=tls_hosts)
     _log.info("key ceremony for %s wrote %d parties under %s", mode, len(signing) + 4, root)
 

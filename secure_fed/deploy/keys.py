@@ -15,7 +15,10 @@ directories 0700) plus ``party.json``, the public manifest every party shares
     root/helper/               audit.key.pem, enrolment.json, dealer-helper.secret,
                                channel.secret, request.secret (shares only)
     root/participants/<id>/    signing.key.pem; the public contexts (ckks) or
-                               enrolment.json (its two enrolment secrets, shares)
+                               enrolment.json (its two enrolment secrets, shares);
+                               node.key, node.pub (its SuperNode key pair, OpenSSH)
+    root/superlink/nodes/      <id>.pub: every participant's SuperNode public key,
+                               registered at the SuperLink (node authentication)
     root/api/                  audit.key.pem, receipts.key.pem
     root/tls/                  ca.pem, <service>.pem/.key, aggregator.pem/.key,
                                ca/ca.key (:func:`secure_fed.deploy.tls.create_local_ca`)

@@ -9,9 +9,11 @@ checked healthy before the next one starts:
 1. the key authority (``secure-fed keyauthority serve``, mutual TLS);
 2. the helper (``secure-fed helper serve``, shares mode only);
 3. the REST API (``secure-fed api``: budgets over HTTPS, audit log, console);
-4. the SuperLink (``flower-superlink``, TLS with the run's CA);
+4. the SuperLink (``flower-superlink``, TLS with the run's CA, SuperNode
+   authentication on), then each participant's node public key from the key
+   ceremony registered with it (``flwr supernode register``, one job each);
 5. one SuperNode per participant (``flower-supernode``, its own
-   ``participant.toml`` and table, its budget charged through the API);
+   ``participant.toml``, table and node key, its budget charged through the API);
 6. the run (``flwr run`` of secure-fed's Flower app, ``server.toml`` in the
    run config), a job that ends when the rounds are done.
 
@@ -34,7 +36,9 @@ from pathlib import Path
 
 from secure_fed.deploy.api_service import CLI, api_spec
 from secure_fed.deploy.local_files import LocalLayout, LocalOptions, prepare
+from secure_fed.deploy.node_auth import NODE_KEY, node_public_keys, register_argv
 from secure_fed.deploy.supervisor import (
+    ProcessFailed,
     ProcessSpec,
     Supervisor,
     free_port,
@@ -42,12 +46,14 @@ from secure_fed.deploy.supervisor import (
     tcp_ready,
 )
 
-__all__ = ["LocalFederation", "RUN"]
+__all__ = ["LocalFederation", "RUN", "SUPERLINK"]
 
 logger = logging.getLogger(__name__)
 
 #: Name of the run job under the supervisor.
 RUN = "run"
+#: Name of the SuperLink under the supervisor (the nodes are registered once it is up).
+SUPERLINK = "superlink"
 
 
 def _flower_app_dir() -> Path:
@@ -126,9 +132,10 @@ class LocalFederation:
     def _superlink(self, layout: LocalLayout) -> ProcessSpec:
         cert, key = layout.tls("superlink")
         return ProcessSpec(
-            name="superlink",
+            name=SUPERLINK,
             argv=[
                 self._bin("flower-superlink"),
+                "--enable-supernode-auth",
                 "--ssl-ca-certfile",
                 str(layout.ca_file),
                 "--ssl-certfile",
@@ -162,6 +169,8 @@ class LocalFederation:
                 str(layout.ca_file),
                 "--superlink",
                 f"127.0.0.1:{layout.superlink_port}",
+                "--auth-supernode-private-key",
+                str(layout.keys / "participants" / pid / NODE_KEY),
                 "--port",
                 str(free_port()),
                 "--node-config",
@@ -211,9 +220,37 @@ class LocalFederation:
         try:
             for spec in specs:
                 supervisor.start(spec)
+                if spec.name == SUPERLINK:
+                    self.register_nodes()
         except BaseException:
             supervisor.stop_all()
             raise
+
+    def register_nodes(self) -> None:
+        """Register every participant's node public key with the running SuperLink.
+
+        One ``flwr supernode register`` job per participant (log
+        ``logs/register-<id>.log``), each waited for. A SuperLink whose state is
+        in memory forgets them when it restarts: call this again after a restart.
+
+        Raises
+        ------
+        ProcessFailed
+            A registration failed (its log names Flower's error code).
+        """
+        layout = self.prepare()
+        supervisor = self._supervisor()
+        env = self._env(FLWR_HOME=str(layout.flwr_home))
+        for pid, public in node_public_keys(layout.keys).items():
+            name = f"register-{pid}"
+            argv = register_argv(self._bin("flwr"), public, connection="local", name=pid)
+            supervisor.start(ProcessSpec(name=name, argv=argv, env=env, expect_exit=True))
+            status = supervisor.wait(name, timeout=120.0)
+            if status != 0:
+                child = supervisor.children[name]
+                raise ProcessFailed(
+                    f"{name} exited with {status}; end of {child.log_path}:\n{child.log_tail()}"
+                )
 
     def run(self, *, timeout: float | None = None) -> int:
         """Start the run job and wait for it; return its exit status.

@@ -28,6 +28,7 @@ def test_deploy_keys_writes_every_party_and_never_overwrites(tmp_path: Path) -> 
         "participants",
         "api",
         "tls",
+        "superlink",
     }
     code, output = _keys(tmp_path / "keys")
     assert code == 1 and "DEPLOY_KEY_DIRECTORY_INVALID" in output

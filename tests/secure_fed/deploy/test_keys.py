@@ -58,11 +58,44 @@ def test_each_party_holds_only_its_own_files_mode_0600(ckks_root: Path) -> None:
         "signing.key.pem",
         "scoring.context",
         "publication.context",
+        "node.key",
+        "node.pub",
+    }
+    assert {p.name for p in (ckks_root / "superlink" / "nodes").iterdir()} == {
+        f"{pid}.pub" for pid in IDS
     }
     assert not (ckks_root / "helper").exists()
     for path in ckks_root.rglob("*"):
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+
+
+def test_each_participant_has_its_own_p384_node_key_and_the_superlink_its_public_half(
+    ckks_root: Path,
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import (
+        load_ssh_private_key,
+        load_ssh_public_key,
+    )
+
+    seen = set()
+    for pid in IDS:
+        own = ckks_root / "participants" / pid
+        private = load_ssh_private_key((own / "node.key").read_bytes(), None)
+        public = load_ssh_public_key(
+            (ckks_root / "superlink" / "nodes" / f"{pid}.pub").read_bytes()
+        )
+        assert isinstance(private, ec.EllipticCurvePrivateKey)
+        assert isinstance(private.curve, ec.SECP384R1)
+        assert private.public_key() == public
+        assert (own / "node.pub").read_bytes() == (
+            ckks_root / "superlink" / "nodes" / f"{pid}.pub"
+        ).read_bytes()
+        seen.add(public.public_numbers())
+    assert len(seen) == len(IDS)  # one key per node, none shared
+    for other in ("aggregator", "keyauthority", "api"):
+        assert not list((ckks_root / other).glob("node.*"))
 
 
 def test_keys_are_never_overwritten(ckks_root: Path) -> None:
