@@ -54,11 +54,14 @@ from typing import Any
 import numpy as np
 
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
-from secure_fed.federation.participant import public_set_digest
-from secure_fed.learning.data import DATASET_REGISTRY
-from secure_fed.learning.models import MODEL_REGISTRY
 
-__all__ = ["ParticipantConfig", "TomlFields", "load_participant_config"]
+__all__ = [
+    "ParticipantConfig",
+    "TomlFields",
+    "load_participant_config",
+    "node_config_path",
+    "read_participant_id",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -193,6 +196,8 @@ class ParticipantConfig:
                     f"{self.source}: public.path must hold a [rows, features...] array",
                     field="public.path",
                 )
+        from secure_fed.federation.participant import public_set_digest
+
         found = public_set_digest(public)
         if found != self.public_sm3:
             raise PublicSetMismatch(
@@ -214,6 +219,36 @@ def _insecure_flag(f: TomlFields) -> bool:
     return value
 
 
+def node_config_path(value: object) -> Path:
+    """Return the ``participant-config`` node-config value as a path.
+
+    Raises
+    ------
+    ParticipantConfigInvalid
+        If the SuperNode was started without ``--node-config participant-config=...``.
+    """
+    if not isinstance(value, str) or not value:
+        raise ParticipantConfigInvalid(
+            "the SuperNode needs --node-config 'participant-config=\"/path/participant.toml\"'",
+            field="participant-config",
+        )
+    return Path(value)
+
+
+def read_participant_id(path: str | Path) -> str:
+    """Return ``participant.id`` of ``participant.toml`` without validating the rest.
+
+    What a node answers when the ServerApp asks who it is; the whole file is
+    validated by :func:`load_participant_config` before the node does any work.
+
+    Raises
+    ------
+    ParticipantConfigInvalid
+        For an unreadable file or a missing or malformed id.
+    """
+    return TomlFields.read(path, ParticipantConfigInvalid).text("participant.id", pattern=_ID)
+
+
 def load_participant_config(path: str | Path) -> ParticipantConfig:
     """Read and validate ``participant.toml``.
 
@@ -222,6 +257,11 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
     ParticipantConfigInvalid
         For an unreadable file or any bad field (named in the message and ``field``).
     """
+    # The registries import torch: loaded here, not at import time, so that a node
+    # answering who it is (``read_participant_id``) starts in a second, not in ten.
+    from secure_fed.learning.data import DATASET_REGISTRY
+    from secure_fed.learning.models import MODEL_REGISTRY
+
     f = TomlFields.read(path, ParticipantConfigInvalid)
     architecture = f.text("participant.architecture")
     if architecture not in MODEL_REGISTRY:

@@ -18,17 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from privacy_ledger.errors import LedgerError
 from secure_fed.deploy.flower.messages import pack, unpack_bytes, unpack_json
-from secure_fed.deploy.participant_config import load_participant_config
-from secure_fed.deploy.participant_node import ParticipantNode, node_config_path
+from secure_fed.deploy.participant_config import node_config_path, read_participant_id
 from secure_fed.errors import SecureFedError, UploadMalformed
-from secure_fed.federation.stages import RoundConfig
+
+if TYPE_CHECKING:
+    from secure_fed.deploy.participant_node import ParticipantNode
 
 __all__ = ["ConfigFile", "app", "make_client_app", "node_config_file"]
 
@@ -49,6 +50,10 @@ def _refusal(message: Message, exc: SecureFedError | LedgerError) -> Message:
 
 
 def _open(config_file: Path, fields: dict[str, Any]) -> ParticipantNode:
+    # torch, Opacus and TenSEAL load here, in the processes that train or distill only.
+    from secure_fed.deploy.participant_config import load_participant_config
+    from secure_fed.deploy.participant_node import ParticipantNode
+
     config = load_participant_config(config_file)
     settings, index = fields.get("settings"), fields.get("index")
     if not isinstance(settings, dict) or not isinstance(index, int):
@@ -62,32 +67,33 @@ def make_client_app(config_file: ConfigFile = node_config_file) -> ClientApp:
 
     @client.query("secure_fed_hello")
     def hello(message: Message, context: Context) -> Message:
-        """Answer with the node's participant id, architecture and public-set SM3."""
+        """Answer with the node's participant id (nothing heavy is loaded for this)."""
         try:
-            config = load_participant_config(config_file(context))
+            pid = read_participant_id(config_file(context))
         except (SecureFedError, LedgerError) as exc:
             return _refusal(message, exc)
-        fields = {
-            "participant_id": config.participant_id,
-            "architecture": config.architecture,
-            "public_sm3": config.public_sm3,
-        }
-        return Message(pack(fields), reply_to=message)
+        return Message(pack({"participant_id": pid}), reply_to=message)
 
     @client.train("secure_fed_round")
     def train_round(message: Message, context: Context) -> Message:
-        """Train privately for the round and answer with the signed upload envelope."""
+        """Distill from the previous round's publication if it came, train, answer the upload."""
+        from secure_fed.federation.stages import RoundConfig
+
         try:
             fields = unpack_json(message.content)
             round_config = RoundConfig.from_dict(fields.get("round") or {})
-            envelope = _open(config_file(context), fields).handle_round(round_config)
+            node = _open(config_file(context), fields)
+            previous = unpack_bytes(message.content)
+            distilled = None if previous is None else node.handle_publication(previous)
+            envelope = node.handle_round(round_config)
         except (SecureFedError, LedgerError) as exc:
             return _refusal(message, exc)
-        return Message(pack({"round_id": round_config.round_id}, envelope), reply_to=message)
+        reply = {"round_id": round_config.round_id, "distilled": distilled}
+        return Message(pack(reply, envelope), reply_to=message)
 
     @client.evaluate("secure_fed_publication")
     def publication(message: Message, context: Context) -> Message:
-        """Distill from the publication; answer with what was done."""
+        """Distill from the last round's publication; answer with what was done."""
         try:
             fields = unpack_json(message.content)
             payload = unpack_bytes(message.content)

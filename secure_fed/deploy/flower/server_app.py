@@ -15,11 +15,15 @@ What it does, in order:
 2. asks every connected node who it is (``query.secure_fed_hello``) until all
    participants of ``server.toml`` answered or ``server.join_timeout`` passed;
 3. per round id still to run: opens the round, sends the round config to every
-   participant's node, hands each envelope to the aggregator as it arrives,
-   records the nodes that sent nothing before the deadline as dropouts
-   (``participant.dropped``), finishes the round (it publishes while at least
-   ``min_participants`` uploads were accepted, else it aborts) and sends the
-   publication to every node that answered the round, which distills.
+   participant's node (to each node that answered the previous round, with that
+   round's publication, which the node distills from before it trains: one
+   message, one ClientApp process per node and round), hands each envelope to
+   the aggregator as it arrives, records the nodes that sent nothing before the
+   deadline as dropouts (``participant.dropped``) and finishes the round (it
+   publishes while at least ``min_participants`` uploads were accepted, else it
+   aborts);
+4. sends the last round's publication to every node that answered it, which
+   distills.
 
 No protocol logic lives here: the handlers decide; this module moves bytes.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +53,7 @@ from secure_fed.deploy.flower.messages import (
 from secure_fed.deploy.server_config import load_server_config
 from secure_fed.errors import SecureFedError, TooFewParticipants
 
-__all__ = ["app", "make_server_app", "run_config_file", "run_federation"]
+__all__ = ["Outcome", "app", "make_server_app", "run_config_file", "run_federation"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,11 +99,25 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
     for rid in node.abort_unfinished():
         _log.warning("round %d was left unfinished and is aborted", rid)
     members = discover(grid, node)
-    outcomes = {}
+    outcomes: dict[int, str] = {}
+    last = Outcome(text="", publication=None, answered=frozenset())
     for rid in node.next_round_ids():
-        outcomes[rid] = run_round(grid, node, members, rid)
-        _log.info("round %d: %s", rid, outcomes[rid])
+        last = run_round(grid, node, members, rid, previous=last)
+        outcomes[rid] = last.text
+        _log.info("round %d: %s", rid, last.text)
+    if last.publication is not None:
+        acks = send_publication(grid, node, members, last)
+        _log.info("%d of %d nodes acknowledged the last publication", acks, len(last.answered))
     return outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a round ended: its text, its publication (None unless published), who answered."""
+
+    text: str
+    publication: bytes | None
+    answered: frozenset[str]
 
 
 def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
@@ -164,19 +183,35 @@ def exchange(
     return replies
 
 
-def run_round(grid: Grid, node: AggregatorNode, members: dict[str, int], rid: int) -> str:
-    """Run round ``rid``: round config out, envelopes in, publication out."""
+def run_round(
+    grid: Grid,
+    node: AggregatorNode,
+    members: dict[str, int],
+    rid: int,
+    *,
+    previous: Outcome | None = None,
+) -> Outcome:
+    """Run round ``rid``: round config out (with ``previous``'s publication), envelopes in.
+
+    A node that answered the previous round gets that round's publication in
+    the same message and distills from it before it trains.
+    """
     try:
         config = node.handler.open_round(node.round_config(rid))
     except SecureFedError as exc:  # e.g. the key authority is down: no round to collect for
         node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
-        return f"aborted: {exc}"
+        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset())
     plan = list(node.config.federation.participant_ids or ())
     by_node = {n: pid for pid, n in members.items()}
     answered: set[str] = set()
     base = {"round": config.to_dict(), "settings": node.settings}
     messages = [
-        Message(pack({**base, "index": plan.index(pid)}), n, ROUND, group_id=str(rid))
+        Message(
+            pack({**base, "index": plan.index(pid)}, _carried(previous, pid)),
+            n,
+            ROUND,
+            group_id=str(rid),
+        )
         for pid, n in members.items()
     ]
 
@@ -193,20 +228,37 @@ def run_round(grid: Grid, node: AggregatorNode, members: dict[str, int], rid: in
     try:
         publication = node.handler.finish_round(rid)
     except TooFewParticipants as exc:  # the engine aborted the round itself
-        return f"aborted: {exc.message}"
+        return Outcome(text=f"aborted: {exc.message}", publication=None, answered=frozenset())
     except SecureFedError as exc:  # a party refused or failed: nothing is published
         node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
-        return f"aborted: {exc}"
-    base = {"settings": node.settings}
+        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset())
+    return Outcome(text="published", publication=publication, answered=frozenset(answered))
+
+
+def _carried(previous: Outcome | None, pid: str) -> bytes | None:
+    """Return the previous round's publication for a node that answered that round."""
+    if previous is None or previous.publication is None or pid not in previous.answered:
+        return None
+    return previous.publication
+
+
+def send_publication(
+    grid: Grid, node: AggregatorNode, members: dict[str, int], outcome: Outcome
+) -> int:
+    """Send ``outcome``'s publication to the nodes that answered its round; return the acks."""
+    assert outcome.publication is not None
+    plan = list(node.config.federation.participant_ids or ())
     messages = [
         Message(
-            pack({**base, "index": plan.index(pid)}, publication), n, PUBLICATION, group_id=str(rid)
+            pack({"settings": node.settings, "index": plan.index(pid)}, outcome.publication),
+            n,
+            PUBLICATION,
+            group_id="final",
         )
         for pid, n in members.items()
-        if pid in answered  # a node that vanished mid-round is not waited for again
+        if pid in outcome.answered  # a node that vanished mid-round is not waited for again
     ]
-    acks = exchange(grid, messages, timeout=node.config.publication_timeout)
-    return f"published; {len(acks)} of {len(messages)} nodes acknowledged the publication"
+    return len(exchange(grid, messages, timeout=node.config.publication_timeout))
 
 
 def _take_upload(node: AggregatorNode, rid: int, pid: str, reply: Message) -> None:

@@ -65,4 +65,6 @@ def test_two_plaintext_rounds_over_superlink_and_three_supernodes(
             committed = [r for r in record["resolved"] if r["state"] == "committed"]
             assert len(committed) == len(record["reservations"]) >= 1
             assert len(record["envelope_sm3"]) == 64
+            # round 1's publication came with round 2's message, round 2's on its own
+            assert record["distilled"] is True
         assert (tmp_path / "nodes" / pid / "state" / "model.pt").exists()
