@@ -34,7 +34,13 @@ from crypto.ckks.packing import EncryptedMatrix, Layout
 from crypto.ckks.presets import CkksPreset
 from crypto.errors import ContextMismatch, ParameterInvalid
 
-__all__ = ["integer_weights", "quadratic_score", "score_factor", "weighted_sum"]
+__all__ = [
+    "integer_weights",
+    "max_score_gain",
+    "quadratic_score",
+    "score_factor",
+    "weighted_sum",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +193,32 @@ def _check_plain(center: Any, whitening: Any, layout: Layout) -> tuple[NDArray[n
 def score_factor(n_samples: int) -> float:
     """Factor ``f = n^-1/4`` applied to ``L``; the decrypted sum equals ``f^2 n`` times the mean."""
     return float(n_samples**-0.25)
+
+
+def max_score_gain(preset: CkksPreset, n_classes: int, n_samples: int) -> float:
+    """Largest ``||L||_2^2`` a score over ``n_samples`` rows can use without wrapping.
+
+    For deviations ``|p - mu| <= 2 B`` per entry (``B = preset.input_bound``; the
+    hidden-centre form ``m p - sum_j p_j`` with ``1/m`` folded into ``L`` gives
+    the same bound), the slot sum of ``||L (p_i - mu_i)||^2``, scaled by
+    :func:`score_factor` and the rescale factors, stays below the room of the
+    last prime (``2^(q_0 - scale - 2)``, the headroom checks' limit) whenever
+    ``||L||_2^2`` is below the returned value. A whitening ``W`` with
+    ``W^T W = H^T P^-1 H`` has ``||W||_2^2 = 1 / lambda_min(P)``, so flooring the
+    eigenvalues of ``P`` at ``1 / max_score_gain`` makes every score fit.
+
+    Raises
+    ------
+    ParameterInvalid
+        A preset without depth 2 or counts below 1.
+    """
+    if preset.depth < 2 or n_classes < 1 or n_samples < 1:
+        raise ParameterInvalid(f"scores need a depth-2 preset and counts >= 1, got {preset.name}")
+    top = preset.data_primes
+    factors = preset.rescale_factor(top) ** 2 * preset.rescale_factor(top - 1)
+    room = 2.0 ** (preset.coeff_mod_bit_sizes[0] - preset.scale_bits - 2)
+    per_gain = score_factor(n_samples) ** 2 * n_samples * factors * n_classes
+    return room / (per_gain * (2.0 * preset.input_bound) ** 2)
 
 
 def _check_headroom(preset: CkksPreset, mu: NDArray[np.float64], lt: NDArray[np.float64]) -> None:

@@ -444,7 +444,7 @@ class PlanTracker:
         cov = pooled_covariance(
             second_moment=moment, count=len(subset), samples=self.plan.moment_samples
         )
-        self.whiten = whitening(cov, ridge=self.plan.ridge)
+        self.whiten = whitening(cov, ridge=self.plan.ridge, rows=self.plan.num_samples)
         self.phase = "final"
 
     def _record_score(self, request: ReleaseRequest, step: str, values: np.ndarray | None) -> None:

@@ -121,7 +121,13 @@ def score(
 
 
 def _check_headroom(bound: float, lt: np.ndarray, m: int, rows: int, preset: Any) -> None:
-    """Refuse a whitening whose worst-case score (``|d| <= 2 m B``) could wrap."""
+    """Refuse a whitening whose worst-case score (``|d| <= 2 m B``) could wrap.
+
+    The scoring's own whitening never trips it: its eigenvalue floor
+    (:func:`~secure_fed.secure.scoring.mahalanobis.eigenvalue_floor`) keeps
+    ``||W||_2^2`` at half of :func:`~crypto.ckks.aggregate.max_score_gain`. It
+    stays the last guard for any other whitening a request claims.
+    """
     per_sample = float(np.linalg.norm(lt, 2)) ** 2 * lt.shape[1] * (2.0 * m * bound) ** 2
     room = 2.0 ** (preset.coeff_mod_bit_sizes[0] - preset.scale_bits - 2)
     if per_sample * rows >= room:

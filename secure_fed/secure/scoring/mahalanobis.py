@@ -26,6 +26,20 @@ Lancaster, "The Helmert matrices", Amer. Math. Monthly 1965), which removes it
 exactly; the small ridge ``ρ`` (relative to the mean eigenvalue) guards the rest.
 Under the pooled model an honest participant's score has expectation ``C - 1``.
 
+Headroom: the scores must also be computable under encryption for *any*
+upload within the public bound, however closely the honest participants
+agree. With few participants whose predictions nearly coincide (after a round
+of distillation, with a small public set) ``H Σ H^T`` has eigenvalues near 0
+(about ``4e-4`` on digits), the relative ridge leaves them there, and ``W``
+grows as ``1 / sqrt(lambda_min)`` until the worst-case CKKS score no longer
+fits the last prime. Given the rows it scores, :func:`whitening` therefore
+floors the eigenvalues at ``2 / max_score_gain`` of ``CKKS_SCORING`` (every
+mode, so the modes keep scoring alike): a variance of about ``1.6e-3`` (a
+standard deviation of 0.04 logits) for ``C = 10`` and ``N = 459``. A direction
+honest participants agree on more closely than that is scored as if they
+agreed to that precision; an upload deviating along it by ``delta`` still adds
+``delta^2 / floor`` per sample.
+
 Robustness: Σ pooled over everyone is inflated by attackers (masking), so
 :func:`pooled_mahalanobis` estimates Σ from the ``h`` lowest ranking scores and
 rescores everybody: one C-step of FAST-MCD (Rousseeuw and Van Driessen,
@@ -43,6 +57,8 @@ from typing import Protocol
 
 import numpy as np
 
+from crypto.ckks.aggregate import max_score_gain
+from crypto.ckks.presets import CKKS_SCORING
 from secure_fed.errors import ScoringInvalid
 
 __all__ = [
@@ -52,6 +68,7 @@ __all__ = [
     "ScoringBackend",
     "ScoringConfig",
     "class_pairs",
+    "eigenvalue_floor",
     "symmetric_from_pairs",
     "helmert_basis",
     "lowest_scores",
@@ -112,10 +129,26 @@ def pooled_covariance(*, second_moment: np.ndarray, count: int, samples: int) ->
     return (cov + cov.T) / 2.0
 
 
-def whitening(cov: np.ndarray, *, ridge: float) -> np.ndarray:
-    """Return a ``(C-1) x C`` matrix ``W`` with ``W^T W = H^T (H Σ H^T + ρ I)^-1 H``.
+#: Safety factor of the eigenvalue floor: ``||W||_2^2 <= max_score_gain / 2``.
+HEADROOM_MARGIN = 2.0
 
-    ``ρ = ridge * trace(H Σ H^T) / (C - 1)``. Any ``W`` with that product gives
+
+def eigenvalue_floor(num_classes: int, rows: int) -> float:
+    """Smallest eigenvalue :func:`whitening` leaves in ``H Σ H^T`` for scores over ``rows``.
+
+    ``HEADROOM_MARGIN / max_score_gain(CKKS_SCORING, C, rows)``: with it, the
+    worst-case encrypted score of any upload within the public bound fits the
+    last prime by construction (:func:`crypto.ckks.aggregate.max_score_gain`).
+    """
+    return HEADROOM_MARGIN / max_score_gain(CKKS_SCORING, num_classes, rows)
+
+
+def whitening(cov: np.ndarray, *, ridge: float, rows: int | None = None) -> np.ndarray:
+    """Return a ``(C-1) x C`` matrix ``W`` with ``W^T W = H^T P^-1 H``, ``P = H Σ H^T + ρ I``.
+
+    ``ρ = ridge * trace(H Σ H^T) / (C - 1)``; with ``rows`` (the rows the final
+    scores average over) every eigenvalue of ``P`` is then raised to at least
+    :func:`eigenvalue_floor` (see the module docstring). Any ``W`` with that product gives
     the same scores; this one is ``L B`` with ``B`` the differences to the last
     class (``e_j - e_{C-1}``, same null space as ``H``) and ``L`` upper
     triangular (Cholesky), so row ``j`` has only ``C - j`` non-zeros: 54 instead
@@ -135,6 +168,8 @@ def whitening(cov: np.ndarray, *, ridge: float) -> np.ndarray:
     proj = h @ sigma @ h.T
     proj += ridge * max(float(np.trace(proj)) / (c - 1), 1e-12) * np.eye(c - 1)
     values, vectors = np.linalg.eigh(proj)
+    if rows is not None:
+        values = np.maximum(values, eigenvalue_floor(c, rows))
     if not (np.isfinite(values).all() and values.min() > 0):
         raise ScoringInvalid("projected covariance is not positive definite")
     precision = h.T @ ((vectors / values) @ vectors.T) @ h
@@ -314,7 +349,8 @@ def pooled_mahalanobis(
         subset = lowest_scores(first, cfg.subset_size(len(order)))
     moment = backend.moments(subset, samples)
     cov = pooled_covariance(second_moment=moment, count=len(subset), samples=samples)
-    scores = backend.final_scores(order, subset, whitening(cov, ridge=cfg.ridge))
+    whiten = whitening(cov, ridge=cfg.ridge, rows=num_samples)
+    scores = backend.final_scores(order, subset, whiten)
     return ScoreReport(scores=scores, subset=tuple(subset), dof=cov.shape[0] - 1, covariance=cov)
 
 

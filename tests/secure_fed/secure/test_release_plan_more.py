@@ -145,7 +145,9 @@ def test_without_a_ranking_pass_the_moments_fix_the_roster_and_the_subset() -> N
     assert tracker.roster == tracker.subset == ("a", "b", "c", "d")
     assert tracker.phase == "final"
     expected = whitening(
-        pooled_covariance(second_moment=moment, count=4, samples=400), ridge=plan.ridge
+        pooled_covariance(second_moment=moment, count=4, samples=400),
+        ridge=plan.ridge,
+        rows=plan.num_samples,
     )
     np.testing.assert_array_equal(tracker.whiten, expected)
     claim = tracker.whitening_claim("final")
