@@ -19,11 +19,12 @@ import pytest
 
 from crypto.ckks import EncryptedMatrix, Layout, pack_class_major
 from crypto.sm import sm3_digest
-from secure_fed.errors import DecryptionRefused, ServerRequestUnauthenticated
+from secure_fed.errors import DecryptionRefused, KeyEpochExhausted, ServerRequestUnauthenticated
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.key_authority import KeyAuthority, decryption_request, plan_request
+from secure_fed.secure.scoring.mahalanobis import PlainBackend
 from secure_fed.secure.server_auth import ServerSigningKey, authenticate_request
 from secure_fed.wire import (
     KEY_AUTHORITY_REPLY,
@@ -33,7 +34,7 @@ from secure_fed.wire import (
     encode_header,
 )
 from tests.secure_fed.secure.helpers import plan, population
-from tests.tolerances import score_tolerance
+from tests.tolerances import aggregate_tolerance, score_tolerance
 
 N, C = 64, 4
 IDS = ["a", "b", "c", "d"]
@@ -219,6 +220,87 @@ def test_an_honest_score_is_audited_with_its_signed_request_and_released_as_one_
         None,
         sm3_digest(ct).hex(),
     )
+
+
+def test_the_moments_step_is_released_as_the_c_by_c_second_moment_of_the_subset(
+    setup: Any,
+) -> None:
+    """An honest scoring pass through the handler: ranking scores, then the subset's moment."""
+    dep, _, preds, _, digests = setup
+    ka = dep.authority
+    agg = dep.aggregator(bound=8.0)
+    payloads = {p: pack_class_major(dep.public_context, m).to_bytes() for p, m in preds.items()}
+    handles = {p: agg.load(b) for p, b in payloads.items()}
+    _ROUND[0] += 1
+    agg.begin_round(plan(_ROUND[0], (N, C)))  # fixes the plan with the authority too
+    backend = agg.scoring_round(handles, round_id=_ROUND[0])
+    backend.ranking_scores(IDS, N)
+    subset = ka.plans.tracker(_ROUND[0]).subset  # the lowest ranking scores, opened
+    assert subset is not None and len(subset) >= 3
+    moment = backend.moments(list(subset), N)
+    expected = PlainBackend(preds).moments(list(subset), N)
+    preset = ka.keys.preset
+    pairs = C * (C + 1) // 2  # released slot sums, scaled by Delta/q over count^2
+    tolerance = (
+        aggregate_tolerance(preset, values=pairs)
+        * preset.rescale_factor(preset.data_primes)
+        / len(subset) ** 2
+    )
+    assert moment.shape == (C, C)
+    assert np.abs(moment - expected).max() <= tolerance
+    record = ka.log[-1]
+    assert (record.purpose, record.shape, record.released, record.central_dp) == (
+        "moments",
+        (C, C),
+        True,
+        False,
+    )
+
+
+def test_a_request_crossing_the_epochs_limit_is_journaled_refused_and_decrypts_nothing(
+    setup: Any,
+) -> None:
+    """The limit found only once the ciphertext is parsed (its count of ciphertexts)."""
+    dep, _, _, ups, digests = setup
+    keys, signer, sink = dep.authority.keys, dep.server_keys().signer, MemoryAuditSink()
+    used = keys.releases
+    ka = KeyAuthority(
+        min_participants=3, aggregator=signer.identity, audit=sink, max_releases=used + 3
+    )
+    ka.keys = keys  # the deployment's epoch, a second authority object with a lower limit
+    _ROUND[0] += 1
+    ka.install_plan(plan_request(plan(_ROUND[0], (N, C), scored=False), signer=signer))
+    claim: dict[str, Any] = {
+        "op": "weighted_sum",
+        "uploads": [[p, digests[p]] for p in IDS],
+        "weights": [0.25] * 4,
+    }
+    whole = evaluate(claim, ups, dep.public_context)
+    assert len(whole.vectors) == 4  # one more than the epoch has left
+    request = decryption_request(
+        round_id=_ROUND[0],
+        purpose="aggregate",
+        participant_ids=IDS,
+        shape=(N, C),
+        ciphertext=whole.to_bytes(),
+        signer=signer,
+        claim=claim,
+    )
+    with pytest.raises(KeyEpochExhausted) as refused:
+        ka.handle(request)
+    reason = (
+        f"[CRYPTO_RELEASE_LIMIT_REACHED] key epoch {keys.fingerprint.hex()[:16]} released "
+        f"{used} of {used + 3} decryptions; 4 more are asked: rotate the keys"
+    )
+    assert str(refused.value) == (
+        f"[KEY_AUTHORITY_EPOCH_EXHAUSTED] round {_ROUND[0]}, aggregate: {reason}"
+    )
+    assert keys.releases == used
+    journaled = ka.requests[-1]
+    assert (journaled.round_id, journaled.granted, journaled.reason) == (_ROUND[0], False, reason)
+    assert [name for name, _ in sink.events][-2:] == ["decryption.requested", "access.denied"]
+    assert sink.events[-1][1]["code"] == "KEY_AUTHORITY_EPOCH_EXHAUSTED"
+    assert not any(r.released for r in ka.log)
 
 
 # -- install_plan: a signed plan request, for "plan" and for the plan's own round ----------
