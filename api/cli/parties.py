@@ -22,7 +22,11 @@ from api.cli.core import CliCommand, CliGroup
 from api.cli.errors import OptionInvalid
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from secure_fed.deploy.keys import KeyManifest
     from secure_fed.deploy.tls import ServerTLS
+    from secure_fed.secure.audit import AuditSink
 
 __all__ = ["deploy_keys", "helper_app", "keyauthority_app"]
 
@@ -113,30 +117,33 @@ def _tls(
     return ServerTLS(cert=cert, key=key, client_ca=client_ca, client_name=client_name)
 
 
-def _serve(party: str, keys: Path, state: Path, options: _ServeOptions) -> None:
-    """Load ``party``'s keys, open its audit log, record the start, serve until stopped."""
+def _party_app(
+    party: str, keys: Path, state: Path, o: _ServeOptions, tls: ServerTLS | None, audit: AuditSink
+) -> tuple[FastAPI, KeyManifest]:
+    """Load ``party``'s keys and build its application (served to ``tls.client_name`` only)."""
     from api.services.apps import create_helper_app, create_keyauthority_app
-    from api.services.run import party_audit, record_started, serve_app
     from secure_fed.deploy.keys import load_helper, load_key_authority, read_manifest
-    from secure_fed.deploy.tls import private_dir
 
-    o = options
-    tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name)
-    audit = party_audit(keys, private_dir(state), party=party, database_url=o.audit_db)
-    client = None if tls is None else tls.client_name
-    hsts = tls is not None
+    hsts, client = tls is not None, None if tls is None else tls.client_name
     if party == "keyauthority":
         authority = load_key_authority(keys, audit=audit, state_dir=state)
-        manifest = authority.manifest
         app = create_keyauthority_app(
             authority, max_body=o.max_body, hsts=hsts, client_name=client, audit=audit
         )
-    else:
-        helper = load_helper(keys, audit=audit, state_dir=state)
-        manifest = read_manifest(keys, role="helper")
-        app = create_helper_app(
-            helper, max_body=o.max_body, hsts=hsts, client_name=client, audit=audit
-        )
+        return app, authority.manifest
+    helper = load_helper(keys, audit=audit, state_dir=state)
+    app = create_helper_app(helper, max_body=o.max_body, hsts=hsts, client_name=client, audit=audit)
+    return app, read_manifest(keys, role="helper")
+
+
+def _serve(party: str, keys: Path, state: Path, o: _ServeOptions) -> None:
+    """Open ``party``'s audit log, build its app, record the start, serve until stopped."""
+    from api.services.run import party_audit, record_started, serve_app
+    from secure_fed.deploy.tls import private_dir
+
+    tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name)
+    audit = party_audit(keys, private_dir(state), party=party, database_url=o.audit_db)
+    app, manifest = _party_app(party, keys, state, o, tls, audit)
     record_started(audit, party=party, manifest=manifest, host=o.host, port=o.port, tls=tls)
     serve_app(app, host=o.host, port=o.port, tls=tls, insecure_dev=o.insecure_dev)
 

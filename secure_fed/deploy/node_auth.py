@@ -98,17 +98,8 @@ def node_public_keys(root: Path) -> dict[str, Path]:
 def register_argv(flwr: str, public_key: Path, *, connection: str, name: str) -> list[str]:
     """``flwr supernode register`` of one public key at the SuperLink ``connection``.
 
-    ``connection`` names a SuperLink in ``$FLWR_HOME/config.toml``; the reply is JSON
-    (the node id, needed to unregister it).
+    ``connection`` names a SuperLink in ``$FLWR_HOME/config.toml``; the reply names the
+    node id (needed to unregister it). Not ``--format json``: with it Flower 1.42 exits 0
+    even when the SuperLink refuses the key, so only the plain form fails by exit status.
     """
-    return [
-        flwr,
-        "supernode",
-        "register",
-        str(public_key),
-        connection,
-        "--name",
-        name,
-        "--format",
-        "json",
-    ]  # fmt: skip
+    return [flwr, "supernode", "register", str(public_key), connection, "--name", name]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from secure_fed.deploy.local import SUPERLINK, LocalFederation
-from secure_fed.deploy.local_files import LocalOptions
-from secure_fed.deploy.node_auth import NODE_KEY, generate_node_key
+from secure_fed.deploy.local_files import LocalLayout, LocalOptions
+from secure_fed.deploy.node_auth import NODE_KEY, generate_node_key, register_argv
 from secure_fed.deploy.supervisor import ProcessSpec, free_port
 from secure_fed.deploy.tls import write_private
 
@@ -34,17 +34,24 @@ def _bin(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-def _nodes(fed: LocalFederation) -> list[dict[str, str]]:
+def _flwr(
+    fed: LocalFederation, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
     assert fed.layout is not None
     env = {**os.environ, "FLWR_HOME": str(fed.layout.flwr_home)}
-    out = subprocess.run(
-        [_bin("flwr"), "supernode", "ls", "local", "--format", "json"],
-        env=env,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    return subprocess.run(
+        [_bin("flwr"), *args], env=env, capture_output=True, check=check, timeout=60
+    )
+
+
+def _nodes(fed: LocalFederation, *extra: str) -> list[dict[str, str]]:
+    out = _flwr(fed, "supernode", "ls", "local", "--format", "json", *extra).stdout
     return list(json.loads(out[out.index(b"{") :])["nodes"])
+
+
+def _register_again(layout: LocalLayout) -> list[str]:
+    public = layout.keys / "superlink" / "nodes" / "hospital-1.pub"
+    return register_argv("flwr", public, connection="local", name="hospital-1")[1:]
 
 
 def _wait_online(fed: LocalFederation) -> list[dict[str, str]]:
@@ -104,6 +111,18 @@ def test_only_the_ceremony_s_registered_node_keys_connect(tmp_path: Path) -> Non
 
         supervisor.check()  # the SuperLink and the honest node still run
         assert sorted(n["status"] for n in _nodes(fed)) == ["online", "registered"]
+
+        # revoked: the operator unregisters the honest node; its next request is refused
+        online = next(n for n in _nodes(fed) if n["status"] == "online")
+        _flwr(fed, "supernode", "unregister", online["node-id"], "local")
+        revoked = supervisor.children[honest.name]
+        revoked.stopped = True  # its exit is what the test expects, not a failure
+        revoked.process.wait(timeout=WAIT_SECONDS)  # it stops: its requests are refused
+        statuses = {n["node-id"]: n["status"] for n in _nodes(fed, "--verbose")}
+        assert statuses[online["node-id"]] == "unregistered"
+        again = _flwr(fed, *_register_again(layout), check=False)
+        assert again.returncode != 0  # a revoked key cannot come back under a new node id
+        assert b"Public key already in use" in again.stdout + again.stderr
     finally:
         fed.stop()
 
