@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 RUN = "run"
 #: Name of the SuperLink under the supervisor (the nodes are registered once it is up).
 SUPERLINK = "superlink"
+#: Node registrations run at once (each a ``flwr`` process of its own).
+REGISTER_BATCH = 8
 
 
 def _flower_app_dir() -> Path:
@@ -230,21 +232,30 @@ class LocalFederation:
         """Register every participant's node public key with the running SuperLink.
 
         One ``flwr supernode register`` job per participant (log
-        ``logs/register-<id>.log``), each waited for. A SuperLink whose state is
-        in memory forgets them when it restarts: call this again after a restart.
+        ``logs/register-<id>.log``), :data:`REGISTER_BATCH` at a time, each waited
+        for. A SuperLink whose state is in memory forgets them when it restarts:
+        call this again after a restart.
 
         Raises
         ------
         ProcessFailed
-            A registration failed (its log names Flower's error code).
+            A registration failed (its log names Flower's refusal).
         """
         layout = self.prepare()
+        keys = list(node_public_keys(layout.keys).items())
+        for start in range(0, len(keys), REGISTER_BATCH):
+            self._register(layout, keys[start : start + REGISTER_BATCH])
+
+    def _register(self, layout: LocalLayout, keys: list[tuple[str, Path]]) -> None:
         supervisor = self._supervisor()
         env = self._env(FLWR_HOME=str(layout.flwr_home))
-        for pid, public in node_public_keys(layout.keys).items():
-            name = f"register-{pid}"
+        for pid, public in keys:
             argv = register_argv(self._bin("flwr"), public, connection="local", name=pid)
-            supervisor.start(ProcessSpec(name=name, argv=argv, env=env, expect_exit=True))
+            supervisor.start(
+                ProcessSpec(name=f"register-{pid}", argv=argv, env=env, expect_exit=True)
+            )
+        for pid, _ in keys:
+            name = f"register-{pid}"
             status = supervisor.wait(name, timeout=120.0)
             if status != 0:
                 child = supervisor.children[name]

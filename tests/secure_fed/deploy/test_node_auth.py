@@ -21,7 +21,7 @@ import pytest
 from secure_fed.deploy.local import SUPERLINK, LocalFederation
 from secure_fed.deploy.local_files import LocalLayout, LocalOptions
 from secure_fed.deploy.node_auth import NODE_KEY, generate_node_key, register_argv
-from secure_fed.deploy.supervisor import ProcessSpec, free_port
+from secure_fed.deploy.supervisor import ProcessFailed, ProcessSpec, free_port
 from secure_fed.deploy.tls import write_private
 
 pytestmark = pytest.mark.slow
@@ -84,6 +84,8 @@ def test_only_the_ceremony_s_registered_node_keys_connect(tmp_path: Path) -> Non
         fed.register_nodes()
         registered = _nodes(fed)
         assert len(registered) == 2 and {n["status"] for n in registered} == {"registered"}
+        with pytest.raises(ProcessFailed, match="Public key already in use"):
+            fed.register_nodes()  # a refused registration fails the start, it is not skipped
 
         honest = specs["supernode-hospital-1"]
         assert str(layout.keys / "participants" / "hospital-1" / NODE_KEY) in honest.argv
