@@ -5,9 +5,9 @@ Each service loads its own key directory (from the key ceremony,
 registry and audit ledger under ``--state``, and serves over TLS requiring the
 aggregator's client certificate (mutual TLS: the deployment's CA, and the name
 ``--client-name``, ``aggregator`` as the ceremony issues it; a certificate of the
-same CA with another name is refused with 403 and an audit event). ``--insecure-dev`` serves plain
-HTTP on a development machine and says so in the log and the audit log. See
-``docs/deploy.md``.
+same CA with another name is refused with 403 and an audit event).
+``--insecure-dev`` serves plain HTTP on a development machine, bound to loopback
+only, and says so in the log and the audit log. See ``docs/deploy.md``.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def _tls(
     client_ca: Path | None,
     insecure_dev: bool,
     client_name: str,
+    host: str,
 ) -> ServerTLS | None:
     from secure_fed.deploy.tls import ServerTLS
 
@@ -108,6 +109,8 @@ def _tls(
     if insecure_dev:
         if any(given):
             raise OptionInvalid("--insecure-dev serves plain HTTP: drop --tls-cert/--tls-key")
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise OptionInvalid(f"--insecure-dev serves on loopback only, not --host {host}")
         return None
     if not all(given):
         raise OptionInvalid(
@@ -141,7 +144,7 @@ def _serve(party: str, keys: Path, state: Path, o: _ServeOptions) -> None:
     from api.services.run import party_audit, record_started, serve_app
     from secure_fed.deploy.tls import private_dir
 
-    tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name)
+    tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name, o.host)
     audit = party_audit(keys, private_dir(state), party=party, database_url=o.audit_db)
     app, manifest = _party_app(party, keys, state, o, tls, audit)
     record_started(audit, party=party, manifest=manifest, host=o.host, port=o.port, tls=tls)

@@ -30,6 +30,8 @@ __all__ = ["SERVICE_STARTED", "party_audit", "record_started", "serve_app"]
 
 _log = logging.getLogger(__name__)
 
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
 SERVICE_STARTED = register_event(
     "service.started",
     "A key authority or helper service started: its TLS mode, address and key epochs.",
@@ -81,12 +83,15 @@ def serve_app(
     Raises
     ------
     TlsConfigInvalid
-        If neither TLS settings nor ``insecure_dev`` are given, or both are.
+        If neither TLS settings nor ``insecure_dev`` are given, or both are, or
+        ``insecure_dev`` with a ``host`` other than loopback.
     """
     import uvicorn
 
     if (tls is None) != insecure_dev:
         raise TlsConfigInvalid("give TLS certificate, key and client CA, or --insecure-dev")
+    if insecure_dev and host not in _LOOPBACK:
+        raise TlsConfigInvalid(f"--insecure-dev serves plain HTTP on loopback only, not {host}")
     if tls is None:
         _log.warning("serving %s:%d over plain HTTP: --insecure-dev only", host, port)
     options = {} if tls is None else {**tls.uvicorn_options(), "http": tls_protocol()}

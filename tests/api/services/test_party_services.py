@@ -236,6 +236,22 @@ def test_serving_needs_tls_files_or_an_explicit_insecure_flag(
     )
     assert result.exit_code == 2
     assert "CLI_OPTION_INVALID" in result.output and "--insecure-dev" in result.output
+    exposed = CliRunner().invoke(
+        app,
+        [
+            "keyauthority",
+            "serve",
+            "--keys",
+            str(ckks_keys / "keyauthority"),
+            "--state",
+            str(tmp_path / "exposed"),
+            "--insecure-dev",
+            "--host",
+            "0.0.0.0",
+        ],
+    )
+    assert exposed.exit_code == 2 and "loopback only" in exposed.output
+    assert not (tmp_path / "exposed").exists()  # refused before any state or audit entry
 
 
 @pytest.mark.slow
