@@ -22,7 +22,12 @@ Operations:
   :func:`secure_fed.secure.modes.evidence.ckks_evidence`). The key authority
   refuses a slice other than its plan's; the recomputation rebuilds the mask
   from the signed claim, so a ciphertext computed with another mask under an
-  honest-looking claim is caught.
+  honest-looking claim is caught;
+* ``distance``: the mean squared distance of two uploads (``uploads`` lists
+  the pair, ``samples`` all ``N`` rows;
+  :func:`secure_fed.secure.modes.evidence.ckks_pair_distance`), the release
+  plan's ``copies`` step: the key authority keeps the value and releases only
+  near-duplicate counts.
 
 A plaintext centre (the opened mean of an earlier request) is named by the SM3 of
 its float64 bytes (``center_sm3``); the key authority checks it is a mean it
@@ -44,7 +49,7 @@ from crypto.ckks.aggregate import quadratic_score
 from crypto.sm import sm3_digest
 from secure_fed.errors import AuthorityRequestMalformed
 from secure_fed.secure.modes import ckks_scoring as hidden
-from secure_fed.secure.modes.evidence import ckks_evidence, slice_from_fields
+from secure_fed.secure.modes.evidence import ckks_evidence, ckks_pair_distance, slice_from_fields
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import class_pairs
 from secure_fed.wire import number_from_wire
@@ -59,6 +64,7 @@ OPS: Mapping[str, tuple[str, ...]] = {
     "moments": ("moments",),
     "score": ("score",),
     "evidence": ("score",),
+    "distance": ("distance",),
 }
 
 
@@ -98,7 +104,18 @@ def check_claim(claim: object, *, purpose: str, ids: Sequence[str]) -> dict[str,
         _matrix(claim.get("whitening"))
     if op == "evidence":
         _evidence_slice(claim)
+    if op == "distance":
+        _distance_rows(claim, len(ids))
     return claim
+
+
+def _distance_rows(claim: Mapping[str, object], count: int) -> int:
+    """Return the rows of a ``distance`` claim (two uploads, no centre, no whitening)."""
+    if count != 2 or any(name in claim for name in ("centre", "center_sm3", "whitening")):
+        raise AuthorityRequestMalformed(
+            "a distance claim lists two uploads and has no centre and no whitening"
+        )
+    return _int(claim, "samples")
 
 
 def _evidence_slice(claim: Mapping[str, object]) -> EvidenceSlice:
@@ -112,13 +129,18 @@ def _evidence_slice(claim: Mapping[str, object]) -> EvidenceSlice:
 
 
 def claim_plan_fields(claim: Mapping[str, object]) -> dict[str, object]:
-    """Release-plan fields of an ``evidence`` claim (its slice and rows); ``{}`` for other ops.
+    """Release-plan fields of an ``evidence`` claim (slice, rows) or a ``distance`` (rows).
+
+    ``{}`` for other ops.
 
     Raises
     ------
     AuthorityRequestMalformed
         If the evidence claim is malformed.
     """
+    if claim.get("op") == "distance":
+        uploads = claim.get("uploads")
+        return {"samples": _distance_rows(claim, len(uploads) if isinstance(uploads, list) else 0)}
     if claim.get("op") != "evidence":
         return {}
     piece = _evidence_slice(claim)
@@ -257,6 +279,8 @@ def evaluate(
         layout = ups[0].layout
         mask = _evidence_slice(claim).mask((layout.n_samples, layout.n_classes))
         return ckks_evidence(ups[0], mask)
+    if op == "distance":
+        return ckks_pair_distance(ups[0], ups[1])
     if "centre" in claim:  # hidden centre (secure_fed.secure.modes.ckks_scoring)
         group = [uploads[u[0]] for u in claim["centre"]]
         if op == "moments":

@@ -103,10 +103,14 @@ class SecureAggregator(ABC):
         ``(N_pub, C)`` of every upload.
     scoring
         Parameters of the robust pooled Mahalanobis score.
+    detects_copies
+        True when :meth:`copies` needs the round's release plan to name its
+        ``copies`` step (a gatekept mode); the engine's plan then names it.
     """
 
     shape: tuple[int, int]
     scoring: ScoringConfig
+    detects_copies: bool = False
 
     def begin_round(self, plan: ReleasePlan) -> None:  # noqa: B027 (no gatekeeper: nothing to fix)
         """Fix ``plan`` as the round's release plan with the gatekeepers (none here)."""
@@ -149,7 +153,11 @@ class SecureAggregator(ABC):
     def copies(
         self, handles: Mapping[str, UploadHandle], *, round_id: int
     ) -> dict[str, int] | None:
-        """Return each upload's count of near-duplicates, or None when the mode does not."""
+        """Return each upload's count of near-duplicates, or None when the mode does not.
+
+        ``handles`` is the accepted set: the counts are over it (the weights'
+        ``u_k = 1 / (1 + copies_k)``, docs/learning.md).
+        """
         return None
 
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
@@ -172,6 +180,7 @@ class AggregatorWrapper(SecureAggregator):
     def __init__(self, inner: SecureAggregator) -> None:
         self.inner = inner
         self.shape, self.scoring = inner.shape, inner.scoring
+        self.detects_copies = inner.detects_copies
 
     def begin_round(self, plan: ReleasePlan) -> None:  # noqa: D102
         self.inner.begin_round(plan)

@@ -19,7 +19,17 @@ hold it next to the aggregator. It allows, per round and in this order:
    upload, the same kind of release as a score. The plan carries the slice's
    rows and labels, so a gatekeeper refuses a request naming any other mask
    (one row would reveal one prediction);
-5. ``publication``: exactly ONE first-order release, the weighted sum over
+5. ``copies`` (when the plan detects copies, ``copies``): near-duplicate
+   detection over the copy set ``A`` (inside the scored roster, at most a
+   minority left out, each left-out member scored above the exclusion floor:
+   the publication's rule). One pair distance ``d_jk = mean_i ||p_j,i -
+   p_k,i||^2`` per pair of ``A``, each pair once (purpose ``distance``); the
+   gatekeeper keeps every distance to itself and, once the last pair is
+   decrypted, releases only ``copies_k``, the number of others within
+   ``theta`` times the typical distance
+   (:func:`~secure_fed.secure.scoring.evidence.near_duplicates`), one integer
+   per member of ``A``. The publication's accepted set must then be ``A``;
+6. ``publication``: exactly ONE first-order release, the weighted sum over
    the accepted set ``A``: ``A`` inside the roster, ``|A| >= min_participants``,
    at most a minority excluded, and every excluded participant's final score
    above the plan's exclusion floor; every weight at least the codec's
@@ -40,6 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -49,7 +60,7 @@ import numpy as np
 from crypto.shares import RING_WEIGHTS
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused, ScoringInvalid
 from secure_fed.secure.release_policy import ReleaseRequest
-from secure_fed.secure.scoring.evidence import EvidenceSlice
+from secure_fed.secure.scoring.evidence import EvidenceSlice, near_duplicates
 from secure_fed.secure.scoring.mahalanobis import (
     ScoringConfig,
     lowest_scores,
@@ -70,7 +81,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Steps of a round, in order (``done`` after the publication).
-STEPS = ("ranking", "moments", "final", "evidence", "publication", "done")
+STEPS = ("ranking", "moments", "final", "evidence", "copies", "publication", "done")
 #: Smallest publication weight: the shares codec's weight resolution (2^-16).
 WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
 #: A plan's moment and ranking rows are at least ``min(N, MIN_MOMENT_ROWS)``: one scalar
@@ -130,6 +141,10 @@ class ReleasePlan:
         The labeled slice (public-set rows and their labels): after the final
         scores, one evidence scalar per roster member, with exactly this
         slice's mask (``None``: no step).
+    copies
+        After the evidence (or the final scores), one pair distance per pair of
+        the copy set, kept by the gatekeeper, which releases only the
+        near-duplicate count of each member (False: no step).
     """
 
     round_id: int
@@ -146,6 +161,7 @@ class ReleasePlan:
     max_weight: float = 1.0
     exclude_above: float = 27.877
     evidence: EvidenceSlice | None = None
+    copies: bool = False
 
     def __post_init__(self) -> None:
         ints = ("round_id", "min_participants", "num_samples", "num_classes", "moment_samples")
@@ -163,6 +179,7 @@ class ReleasePlan:
             ("weight_floor", 0 < self.weight_floor <= 1),
             ("max_weight", self.weight_floor <= self.max_weight <= 1),
             ("exclude_above", math.isfinite(self.exclude_above)),
+            ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),
         ]
         for name, ok in checks:
             if not ok:
@@ -200,6 +217,7 @@ class ReleasePlan:
         max_weight: float = 1.0,
         exclude_above: float | None = None,
         evidence: EvidenceSlice | None = None,
+        copies: bool = False,
     ) -> ReleasePlan:
         """Build a round's plan from its config and the aggregator's scoring parameters."""
         floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
@@ -217,6 +235,7 @@ class ReleasePlan:
             max_weight=max_weight,
             exclude_above=floor,
             evidence=evidence if scored else None,
+            copies=copies and scored,
         )
 
     def subset_size(self, count: int) -> int:
@@ -278,6 +297,9 @@ class PlanTracker:
     ranking_scores: dict[str, float] = field(default_factory=dict)
     final_scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, float] = field(default_factory=dict)
+    copy_set: tuple[str, ...] | None = None
+    distances: dict[tuple[str, str], float | None] = field(default_factory=dict, repr=False)
+    copies: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.plan.scored:
@@ -289,13 +311,15 @@ class PlanTracker:
         """Return the plan step ``request`` asks for (``None``: none, e.g. a mean)."""
         if request.purpose == "score":
             return request.step if request.step in ("ranking", "final", "evidence") else None
-        return {"moments": "moments", "aggregate": "publication"}.get(request.purpose)
+        steps = {"moments": "moments", "aggregate": "publication", "distance": "copies"}
+        return steps.get(request.purpose)
 
     def rows(self, step: str) -> int:
         """Rows a score or moment of ``step`` averages over."""
         if step == "evidence":
             return self.plan.evidence_rows
-        return self.plan.num_samples if step == "final" else self.plan.moment_samples
+        full = step in ("final", "copies")
+        return self.plan.num_samples if full else self.plan.moment_samples
 
     def reason(self, request: ReleaseRequest) -> str | None:
         """Why the plan refuses ``request`` now, or ``None``."""
@@ -312,6 +336,8 @@ class PlanTracker:
             return self._publication_reason(request)
         if step == "evidence":
             return self._evidence_reason(request)
+        if step == "copies":
+            return self._copies_reason(request)
         return self._roster_reason(request, step) or self._score_reason(request, step)
 
     def _evidence_reason(self, request: ReleaseRequest) -> str | None:
@@ -328,6 +354,34 @@ class PlanTracker:
         if pid is None or pid in self.pass_scores or pid not in (self.roster or ()):
             return "evidence: one unreleased member of the roster at a time"
         return None
+
+    def _copies_reason(self, request: ReleaseRequest) -> str | None:
+        """One unreleased pair of the copy set, over all rows, no centre, ``W = I``."""
+        members = tuple(sorted(request.roster or ()))
+        reason = self._copy_set_reason(members)
+        if reason is not None:
+            return f"copies: {reason}"
+        pair = tuple(sorted(request.contributors))
+        if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(members):
+            return "copies: a distance is between two distinct members of the copy set"
+        if pair in self.distances:
+            return f"copies: the distance of {list(pair)} was already decrypted"
+        if request.centre is not None or request.whitening is not None:
+            return "copies: a pair distance has no centre and no whitening (W = I)"
+        if request.samples != self.plan.num_samples:
+            return f"copies: the plan fixes {self.plan.num_samples} rows, not {request.samples}"
+        return None
+
+    def _copy_set_reason(self, members: tuple[str, ...]) -> str | None:
+        """Check the copy set: fixed by its first pair, in the roster, the publication's rule."""
+        if self.copy_set is not None:
+            return None if members == self.copy_set else "the copy set differs from the fixed one"
+        if len(set(members)) != len(members) or len(members) < self.plan.min_participants:
+            return f"the copy set needs {self.plan.min_participants} distinct participants"
+        outside = sorted(set(members) - set(self.roster or ()))
+        if outside:
+            return f"participants {outside} are not in the round's roster"
+        return self._exclusion_reason(set(self.roster or ()) - set(members))
 
     def _roster_reason(self, request: ReleaseRequest, step: str) -> str | None:
         roster = request.contributors if step == "moments" else request.roster
@@ -384,6 +438,8 @@ class PlanTracker:
             outside = sorted(accepted - set(self.roster))
             if outside:
                 return f"participants {outside} are not in the round's roster"
+            if self.copy_set is not None and accepted != set(self.copy_set):
+                return f"the publication must cover the copy set {list(self.copy_set)}"
             reason = self._exclusion_reason(set(self.roster) - accepted)
             if reason:
                 return reason
@@ -433,6 +489,8 @@ class PlanTracker:
             self.phase = "done"
         elif step == "moments":
             self._record_moments(request, values)
+        elif step == "copies":
+            self._record_distance(request, values)
         elif step in ("ranking", "final", "evidence"):
             self._record_score(request, step, values)
 
@@ -462,10 +520,34 @@ class PlanTracker:
             self.phase = "moments"
         elif step == "final":
             self.final_scores = scores
-            self.phase = "evidence" if self.plan.evidence_rows else "publication"
+            self.phase = "evidence" if self.plan.evidence_rows else self._after_evidence()
         else:
             self.evidence = scores
-            self.phase = "publication"
+            self.phase = self._after_evidence()
+
+    def _after_evidence(self) -> str:
+        return "copies" if self.plan.copies else "publication"
+
+    def _record_distance(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
+        """Keep one pair's distance (``None``: not seen, the aggregator's side); count at the end.
+
+        A decrypted distance below 0 is CKKS noise around an exact copy (clamped to 0).
+        """
+        if self.copy_set is None:
+            self.copy_set = tuple(sorted(request.roster or ()))
+        pair = tuple(sorted(request.contributors))
+        value = None
+        if values is not None:
+            found = float(np.asarray(values, dtype=np.float64).reshape(-1)[0])
+            value = max(0.0, found) if math.isfinite(found) else sys.float_info.max
+        self.distances[(pair[0], pair[1])] = value
+        size = len(self.copy_set)
+        if len(self.distances) < size * (size - 1) // 2:
+            return
+        known = {p: d for p, d in self.distances.items() if d is not None}
+        if len(known) == len(self.distances):
+            self.copies = near_duplicates(known, self.copy_set)
+        self.phase = "publication"
 
     def whitening_claim(self, step: str) -> tuple[tuple[float, ...], ...] | None:
         """Return the whitening of ``step`` as a request names it (``None`` for ranking)."""

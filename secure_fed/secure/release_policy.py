@@ -7,6 +7,9 @@ opening) only when the policy allows it. The rules:
   ``min_participants`` **distinct** participants, each exactly once: a repeated
   id is refused, never counted twice;
 * a score (purpose ``score``) is one scalar of exactly one participant;
+* a pair distance (purpose ``distance``) is one scalar of exactly two distinct
+  participants, which the gatekeeper keeps to itself (the release plan's
+  ``copies`` step releases only near-duplicate counts);
 * one participant's upload is never released, whatever the purpose says;
 * when the value itself says how many contributions it combines (a CKKS
   aggregate's header), that count equals the number of participant ids;
@@ -42,6 +45,7 @@ from secure_fed.secure.scoring.evidence import EvidenceSlice
 __all__ = [
     "AGGREGATE_PURPOSES",
     "PURPOSES",
+    "SCALAR_PURPOSES",
     "DecryptionRecord",
     "ObservingRule",
     "ReleasePolicy",
@@ -54,7 +58,9 @@ _log = logging.getLogger(__name__)
 #: Purposes whose value must be an aggregate over >= min_participants.
 AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
 #: Every purpose a gatekeeper may be asked to release.
-PURPOSES = (*AGGREGATE_PURPOSES, "score")
+PURPOSES = (*AGGREGATE_PURPOSES, "score", "distance")
+#: Purposes whose value is one scalar (a ``score``-kind ciphertext in ckks mode).
+SCALAR_PURPOSES = ("score", "distance")
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ class ReleaseRequest:
         Public weights the gatekeeper applies itself, one per contribution (or,
         for the key authority, the weights the request claims).
     step
-        Release-plan step of a score: ``ranking``, ``final`` or ``evidence``.
+        Release-plan step of a score: ``ranking``, ``final`` or ``evidence``
+        (a ``distance`` is the ``copies`` step).
     roster
         Every participant of the scoring pass this value belongs to.
     centre
@@ -148,6 +155,11 @@ def _shape_reason(request: ReleaseRequest, min_participants: int) -> str | None:
             return "a score belongs to exactly one participant"
         if math.prod(request.shape) != 1:
             return f"a score is one scalar, not shape {request.shape}"
+    elif request.purpose == "distance":
+        if distinct != 2:
+            return "a pair distance belongs to exactly two distinct participants"
+        if math.prod(request.shape) != 1:
+            return f"a pair distance is one scalar, not shape {request.shape}"
     elif distinct < min_participants:
         return (
             f"{request.purpose} over {distinct} distinct participants; "
@@ -159,13 +171,15 @@ def _shape_reason(request: ReleaseRequest, min_participants: int) -> str | None:
 def _value_reason(request: ReleaseRequest) -> str | None:
     if request.value_kind == "upload":
         return "a single participant's upload is never released"
-    wanted = "score" if request.purpose == "score" else "aggregate"
+    wanted = "score" if request.purpose in SCALAR_PURPOSES else "aggregate"
     if request.value_kind != wanted:
         return f"purpose {request.purpose!r} needs a {wanted!r} value, got {request.value_kind!r}"
-    if request.counted is not None and request.counted != len(request.contributors):
+    # a scalar is a score-kind value (one contribution in its header), a pair distance too
+    expected = 1 if request.purpose in SCALAR_PURPOSES else len(request.contributors)
+    if request.counted is not None and request.counted != expected:
         return (
             f"contributor count {request.counted} of the value differs from the "
-            f"{len(request.contributors)} participant ids"
+            f"{expected} its purpose and participant ids give"
         )
     weights = request.weights
     if weights is not None and (

@@ -68,7 +68,7 @@ from secure_fed.secure.mode import (
 )
 from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
 from secure_fed.secure.modes.evidence import slice_fields
-from secure_fed.secure.modes.planned import PlannedAggregator, score_request
+from secure_fed.secure.modes.planned import PlannedAggregator, adopt_counts, score_request
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
     decryption_request,
@@ -216,6 +216,9 @@ class CkksAggregator(PlannedAggregator):
         Mahalanobis parameters (``moment_samples`` must be ``min(N, N/2 slots)``).
     min_participants
         The key authority's minimum (a default release plan asks for it).
+    detect_copies
+        Ask the engine's plans for the ``copies`` step (near-duplicate counts,
+        ``K(K-1)/2`` pair distances decrypted by the key authority per round).
     """
 
     def __init__(
@@ -226,6 +229,7 @@ class CkksAggregator(PlannedAggregator):
         keys: CkksKeys,
         scoring: ScoringConfig | None = None,
         min_participants: int = 2,
+        detect_copies: bool = True,
     ) -> None:
         if not isinstance(keys, CkksKeys):
             raise ModeSetupInvalid("keys must be CkksKeys (public context and authority channel)")
@@ -238,6 +242,7 @@ class CkksAggregator(PlannedAggregator):
                 f"(one ciphertext run); moment_samples must match"
             )
         self.min_participants = min_participants
+        self.detects_copies = bool(detect_copies)
         self._plans: dict[int, PlanTracker] = {}
 
     def begin_round(self, plan: ReleasePlan) -> None:
@@ -391,6 +396,51 @@ class CkksAggregator(PlannedAggregator):
             tracker.record(ask, value)
             out[pid] = float(value[0])
         return out
+
+    def copies(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> dict[str, int] | None:
+        """Near-duplicate count per accepted upload; the key authority keeps every distance.
+
+        One signed request per pair (claim ``op: distance``, purpose ``distance``):
+        the hidden-centre score of one upload against the other, ``W = I``, all
+        rows (:func:`~secure_fed.secure.modes.evidence.ckks_pair_distance`). The
+        key authority's reply is empty until the last pair, then the counts.
+        ``None`` when the round's plan has no ``copies`` step.
+
+        Raises
+        ------
+        DecryptionRefused, ScoringInvalid
+            A pair the plan refuses, or a reply that is not one count per upload.
+        """
+        found = self.distance_asks(handles, round_id=round_id, refusal=DecryptionRefused)
+        if found is None:
+            return None
+        tracker, asks = found
+        uploads = self._uploads(handles)
+        digests = dict(_digests(handles, sorted(handles)))
+        reply = np.zeros(0)
+        for ask in asks:
+            claim: dict[str, Any] = {
+                "op": "distance",
+                "uploads": [[p, digests[p]] for p in ask.contributors],
+                "samples": self.shape[0],
+                "step": "copies",
+                "roster": list(ask.roster or ()),
+            }
+            request = decryption_request(
+                round_id=round_id,
+                purpose="distance",
+                participant_ids=list(ask.contributors),
+                shape=self.shape,
+                ciphertext=evaluate_claim(claim, uploads, self.keys.public_context).to_bytes(),
+                signer=self.keys.signer,
+                claim=claim,
+                epoch=self._epoch(publication=False),
+            )
+            reply = _decrypt(self.keys, request)
+            tracker.record(ask, None)
+        return adopt_counts(tracker, reply)
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int

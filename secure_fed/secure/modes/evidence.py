@@ -24,9 +24,9 @@ function of one upload, so neither mode needs the upload in the clear.
 Near-duplicate detection (FoolsGold, Fung et al. 2020) needs the pairwise mean
 squared distances ``d_jk``: under CKKS :func:`ckks_pair_distance` is the hidden-
 centre score of ``k`` against the one-participant centre ``{j}`` with ``W = I``
-(depth 2), decrypted by the key authority, which then learns every ``d_jk``
-and should release only the per-participant count of near-duplicates
-(docs/learning.md, "Colluders and copies").
+(depth 2), decrypted by the key authority at the release plan's ``copies`` step;
+it keeps every ``d_jk`` and releases only the per-participant count of
+near-duplicates (docs/learning.md, "Copies").
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ with their gatekeeper (:meth:`begin_round`, mode-specific) and score through a
 per-round backend (:meth:`scoring_round`, mode-specific); the robust pooled
 Mahalanobis procedure and the plan bookkeeping around it are the same, so they
 live here once. So do the evidence step's requests: one per roster member, with
-the slice the round's plan names (:meth:`PlannedAggregator.evidence_asks`).
+the slice the round's plan names (:meth:`PlannedAggregator.evidence_asks`), and
+the copies step's: one pair distance per pair of the accepted set
+(:meth:`PlannedAggregator.distance_asks`), of which the gatekeeper releases only
+the near-duplicate counts (:func:`adopt_counts`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from itertools import combinations
 
 import numpy as np
 
@@ -28,7 +32,7 @@ from secure_fed.secure.scoring.mahalanobis import (
     pooled_mahalanobis,
 )
 
-__all__ = ["PlannedAggregator"]
+__all__ = ["PlannedAggregator", "adopt_counts", "distance_request", "score_request"]
 
 
 def score_request(
@@ -54,6 +58,44 @@ def score_request(
         samples=samples,
         whitening=whitening,
     )
+
+
+def distance_request(
+    *, round_id: int, pair: tuple[str, str], members: Sequence[str], samples: int
+) -> ReleaseRequest:
+    """Build the release request of one pair's distance at the plan's ``copies`` step."""
+    return ReleaseRequest(
+        round_id=round_id,
+        purpose="distance",
+        contributors=pair,
+        value_kind="score",
+        shape=(1,),
+        step="copies",
+        roster=tuple(members),
+        samples=samples,
+    )
+
+
+def adopt_counts(tracker: PlanTracker, counts: np.ndarray) -> dict[str, int]:
+    """Return the gatekeeper's near-duplicate counts by id; the tracker keeps them.
+
+    ``counts`` is the reply to the copies step's last pair: one count per member
+    of the copy set, in its sorted order.
+
+    Raises
+    ------
+    ScoringInvalid
+        If the step is not complete or ``counts`` is not one integer in ``[0, n)``
+        per member.
+    """
+    members = tracker.copy_set or ()
+    values = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if tracker.phase == "copies" or values.shape != (len(members),):
+        raise ScoringInvalid(f"the gatekeeper's copies reply has shape {values.shape}")
+    if not all(v == int(v) and 0 <= v < len(members) for v in values):
+        raise ScoringInvalid(f"near-duplicate counts must be integers in [0, {len(members)})")
+    tracker.copies = {p: int(v) for p, v in zip(members, values, strict=True)}
+    return dict(tracker.copies)
 
 
 class PlannedAggregator(SecureAggregator):
@@ -138,6 +180,34 @@ class PlannedAggregator(SecureAggregator):
         for ask in asks:
             tracker.require(ask, refusal)
         return tracker, piece, asks
+
+    def distance_asks(
+        self,
+        handles: Mapping[str, UploadHandle],
+        *,
+        round_id: int,
+        refusal: type[ReleaseRefused],
+    ) -> tuple[PlanTracker, list[ReleaseRequest]] | None:
+        """Return the round's tracker and one allowed distance request per pair of ``handles``.
+
+        ``None`` when the round's plan has no ``copies`` step.
+
+        Raises
+        ------
+        ReleaseRefused
+            ``refusal``, if the plan does not allow every pair now.
+        """
+        tracker = self._tracker(round_id, scored=True)
+        if not tracker.plan.copies:
+            return None
+        ids = sorted(handles)
+        asks = [
+            distance_request(round_id=round_id, pair=pair, members=ids, samples=self.shape[0])
+            for pair in combinations(ids, 2)
+        ]
+        for ask in asks:
+            tracker.require(ask, refusal)
+        return tracker, asks
 
     def _tracker(self, round_id: int, *, scored: bool) -> PlanTracker:
         """Return the round's plan tracker; fix a default plan (the scoring config's) first."""

@@ -69,6 +69,7 @@ from secure_fed.secure.release_plan import PlanBook, ReleasePlan
 from secure_fed.secure.release_policy import (
     AGGREGATE_PURPOSES,
     PURPOSES,
+    SCALAR_PURPOSES,
     DecryptionRecord,
     ReleasePolicy,
     ReleaseRequest,
@@ -336,7 +337,7 @@ class KeyAuthority:
         try:
             ask = self._ask(payload, round_id, purpose, ids, shape)
             ask = replace(ask, **plan_fields(claim))  # type: ignore[arg-type]
-            if ask.purpose == "score" and ask.samples not in (None, shape[0]):
+            if ask.purpose in SCALAR_PURPOSES and ask.samples not in (None, shape[0]):
                 self.policy.refuse(ask, f"the claim's {ask.samples} rows are not the shape's")
             self._check_epoch(ask, keys)  # an exhausted epoch releases nothing
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
@@ -360,9 +361,41 @@ class KeyAuthority:
             values = self._central_noise(values, ids, header, round_id)
         self._journal(verified, claim, granted=True)
         self.policy.released(replace(ask, shape=tuple(values.shape)), central_dp=dp, values=values)
+        if step == "copies":  # the distance stays here: only the counts leave, at the end
+            values = self._copy_counts(round_id)
         meta, raw = encode_array(values)
         reply = {"purpose": purpose, "array": meta, "central_dp": dp}
         return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
+
+    def _copy_counts(self, round_id: int) -> np.ndarray:
+        """Return the copies step's reply: nothing until the last pair, then the counts.
+
+        The counts follow the copy set's sorted order; a ``decryption.released``
+        event of step ``copies`` names them (the distances are never audited nor sent).
+        """
+        tracker = self.plans.tracker(round_id)
+        assert tracker is not None and tracker.copy_set is not None
+        if tracker.phase == "copies":
+            return np.zeros(0)
+        ids = tracker.copy_set
+        counts = [tracker.copies[p] for p in ids]
+        if self.audit is not None:
+            self.audit.record(
+                "decryption.released",
+                {
+                    "party": "key_authority",
+                    "round_id": round_id,
+                    "purpose": "distance",
+                    "step": "copies",
+                    "contributors": len(ids),
+                    "participant_ids": list(ids),
+                    "shape": [len(ids)],
+                    "central_dp": False,
+                    "copies": dict(zip(ids, counts, strict=True)),
+                    "pairs": len(tracker.distances),
+                },
+            )
+        return np.array(counts, dtype=np.float64)
 
     def install_plan(self, request: bytes) -> bytes:
         """Fix a round's release plan from a signed request; return the plan as fixed.
@@ -449,7 +482,7 @@ class KeyAuthority:
             purpose=purpose,
             contributors=tuple(ids),
             value_kind=value_kind,
-            shape=(1,) if purpose == "score" else shape,
+            shape=(1,) if purpose in SCALAR_PURPOSES else shape,
             counted=counted,
         )
 

@@ -19,7 +19,11 @@ the secure modes reproduce:
   Learning in Sybil Settings", RAID 2020). Pairwise mean squared distances
   ``d_jk = mean_i ||p_j,i - p_k,i||^2``; participant ``k``'s *copies* count is
   the number of others within ``theta`` times the typical distance (the median
-  over participants of each one's median distance to the others).
+  over participants of each one's median distance to the others), or within
+  the absolute floor ``DUPLICATE_FLOOR`` (``10^-2``: an RMS logit difference of
+  about ``0.1 / sqrt(C)``, some 30 times the CKKS decryption noise of a zero
+  distance, so a group that is most of the set and whose typical distance is
+  therefore about zero is still found under encryption).
   A group of ``n`` participants sending the same matrix then shares one
   participant's weight (each gets the factor ``1 / n``). The gatekeeper that
   computes the distances (the key authority in ckks mode) learns the ``K(K-1)/2``
@@ -36,6 +40,7 @@ import numpy as np
 from secure_fed.errors import ScoringInvalid
 
 __all__ = [
+    "DUPLICATE_FLOOR",
     "DUPLICATE_THETA",
     "EvidenceSlice",
     "evidence_mask",
@@ -46,6 +51,8 @@ __all__ = [
 
 #: Two uploads closer than this fraction of the median pairwise distance are near-duplicates.
 DUPLICATE_THETA = 0.25
+#: Two uploads whose mean squared row distance is at most this are near-duplicates anyway.
+DUPLICATE_FLOOR = 1e-2
 
 
 def evidence_mask(
@@ -102,23 +109,27 @@ def near_duplicates(
     ids: Sequence[str],
     *,
     theta: float = DUPLICATE_THETA,
+    floor: float = DUPLICATE_FLOOR,
 ) -> dict[str, int]:
-    """Return, per id, how many others lie within ``theta`` x the typical distance.
+    """Return, per id, how many others lie within ``max(theta x typical, floor)``.
 
     The typical distance is the median over participants of each one's median
     distance to the others: a minority far away (noise, scaling) cannot inflate
     it, since every honest participant's median is a distance to another honest
     one. A typical distance of zero (most uploads identical) makes every zero
-    distance a duplicate.
+    distance a duplicate, and ``floor`` every distance below the noise of an
+    encrypted zero.
 
     Raises
     ------
     ScoringInvalid
-        If ``theta`` is outside ``[0, 1)``, a distance is negative or not finite, or
-        a pair of ``ids`` is missing.
+        If ``theta`` is outside ``[0, 1)``, ``floor`` is negative, a distance is
+        negative or not finite, or a pair of ``ids`` is missing.
     """
     if not 0 <= theta < 1:
         raise ScoringInvalid(f"theta must be in [0, 1), got {theta!r}")
+    if not (np.isfinite(floor) and floor >= 0):
+        raise ScoringInvalid(f"floor must be finite and >= 0, got {floor!r}")
     names = sorted(ids)
     pairs = [(j, k) for a, j in enumerate(names) for k in names[a + 1 :]]
     missing = [p for p in pairs if p not in distances]
@@ -127,7 +138,7 @@ def near_duplicates(
     values = np.array([distances[p] for p in pairs], dtype=np.float64)
     if values.size and not (np.isfinite(values).all() and values.min() >= 0):
         raise ScoringInvalid("pairwise distances must be finite and >= 0")
-    cut = theta * _typical(distances, names)
+    cut = max(theta * _typical(distances, names), floor)
     counts = dict.fromkeys(names, 0)
     for (j, k), d in zip(pairs, values, strict=True):
         if d <= cut:

@@ -1,0 +1,177 @@
+"""The release plan's ``copies`` step: one distance per pair of the copy set, kept, counted.
+
+Near-duplicate detection (secure_fed.secure.scoring.evidence) decrypts one pair
+distance per pair of the copy set (the accepted set) after the final scores and
+the evidence, before the publication; the gatekeeper keeps every distance and
+releases only the count per member. Anything else is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from secure_fed.errors import DecryptionRefused, ModeSetupInvalid, ScoringInvalid
+from secure_fed.secure.modes.planned import adopt_counts, distance_request
+from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
+from secure_fed.secure.scoring.evidence import near_duplicates, pairwise_distances
+from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from tests.secure_fed.secure.helpers import population
+from tests.secure_fed.secure.test_release_plan import IDS, PLAN, C, N, _publication, _through_scores
+from tests.secure_fed.secure.test_release_plan_evidence import SLICE, _evidence
+
+COPIES_PLAN = replace(PLAN, copies=True)
+WEIGHTS = (0.2,) * 5
+
+
+def _preds() -> dict[str, np.ndarray]:
+    """Five participants; ``d`` and ``e`` send ``c``'s matrix."""
+    preds = dict(zip(IDS, population(5, N, C, seed=2).values(), strict=True))
+    preds["d"] = preds["c"].copy()
+    preds["e"] = preds["c"].copy()
+    return preds
+
+
+def _pair(a: str, b: str, **changes: object) -> ReleaseRequest:
+    ask = distance_request(round_id=3, pair=(a, b), members=IDS, samples=N)
+    return replace(ask, **changes)  # type: ignore[arg-type]
+
+
+def _scored(plan: ReleasePlan = COPIES_PLAN) -> tuple[PlanTracker, dict[str, np.ndarray]]:
+    preds = _preds()
+    tracker = PlanTracker(plan=plan, enrolled=frozenset(IDS))
+    _through_scores(tracker, preds)
+    return tracker, preds
+
+
+def test_copies_come_after_the_final_scores_and_count_only_at_the_last_pair() -> None:
+    tracker, preds = _scored()
+    assert tracker.phase == "copies"
+    assert "'copies' now, not 'publication'" in str(tracker.reason(_publication(IDS, WEIGHTS)))
+    distances = pairwise_distances(preds)
+    for a, b in combinations(IDS, 2):
+        assert tracker.reason(_pair(a, b)) is None
+        assert not tracker.copies  # nothing is counted before the last pair
+        tracker.record(_pair(a, b), np.array([distances[(a, b)]]))
+    assert (
+        tracker.copies
+        == near_duplicates(distances, IDS)
+        == {
+            "a": 0,
+            "b": 0,
+            "c": 2,
+            "d": 2,
+            "e": 2,
+        }
+    )
+    assert tracker.phase == "publication"
+    assert "not 'copies'" in str(tracker.reason(_pair("a", "b")))  # no second release
+    assert tracker.reason(_publication(IDS, WEIGHTS)) is None
+    fewer = _publication(IDS[:4], (0.25,) * 4)  # counted over five, published over four
+    assert "must cover the copy set" in str(tracker.reason(fewer))
+
+
+def test_with_a_labeled_slice_the_copies_follow_the_evidence() -> None:
+    tracker, preds = _scored(replace(COPIES_PLAN, evidence=SLICE))
+    assert tracker.phase == "evidence"
+    assert "'evidence' now, not 'copies'" in str(tracker.reason(_pair("a", "b")))
+    for pid in IDS:
+        tracker.record(_evidence(pid), np.array([0.5]))
+    assert tracker.phase == "copies" and tracker.reason(_pair("a", "b")) is None
+
+
+def test_a_plan_without_the_step_refuses_every_distance() -> None:
+    tracker, _ = _scored(PLAN)
+    assert tracker.phase == "publication"
+    assert "not 'copies'" in str(tracker.reason(_pair("a", "b")))
+    as_score = replace(_pair("a", "b"), purpose="score", contributors=("b",), centre=("a",))
+    assert "is not in the plan" in str(tracker.reason(as_score))  # a distance is no score
+
+
+@pytest.mark.parametrize(
+    ("pair", "changes", "fragment"),
+    [
+        (("a", "x"), {}, "two distinct members of the copy set"),
+        (("a", "a"), {}, "two distinct members of the copy set"),
+        (("a", "b"), {"contributors": ("a", "b", "c")}, "two distinct members"),
+        (("a", "x"), {"roster": ("a", "b", "c", "d", "x")}, "['x'] are not in the round's roster"),
+        (("a", "b"), {"roster": ("a", "b")}, "the copy set needs 3 distinct participants"),
+        (("a", "b"), {"roster": ("a", "b", "c")}, "scored below the exclusion floor"),
+        (("a", "b"), {"centre": ("a",)}, "no centre and no whitening"),
+        (("a", "b"), {"whitening": ((1.0,),)}, "no centre and no whitening"),
+        (("a", "b"), {"samples": 400}, f"fixes {N} rows, not 400"),
+        (("a", "b"), {"round_id": 4}, "the plan is for round 3"),
+    ],
+)
+def test_a_pair_outside_the_copy_set_or_the_plans_form_is_refused(
+    pair: tuple[str, str], changes: dict[str, object], fragment: str
+) -> None:
+    tracker, _ = _scored()
+    assert fragment in str(tracker.reason(replace(_pair(*pair), **changes)))  # type: ignore[arg-type]
+    assert tracker.phase == "copies" and not tracker.distances
+
+
+def test_each_pair_once_and_the_copy_set_fixed_by_the_first_pair() -> None:
+    tracker, _ = _scored()
+    tracker.record(_pair("a", "b"), np.array([3.0]))
+    assert "already decrypted" in str(tracker.reason(_pair("a", "b")))
+    assert "already decrypted" in str(tracker.reason(_pair("b", "a")))  # the same pair
+    other = _pair("a", "c", roster=("a", "b", "c", "d"))  # a minority left out, but not fixed
+    assert "differs from the fixed one" in str(tracker.reason(other))
+
+
+def test_noise_below_zero_counts_as_a_copy_and_the_aggregator_sees_no_distance() -> None:
+    """The gatekeeper clamps CKKS noise around 0; the aggregator's tracker (no values)
+    learns the counts only from the gatekeeper's reply, checked."""
+    gate, _ = _scored()
+    mine, _ = _scored()
+    values = dict.fromkeys(combinations(IDS, 2), 4.0)
+    values[("c", "d")] = -3e-4  # an encrypted zero, decrypted
+    for pair, d in values.items():
+        gate.record(_pair(*pair), np.array([d]))
+        mine.record(_pair(*pair), None)
+    assert gate.copies == {"a": 0, "b": 0, "c": 1, "d": 1, "e": 0}
+    assert mine.phase == "publication" and not mine.copies
+    assert set(mine.distances.values()) == {None}
+    with pytest.raises(ScoringInvalid, match="integers in"):
+        adopt_counts(mine, np.array([0, 0, 5, 1, 0]))
+    with pytest.raises(ScoringInvalid, match="shape"):
+        adopt_counts(mine, np.zeros(0))
+    reply = np.array([gate.copies[p] for p in IDS], dtype=np.float64)
+    assert adopt_counts(mine, reply) == gate.copies == mine.copies
+
+
+def test_a_distance_is_one_scalar_of_exactly_two_participants() -> None:
+    policy = ReleasePolicy(party="key_authority", min_participants=3, refusal=DecryptionRefused)
+    assert policy.reason(_pair("a", "b")) is None
+    for ids in (("a",), ("a", "b", "c"), ("a", "a")):
+        found = str(policy.reason(replace(_pair("a", "b"), contributors=ids)))
+        assert "exactly two distinct" in found or "ids repeat" in found
+    assert "one scalar" in str(policy.reason(replace(_pair("a", "b"), shape=(2,))))
+    assert "never released" in str(policy.reason(replace(_pair("a", "b"), value_kind="upload")))
+    assert "needs a 'score' value" in str(
+        policy.reason(replace(_pair("a", "b"), value_kind="aggregate"))
+    )
+    assert "contributor count 2" in str(policy.reason(replace(_pair("a", "b"), counted=2)))
+
+
+def test_the_plan_carries_the_step_only_when_scored() -> None:
+    assert ReleasePlan.from_bytes(COPIES_PLAN.to_bytes()) == COPIES_PLAN
+    assert ReleasePlan.from_bytes(PLAN.to_bytes()).copies is False
+    with pytest.raises(ModeSetupInvalid, match="copies"):
+        replace(COPIES_PLAN, scored=False)
+    with pytest.raises(ModeSetupInvalid, match="copies"):
+        replace(PLAN, copies=1)  # type: ignore[arg-type]
+    unscored = ReleasePlan.for_round(
+        round_id=1,
+        min_participants=3,
+        shape=(N, C),
+        scoring=ScoringConfig(moment_samples=400),
+        scored=False,
+        copies=True,
+    )
+    assert unscored.copies is False
