@@ -87,3 +87,38 @@ def test_the_helper_serves_only_the_client_it_is_told_to(shares_keys: Path, tmp_
     with sqlite3.connect(tmp_path / "helper" / "audit.db") as db:
         started = [str(r) for r in db.execute("SELECT * FROM audit_entries").fetchall()]
     assert any('"client_name":"aggregator-2"' in row for row in started)
+
+
+def _cert(common: str, dns: tuple[str, ...]) -> bytes:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+    )
+    if dns:
+        san = x509.SubjectAlternativeName([x509.DNSName(d) for d in dns])
+        builder = builder.add_extension(san, critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+def test_a_subject_alternative_name_overrides_the_common_name() -> None:
+    require_peer(_cert("aggregator", ()), expected="aggregator")  # no SAN: the CN names it
+    require_peer(_cert("x", ("Aggregator",)), expected="aggregator")  # DNS names: any case
+    with pytest.raises(PeerRefused, match=r"names \['h1'\]"):
+        require_peer(_cert("aggregator", ("h1",)), expected="aggregator")
+    with pytest.raises(PeerRefused):
+        require_peer(_cert("aggregator-evil", ()), expected="aggregator")
