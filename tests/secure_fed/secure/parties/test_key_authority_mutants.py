@@ -215,6 +215,7 @@ def test_an_honest_score_is_audited_with_its_signed_request_and_released_as_one_
     assert new[1][1]["shape"] == [1]  # one scalar score released, not the (N, C) it covers
     journaled = ka.requests[-1]
     assert (journaled.signed_header, journaled.signature) == (signed_header, signature)
+    assert (journaled.claim["uploads"], journaled.claim["samples"]) == (claim["uploads"], N)
     assert (journaled.granted, journaled.reason, journaled.ciphertext_sm3) == (
         True,
         None,
@@ -298,9 +299,50 @@ def test_a_request_crossing_the_epochs_limit_is_journaled_refused_and_decrypts_n
     assert keys.releases == used
     journaled = ka.requests[-1]
     assert (journaled.round_id, journaled.granted, journaled.reason) == (_ROUND[0], False, reason)
+    assert journaled.claim["uploads"] == claim["uploads"]  # what the auditor recomputes
     assert [name for name, _ in sink.events][-2:] == ["decryption.requested", "access.denied"]
     assert sink.events[-1][1]["code"] == "KEY_AUTHORITY_EPOCH_EXHAUSTED"
     assert not any(r.released for r in ka.log)
+
+
+def test_a_publication_without_central_dp_is_the_flooded_mean_and_says_so(setup: Any) -> None:
+    dep, sink, preds, ups, digests = setup
+    ka = dep.authority
+    _ROUND[0] += 1
+    signer = dep.server_keys().signer
+    ka.install_plan(plan_request(plan(_ROUND[0], (N, C), scored=False), signer=signer))
+    claim: dict[str, Any] = {
+        "op": "weighted_sum",
+        "uploads": [[p, digests[p]] for p in IDS],
+        "weights": [0.25] * 4,
+    }
+    whole = evaluate(claim, ups, dep.public_context)
+    used = ka.keys.releases
+    request = decryption_request(
+        round_id=_ROUND[0],
+        purpose="aggregate",
+        participant_ids=IDS,
+        shape=(N, C),
+        ciphertext=whole.to_bytes(),
+        signer=signer,
+        claim=claim,
+    )
+    head, raw = decode_frame(ka.handle(request), KEY_AUTHORITY_REPLY, max_bytes=1 << 30)
+    out = decode_array(head["array"], raw)
+    expected = np.mean([preds[p] for p in IDS], axis=0)
+    assert out.shape == (N, C)
+    assert np.abs(out - expected).max() <= aggregate_tolerance(ka.keys.preset, values=N * C)
+    assert (head["purpose"], head["central_dp"]) == ("aggregate", False)
+    assert ka.keys.releases == used + len(whole.vectors)
+    record = ka.log[-1]
+    assert (record.purpose, record.shape, record.released, record.central_dp) == (
+        "aggregate",
+        (N, C),
+        True,
+        False,
+    )
+    assert sink.events[-1][0] == "decryption.released"
+    assert sink.events[-1][1]["central_dp"] is False
 
 
 # -- install_plan: a signed plan request, for "plan" and for the plan's own round ----------
@@ -380,3 +422,22 @@ def test_a_plan_is_fixed_once_and_recorded_with_the_request_it_came_from() -> No
     # the same plan again (a restarted aggregator, a fresh request): same reply, no record
     assert ka.install_plan(_signed_plan(signer, 7, 7, "plan")) == fixed
     assert len(sink.events) == 1
+
+
+def test_a_plan_signed_by_another_key_is_denied_under_the_plan_operation() -> None:
+    ka, _, sink = _gatekeeper()
+    forger = ServerSigningKey.generate("aggregator")  # the enrolled name, another key
+    with pytest.raises(ServerRequestUnauthenticated) as refused:
+        ka.install_plan(_signed_plan(forger, 5, 5, "plan"))
+    assert sink.events == [
+        (
+            "access.denied",
+            {
+                "party": "key_authority",
+                "op": "plan",
+                "code": "SERVER_REQUEST_UNAUTHENTICATED",
+                "reason": str(refused.value),
+            },
+        )
+    ]
+    assert ka.plans.trackers == {}
