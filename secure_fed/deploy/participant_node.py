@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -317,19 +316,3 @@ class ParticipantNode:
         self.state.checkpoint(self.handler, round_id=rid, phase="distilled")
         self.state.update_record(rid, distilled=True, temperature=temperature)
         return {"round_id": rid, "distilled": True, "temperature": temperature}
-
-
-def node_config_path(value: object) -> Path:
-    """Return the ``participant-config`` node-config value as a path.
-
-    Raises
-    ------
-    ParticipantConfigInvalid
-        If the SuperNode was started without ``--node-config participant-config=...``.
-    """
-    if not isinstance(value, str) or not value:
-        raise ParticipantConfigInvalid(
-            "the SuperNode needs --node-config 'participant-config=\"/path/participant.toml\"'",
-            field="participant-config",
-        )
-    return Path(value)
