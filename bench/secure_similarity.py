@@ -1,17 +1,22 @@
 """Cost of the evidence of correctness and of near-duplicate detection under CKKS, K = 10 and 20.
 
 Prints one JSON document. For each K, K uploads of the digits demo's shape
-(``N = 459`` public rows with the labeled slice, ``C = 10``) are encrypted under
-``CKKS_SCORING``; then, timed on the aggregator's side with the key authority's
-decryption included:
+(``N = 459`` public rows with the labeled slice, ``C = 10``; the last three send
+one matrix) go through a real ckks deployment: the aggregator (signed requests,
+the round's release plan with a labeled slice and the ``copies`` step) and the
+key authority (plan checks, decryption, its release count), timed per step on
+the aggregator's side, the key authority's work included:
 
+* ``scoring``: the ranking, moments and final scores every scored round pays;
 * ``evidence``: K x (ciphertext x plaintext mask over 100 labeled rows, slot sum,
-  one decryption) -- what the release plan's evidence step costs;
-* ``pairwise``: K(K-1)/2 x (hidden-centre score of one upload against another,
-  W = I, one decryption) -- near-duplicate detection by pairwise distances, the
-  key authority then releasing one count per participant;
-* ``final_scores``: K x the final Mahalanobis score against a hidden centre of
-  ``h = K/2`` uploads (what every scored round already pays), for the ratio.
+  one decryption);
+* ``copies``: K(K-1)/2 x (hidden-centre score of one upload against another,
+  W = I, one decryption kept by the key authority), then one count per
+  participant released.
+
+``*_decryptions`` are the scoring epoch's released ciphertexts per step (the
+key authority's own count) and ``rounds_per_epoch_*`` how many rounds the
+epoch's sized ``t`` serves with and without the copies step.
 
 The shares mode's evidence is a local linear map of each share (timed), and a
 pairwise distance needs ``N C`` Beaver products per pair: its traffic is
@@ -32,58 +37,81 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py shadows crypto
 
-from crypto.ckks import decrypt_score, generate_keys, pack_class_major
 from crypto.shares.additive import split
 from crypto.shares.codec import RING_PREDICTIONS
-from secure_fed.secure.modes import ckks_scoring
-from secure_fed.secure.modes.evidence import (
-    ckks_evidence,
-    ckks_pair_distance,
-    integer_mask,
-    share_evidence,
-)
-from secure_fed.secure.scoring.evidence import evidence_mask
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.modes.evidence import integer_mask, share_evidence
+from secure_fed.secure.release_plan import ReleasePlan
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 
-N, C, ROWS = 459, 10, 100
+N, C, ROWS, BOUND = 459, 10, 100, 8.0
 
 
 def _timed(fn):  # type: ignore[no-untyped-def]
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    out = fn()
+    return time.perf_counter() - start, out
 
 
-def measure(k: int, keys, rng: np.random.Generator) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """Time the evidence, the pairwise distances and the final scores for ``k`` uploads."""
-    mats = [np.clip(rng.normal(0, 3, size=(N, C)), -8, 8) for _ in range(k)]
-    ups = [pack_class_major(keys.public_context, m) for m in mats]
-    rows = rng.choice(N, size=ROWS, replace=False)
-    labels = rng.integers(0, C, size=ROWS)
-    mask = evidence_mask(rows=rows, labels=labels, shape=(N, C))
-    evidence = _timed(lambda: [decrypt_score(keys, ckks_evidence(u, mask)) for u in ups])
-    pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
-    pairwise = _timed(
-        lambda: [decrypt_score(keys, ckks_pair_distance(ups[a], ups[b])) for a, b in pairs]
+def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
+    """Time the scoring, the evidence and the copies step of one gatekept ckks round."""
+    ids = [f"p{j:02d}" for j in range(k)]
+    mats = [np.clip(rng.normal(0, 3, size=(N, C)), -BOUND, BOUND) for _ in range(k)]
+    mats[-2] = mats[-1] = mats[-3]  # three participants send one matrix
+    dep = SecureDeployment.create(
+        mode="ckks", shape=(N, C), participant_ids=ids, min_participants=3
     )
-    centre = ups[: k // 2]
-    final = _timed(
-        lambda: [decrypt_score(keys, ckks_scoring.score(u, centre, np.eye(C), N)) for u in ups]
-    )
-    shares = [split(RING_PREDICTIONS.encode(m)) for m in mats]
-    imask = integer_mask(rows=rows, labels=labels, shape=(N, C))
-    local = _timed(lambda: [share_evidence(s0, imask) for s0, _ in shares])
-    return {
-        "K": k,
-        "pairs": len(pairs),
-        "ckks_evidence_seconds": round(evidence, 2),
-        "ckks_pairwise_seconds": round(pairwise, 2),
-        "ckks_final_scores_seconds": round(final, 2),
-        "pairwise_over_final_scores": round(pairwise / final, 2),
-        "shares_evidence_local_seconds": round(local, 4),
-        "shares_evidence_opened_bytes_per_server": 8 * k,
-        "shares_pairwise_beaver_products": len(pairs) * N * C,
-        "shares_pairwise_opened_mib_per_server": round(len(pairs) * N * C * 16 / 2**20, 2),
+    agg = dep.aggregator(bound=BOUND)
+    handles = {
+        p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in zip(ids, mats, strict=True)
     }
+    rows = sorted(int(r) for r in rng.choice(N, size=ROWS, replace=False))
+    piece = EvidenceSlice(rows=tuple(rows), labels=tuple(int(y) for y in rng.integers(0, C, ROWS)))
+    agg.begin_round(
+        ReleasePlan.for_round(
+            round_id=1,
+            min_participants=3,
+            shape=(N, C),
+            scoring=agg.scoring,
+            evidence=piece,
+            copies=True,
+        )
+    )
+    keys = dep.authority.keys  # type: ignore[attr-defined]
+    out: dict[str, object] = {"K": k, "pairs": k * (k - 1) // 2}
+    steps = (
+        ("scoring", lambda: agg.score(handles, round_id=1)),
+        ("evidence", lambda: agg.evidence(handles, piece.mask((N, C)), round_id=1)),
+        ("copies", lambda: agg.copies(handles, round_id=1)),
+    )
+    for name, step in steps:
+        before = keys.releases
+        seconds, found = _timed(step)
+        out[f"ckks_{name}_seconds"] = round(seconds, 2)
+        out[f"ckks_{name}_decryptions"] = keys.releases - before
+        if name == "copies":
+            out["copies_released"] = found
+    base = int(out["ckks_scoring_decryptions"]) + int(out["ckks_evidence_decryptions"])  # type: ignore[call-overload]
+    sized = keys.preset.max_decryptions
+    out["copies_over_scoring_time"] = round(
+        float(out["ckks_copies_seconds"]) / float(out["ckks_scoring_seconds"]),
+        2,  # type: ignore[arg-type]
+    )
+    out["rounds_per_epoch_without_copies"] = sized // base
+    out["rounds_per_epoch_with_copies"] = sized // (base + int(out["ckks_copies_decryptions"]))  # type: ignore[call-overload]
+    shares = [split(RING_PREDICTIONS.encode(m)) for m in mats]
+    imask = integer_mask(rows=np.array(rows), labels=np.array(piece.labels), shape=(N, C))
+    local, _ = _timed(lambda: [share_evidence(s0, imask) for s0, _ in shares])
+    pairs = k * (k - 1) // 2
+    out.update(
+        {
+            "shares_evidence_local_seconds": round(local, 4),
+            "shares_evidence_opened_bytes_per_server": 8 * k,
+            "shares_pairwise_beaver_products": pairs * N * C,
+            "shares_pairwise_opened_mib_per_server": round(pairs * N * C * 16 / 2**20, 2),
+        }
+    )
+    return out
 
 
 def main() -> None:
@@ -91,13 +119,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="K = 10 only")
     args = parser.parse_args()
-    keys = generate_keys("CKKS_SCORING")
     rng = np.random.default_rng(0)
     out = {
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "shape": [N, C],
         "evidence_rows": ROWS,
-        "results": [measure(k, keys, rng) for k in ((10,) if args.quick else (10, 20))],
+        "results": [measure(k, rng) for k in ((10,) if args.quick else (10, 20))],
     }
     print(json.dumps(out, indent=1))
 
