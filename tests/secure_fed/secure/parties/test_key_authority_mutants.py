@@ -345,6 +345,41 @@ def test_a_publication_without_central_dp_is_the_flooded_mean_and_says_so(setup:
     assert sink.events[-1][1]["central_dp"] is False
 
 
+def test_an_exhausted_epoch_refuses_before_anything_is_parsed_and_names_the_request(
+    setup: Any,
+) -> None:
+    dep, _, _, ups, digests = setup
+    keys, signer, sink = dep.authority.keys, dep.server_keys().signer, MemoryAuditSink()
+    round_id = _scored_round(dep)
+    claim = _ranking_claim(digests, "c")
+    honest = evaluate(claim, ups, dep.public_context)
+    dep.authority.handle(_request(dep, round_id, "c", claim, honest))  # the epoch has released
+    ka = KeyAuthority(min_participants=3, aggregator=signer.identity, audit=sink, max_releases=1)
+    ka.keys = keys  # the same epoch, whose limit here is already reached
+    ka.install_plan(plan_request(plan(round_id, (N, C)), signer=signer))
+    used = keys.releases
+    with pytest.raises(KeyEpochExhausted) as refused:
+        ka.handle(_request(dep, round_id, "d", _ranking_claim(digests, "d"), honest))
+    reason = (
+        f"key epoch {keys.fingerprint.hex()[:16]} released {used} of 1 decryptions; rotate the keys"
+    )
+    assert str(refused.value) == (
+        f"[KEY_AUTHORITY_EPOCH_EXHAUSTED] round {round_id}, score: {reason}"
+    )
+    assert sink.events[-1] == (
+        "access.denied",
+        {
+            "party": "key_authority",
+            "round_id": round_id,
+            "purpose": "score",
+            "code": "KEY_AUTHORITY_EPOCH_EXHAUSTED",
+            "reason": reason,
+        },
+    )
+    assert keys.releases == used
+    assert (ka.requests[-1].granted, ka.requests[-1].reason) == (False, str(refused.value))
+
+
 # -- install_plan: a signed plan request, for "plan" and for the plan's own round ----------
 
 
