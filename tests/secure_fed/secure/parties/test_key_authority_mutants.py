@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crypto.ckks import EncryptedMatrix, Layout, pack_class_major
+from crypto.ckks import (
+    EncryptedMatrix,
+    KeyAuthorityKeys,
+    Layout,
+    generate_keys,
+    pack_class_major,
+)
 from crypto.sm import sm3_digest
 from secure_fed.errors import DecryptionRefused, KeyEpochExhausted, ServerRequestUnauthenticated
 from secure_fed.secure.audit import MemoryAuditSink
@@ -378,6 +384,51 @@ def test_an_exhausted_epoch_refuses_before_anything_is_parsed_and_names_the_requ
     )
     assert keys.releases == used
     assert (ka.requests[-1].granted, ka.requests[-1].reason) == (False, str(refused.value))
+
+
+def test_with_two_epochs_a_score_asked_under_the_publication_epoch_is_refused(
+    setup: Any,
+) -> None:
+    """The request names its epoch (signed); a score is opened only under the scoring one."""
+    dep, _, _, ups, digests = setup
+    keys, signer, sink = dep.authority.keys, dep.server_keys().signer, MemoryAuditSink()
+    pub = generate_keys("CKKS_SCORING")  # a second epoch standing for the publication's
+    ka = KeyAuthority(
+        min_participants=3,
+        keys=keys,
+        publication_keys=pub,
+        aggregator=signer.identity,
+        audit=sink,
+    )
+    round_id = _scored_round(dep)
+    ka.install_plan(plan_request(plan(round_id, (N, C)), signer=signer))
+    claim = _ranking_claim(digests, "a")
+    ct = evaluate(claim, ups, dep.public_context).to_bytes()
+
+    def ask(epoch: KeyAuthorityKeys) -> bytes:
+        return decryption_request(
+            round_id=round_id,
+            purpose="score",
+            participant_ids=["a"],
+            shape=(N, C),
+            ciphertext=ct,
+            signer=signer,
+            claim=claim,
+            epoch=epoch.fingerprint.hex(),
+        )
+
+    used = (keys.releases, pub.releases)
+    reason = "the plan's ranking is decrypted only under the scoring epoch, not the publication"
+    with pytest.raises(DecryptionRefused) as refused:
+        ka.handle(ask(pub))
+    assert str(refused.value) == (
+        f"[KEY_AUTHORITY_DECRYPTION_REFUSED] round {round_id}, score: {reason}"
+    )
+    assert sink.events[-1][1]["reason"] == reason
+    assert (keys.releases, pub.releases) == used
+    head, raw = decode_frame(ka.handle(ask(keys)), KEY_AUTHORITY_REPLY, max_bytes=1 << 30)
+    assert decode_array(head["array"], raw).shape == (1,)
+    assert (keys.releases, pub.releases) == (used[0] + 1, used[1])
 
 
 # -- install_plan: a signed plan request, for "plan" and for the plan's own round ----------
