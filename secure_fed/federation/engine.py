@@ -209,6 +209,7 @@ class RoundEngine:
             max_weight=config.max_weight,
             exclude_above=exclusion_floor(self.outlier_filter, self.aggregator.shape[1]),
             evidence=self.evidence,
+            copies=self.aggregator.detects_copies,
         )
 
     def start_collecting(self, round_id: int) -> None:

@@ -19,9 +19,17 @@ from secure_fed.secure.modes.planned import adopt_counts, distance_request
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
 from secure_fed.secure.scoring.evidence import near_duplicates, pairwise_distances
-from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig
 from tests.secure_fed.secure.helpers import population
-from tests.secure_fed.secure.test_release_plan import IDS, PLAN, C, N, _publication, _through_scores
+from tests.secure_fed.secure.test_release_plan import (
+    IDS,
+    PLAN,
+    C,
+    N,
+    _moments,
+    _publication,
+    _score,
+)
 from tests.secure_fed.secure.test_release_plan_evidence import SLICE, _evidence
 
 COPIES_PLAN = replace(PLAN, copies=True)
@@ -42,9 +50,20 @@ def _pair(a: str, b: str, **changes: object) -> ReleaseRequest:
 
 
 def _scored(plan: ReleasePlan = COPIES_PLAN) -> tuple[PlanTracker, dict[str, np.ndarray]]:
+    """Run the scoring passes; the final scores use the whitening the tracker derived."""
     preds = _preds()
     tracker = PlanTracker(plan=plan, enrolled=frozenset(IDS))
-    _through_scores(tracker, preds)
+    backend = PlainBackend(preds)
+    for pid, s in backend.ranking_scores(list(IDS), 400).items():
+        tracker.record(_score(pid, "ranking"), np.array([s]))
+    subset = tracker.subset or ()
+    tracker.record(_moments(subset), backend.moments(list(subset), 400))
+    w = tracker.whiten
+    assert w is not None
+    for pid, s in backend.final_scores(list(IDS), list(subset), w).items():
+        request = _score(pid, "final", centre=subset, whiten=w)
+        assert tracker.reason(request) is None
+        tracker.record(request, np.array([s]))
     return tracker, preds
 
 
@@ -76,6 +95,8 @@ def test_copies_come_after_the_final_scores_and_count_only_at_the_last_pair() ->
 
 
 def test_with_a_labeled_slice_the_copies_follow_the_evidence() -> None:
+    fresh = PlanTracker(plan=COPIES_PLAN, enrolled=frozenset(IDS))
+    assert "'ranking' now, not 'copies'" in str(fresh.reason(_pair("a", "b")))  # before scoring
     tracker, preds = _scored(replace(COPIES_PLAN, evidence=SLICE))
     assert tracker.phase == "evidence"
     assert "'evidence' now, not 'copies'" in str(tracker.reason(_pair("a", "b")))

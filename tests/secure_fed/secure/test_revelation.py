@@ -19,6 +19,8 @@ def _check_log(log, min_participants: int) -> int:  # type: ignore[no-untyped-de
         if r.purpose in AGGREGATE_PURPOSES or r.purpose == "aggregate":
             assert r.contributors >= min_participants
             assert len(set(r.participant_ids)) >= min_participants
+        elif r.purpose == "distance":  # ckks copies step: kept by the key authority
+            assert r.contributors == 2 and r.shape == (1,)
         else:
             assert r.purpose == "score" and r.contributors == 1
             assert r.shape == (1,)  # one scalar, never a vector
@@ -39,9 +41,12 @@ def test_only_aggregates_and_scalar_scores_are_revealed(mode: str, tmp_path) -> 
         assert state.excluded == ["p04"]
     log = dep.helper.log if mode == "shares" else dep.authority.log
     released = _check_log(log, MIN)
-    # per round: two scores per participant, ONE covariance, ONE publication; no mean
-    assert released == 2 * (2 * K + 2)
-    assert {r.purpose for r in log if r.released} == {"moments", "score", "aggregate"}
-    assert len(sink.named("decryption.released")) == released
+    # per round: two scores per participant, ONE covariance, ONE publication; no mean;
+    # ckks: one distance per pair of the K - 1 accepted, then ONE release of their counts
+    pairs = (K - 1) * (K - 2) // 2 if mode == "ckks" else 0
+    assert released == 2 * (2 * K + 2 + pairs)
+    purposes = {"moments", "score", "aggregate", *(("distance",) if pairs else ())}
+    assert {r.purpose for r in log if r.released} == purposes
+    assert len(sink.named("decryption.released")) == released + (2 if pairs else 0)
     assert len(sink.named("outlier.decision")) == 2 * K
     assert not sink.named("upload.rejected")

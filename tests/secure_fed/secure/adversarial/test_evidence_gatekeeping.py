@@ -263,7 +263,8 @@ def test_a_forged_ckks_evidence_is_decrypted_but_named_by_the_recomputation(
         for e in run.sink.named("decryption.requested")
         if e.get("epoch") == scoring.fingerprint.hex()
     ]
-    assert len(requests) == 3 * K + 1  # ranking, final and evidence per participant, moments
+    # ranking, final and evidence per participant, moments, and the copies step's pairs
+    assert len(requests) == 3 * K + 1 + K * (K - 1) // 2
     findings = recompute_requests(
         requests,
         uploads={1: {p: u.payload for p, u in run.engine.state(1).uploads.items()}},

@@ -31,7 +31,9 @@ def _scored(dep, harness, preds, round_id: int = 1):  # type: ignore[no-untyped-
         harness.verifier.accept(harness.envelope(pid, matrix, round_id), round_id=round_id)
     harness.engine.close(round_id)
     harness.engine.filter(round_id)
-    return harness.engine._live_handles(harness.engine.state(round_id))
+    handles = harness.engine._live_handles(harness.engine.state(round_id))
+    harness.engine.aggregator.copies(handles, round_id=round_id)  # the plan's copies step, if any
+    return handles
 
 
 def _fresh(mode: str, k: int, tmp_path: Path, quorum: int = 3):  # type: ignore[no-untyped-def]
