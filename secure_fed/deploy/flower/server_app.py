@@ -21,7 +21,9 @@ What it does, in order:
    the aggregator as it arrives, records the nodes that sent nothing before the
    deadline as dropouts (``participant.dropped``) and finishes the round (it
    publishes while at least ``min_participants`` uploads were accepted, else it
-   aborts);
+   aborts). A round that cannot even open (the key authority or helper is
+   down) ends the run: every later round would fail alike; run again once
+   the party is back (the round was never stored, so it runs then);
 4. sends the last round's publication to every node that answered it, which
    distills.
 
@@ -59,6 +61,9 @@ _log = logging.getLogger(__name__)
 
 #: Seconds between two pulls of replies from the SuperLink.
 POLL_SECONDS = 0.5
+
+#: Seconds after which a node that has not answered ``HELLO`` is asked again.
+HELLO_RETRY_SECONDS = 30.0
 
 
 def run_config_file(context: Context) -> Path:
@@ -105,6 +110,9 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
         last = run_round(grid, node, members, rid, previous=last)
         outcomes[rid] = last.text
         _log.info("round %d: %s", rid, last.text)
+        if not last.opened:  # a party is down: every later round would fail alike
+            _log.warning("the run stops: round %d could not open; run again once fixed", rid)
+            break
     if last.publication is not None:
         acks = send_publication(grid, node, members, last)
         _log.info("%d of %d nodes acknowledged the last publication", acks, len(last.answered))
@@ -113,32 +121,45 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a round ended: its text, its publication (None unless published), who answered."""
+    """How a round ended: its text, its publication (None unless published), who answered.
+
+    ``opened`` is False when the round could not even open (a party is down).
+    """
 
     text: str
     publication: bytes | None
     answered: frozenset[str]
+    opened: bool = True
 
 
 def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
     """Map participant ids to node ids, asking every node that connects (``HELLO``).
 
-    Asks each node once as it appears and collects the answers until every
-    participant of ``server.toml`` answered or ``server.join_timeout`` passed.
+    Asks each node as it appears, and again every ``HELLO_RETRY_SECONDS`` while
+    it has not answered (a SuperNode reconnecting after a SuperLink restart can
+    lose a message), until every participant of ``server.toml`` answered or
+    ``server.join_timeout`` passed.
     """
     wanted = set(node.config.federation.participant_ids or ())
     members: dict[str, int] = {}
-    asked: set[int] = set()
+    answered: set[int] = set()
+    asked: dict[int, float] = {}
     pending: set[str] = set()
     end = time.monotonic() + node.config.join_timeout
     while wanted - set(members) and time.monotonic() < end:
-        fresh = [n for n in grid.get_node_ids() if n not in asked]
-        asked.update(fresh)
-        if fresh:
-            hellos = [Message(pack(), n, HELLO, group_id="hello") for n in fresh]
+        now = time.monotonic()
+        due = [
+            n
+            for n in grid.get_node_ids()
+            if n not in answered and now - asked.get(n, -HELLO_RETRY_SECONDS) >= HELLO_RETRY_SECONDS
+        ]
+        asked.update(dict.fromkeys(due, now))
+        if due:
+            hellos = [Message(pack(), n, HELLO, group_id="hello") for n in due]
             pending.update(grid.push_messages(hellos))
         for reply in grid.pull_messages(list(pending)) if pending else []:
             pending.discard(reply.metadata.reply_to_message_id)
+            answered.add(reply.metadata.src_node_id)
             pid = _hello_id(reply, wanted)
             if pid is not None:
                 members[pid] = reply.metadata.src_node_id
@@ -200,7 +221,7 @@ def run_round(
         config = node.handler.open_round(node.round_config(rid))
     except SecureFedError as exc:  # e.g. the key authority is down: no round to collect for
         node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
-        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset())
+        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset(), opened=False)
     plan = list(node.config.federation.participant_ids or ())
     by_node = {n: pid for pid, n in members.items()}
     answered: set[str] = set()
