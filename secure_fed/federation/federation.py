@@ -396,12 +396,24 @@ class Federation:
             publication = self.aggregator.finish_round(rid)
         except TooFewParticipants as exc:
             reason = exc.message
+        except SecureFedError as exc:  # a party refused (scoring, plan...): this round only
+            reason = self._abort(rid, exc)
         else:
             for member in self.members:
                 self._stage("distilling", member.participant.participant_id)
                 member.handler.handle_publication(publication)
         self._stage("evaluating")
         return self._result(rid, reason, self.clock() - start)
+
+    def _abort(self, rid: int, exc: SecureFedError) -> str:
+        """Abort round ``rid`` after a party's refusal; audit it (``round.aborted``)."""
+        reason = f"{exc.code}: {exc.message}"
+        stage = self.engine.state(rid).stage
+        if stage.value not in ("published", "aborted"):
+            self.engine.abort(rid, reason=reason)
+        self.audit.record("round.aborted", {"round": rid, "stage": stage.value, "reason": reason})
+        _log.warning("round %d aborted (was %s): %s", rid, stage.value, reason)
+        return reason
 
     def _result(self, rid: int, reason: str | None, seconds: float) -> RoundResult:
         state = self.engine.state(rid)
