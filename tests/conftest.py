@@ -44,14 +44,3 @@ if _PROFILE is not None:
         rss, peak = _memory_kib()
         with _OUT.open("a", encoding="utf-8") as out:
             out.write(f"{item.nodeid}\t{rss // 1024}\t{peak // 1024}\t{(peak - before) // 1024}\n")
-
-
-#: Modules that run longest (federations of real processes) are collected first, so
-#: that on two workers (``scripts/test``: ``-n 2 --dist loadscope``) one of them
-#: starts at once instead of running alone at the end.
-_LONGEST_FIRST = ("tests/e2e/",)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the longest modules to the front (a stable sort keeps every other order)."""
-    items.sort(key=lambda item: not item.nodeid.startswith(_LONGEST_FIRST))
