@@ -456,6 +456,17 @@ def _signed_plan(signer: ServerSigningKey, plan_round: int, round_id: int, purpo
     )
 
 
+def _plan_denied(reason: str) -> list[tuple[str, dict[str, str]]]:
+    """The one audit event of a plan request refused as unauthenticated."""
+    event = {
+        "party": "key_authority",
+        "op": "plan",
+        "code": "SERVER_REQUEST_UNAUTHENTICATED",
+        "reason": reason,
+    }
+    return [("access.denied", event)]
+
+
 @pytest.mark.parametrize(
     ("plan_round", "round_id", "purpose", "reason"),
     [
@@ -472,17 +483,7 @@ def test_a_signed_request_that_is_no_plan_of_its_round_fixes_nothing(
     with pytest.raises(ServerRequestUnauthenticated) as refused:
         ka.install_plan(_signed_plan(signer, plan_round, round_id, purpose))
     assert str(refused.value) == f"[SERVER_REQUEST_UNAUTHENTICATED] {reason}"
-    assert sink.events == [
-        (
-            "access.denied",
-            {
-                "party": "key_authority",
-                "op": "plan",
-                "code": "SERVER_REQUEST_UNAUTHENTICATED",
-                "reason": str(refused.value),
-            },
-        )
-    ]
+    assert sink.events == _plan_denied(str(refused.value))
     assert ka.plans.trackers == {}
 
 
@@ -515,15 +516,5 @@ def test_a_plan_signed_by_another_key_is_denied_under_the_plan_operation() -> No
     forger = ServerSigningKey.generate("aggregator")  # the enrolled name, another key
     with pytest.raises(ServerRequestUnauthenticated) as refused:
         ka.install_plan(_signed_plan(forger, 5, 5, "plan"))
-    assert sink.events == [
-        (
-            "access.denied",
-            {
-                "party": "key_authority",
-                "op": "plan",
-                "code": "SERVER_REQUEST_UNAUTHENTICATED",
-                "reason": str(refused.value),
-            },
-        )
-    ]
+    assert sink.events == _plan_denied(str(refused.value))
     assert ka.plans.trackers == {}
