@@ -29,6 +29,7 @@ from crypto.shares.range_check import (
     deal_range_check,
     range_check,
     range_cost,
+    range_verdicts,
     require_in_range,
 )
 from crypto.shares.wire import ShareMacKey
@@ -55,6 +56,7 @@ __all__ = [
     "expand_seed",
     "range_check",
     "range_cost",
+    "range_verdicts",
     "reconstruct",
     "require_in_range",
     "secure_multiply",

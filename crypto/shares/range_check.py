@@ -15,7 +15,9 @@ shared bits: the per-bit leaves are local and a log-depth prefix tree (or a
 ripple chain) combines them. The AND of the verdicts of all values is a tree
 of word ANDs, and only that one bit is opened. The check is exact: an
 out-of-range value is rejected with certainty (soundness error 0) when both
-servers follow the protocol.
+servers follow the protocol. With ``RangeSpec(each=True)`` there is no AND
+tree: each value's verdict is opened (one bit per value, :attr:`RangeCheckParty.verdicts`),
+as a threshold comparison of many hidden values needs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from crypto.shares.bitslice import (
     bitslice,
     pack_lanes,
     padding_mask,
+    unpack_lanes,
+    words_for,
     xor_public,
 )
 from crypto.shares.prg import ShareLabel
@@ -57,6 +61,7 @@ __all__ = [
     "deal_range_check",
     "range_check",
     "range_cost",
+    "range_verdicts",
     "require_in_range",
 ]
 
@@ -107,6 +112,8 @@ def _circuit(party: int, spec: RangeSpec, c: RingArray, r_bits: Words) -> Circui
     flags = xor_public(lt[0] ^ lt[1], pack_lanes(c < np.uint64(spec.width)), party=party)
     pad = padding_mask(c.size)
     flags[-1] = (flags[-1] | pad) if party == 0 else (flags[-1] & ~pad & ALL_ONES)
+    if spec.each:  # every value's verdict is opened
+        return flags
     return (yield from _and_all(party, flags))
 
 
@@ -137,7 +144,8 @@ class RangeCheckParty:
         self._circuit: Circuit | None = None
         self._pending: tuple[Words, Words, tuple[Words, Words, Words]] | None = None
         self._masked: RingArray | None = None
-        self._used, self._out, self._valid = 0, np.uint64(0), False
+        self._used, self._out = 0, np.zeros(1, dtype=np.uint64)
+        self._verdicts = np.zeros(0, dtype=bool)
         self._r_bits: Words | None = None
         self._triples: tuple[Words, Words, Words] | None = None
 
@@ -154,9 +162,14 @@ class RangeCheckParty:
     @property
     def valid(self) -> bool:
         """The verdict: True iff every value is within the bounds."""
+        return bool(self.verdicts.all())
+
+    @property
+    def verdicts(self) -> np.ndarray:
+        """One verdict per value (``RangeSpec(each=True)``); otherwise the one AND verdict."""
         if self._stage != "done":
             raise ParameterInvalid(f"no verdict in stage {self._stage!r}")
-        return self._valid
+        return self._verdicts.copy()
 
     def start(self, share: RingArray) -> bytes:
         """Return message 0: this party's share of ``c = (v - lower) + r``."""
@@ -187,7 +200,11 @@ class RangeCheckParty:
             return self._drive(None)
         if self._stage == "circuit":
             return self._drive(self._finish_and(words))
-        self._valid = bool(int((self._out ^ words[0]) & _ONE))
+        opened = self._out ^ words
+        if self._material.spec.each:
+            self._verdicts = unpack_lanes(opened, self._material.count)
+        else:
+            self._verdicts = np.array([bool(int(opened[0] & _ONE))])
         self._stage = "done"
         logger.debug("range check %s: verdict reached", self._material.label.tensor)
         return None
@@ -199,8 +216,10 @@ class RangeCheckParty:
         except StopIteration as stop:
             if self._used != self._triples[0].size:  # type: ignore[index]
                 raise ParameterInvalid("dealt AND triples do not match the circuit") from None
-            self._out, self._stage, self._triples = stop.value.reshape(-1)[0], "output", None
-            return self._send(np.array([self._out], dtype=np.uint64))
+            out = stop.value.reshape(-1)
+            self._out = out if self._material.spec.each else out[:1]
+            self._stage, self._triples = "output", None
+            return self._send(self._out)
         assert self._triples is not None
         lo, hi = self._used, self._used + x.size
         if hi > self._triples[0].size:
@@ -241,7 +260,7 @@ class RangeCheckParty:
         if self._stage == "circuit":
             assert self._pending is not None
             return 2 * self._pending[0].size
-        return 1
+        return words_for(self._material.count) if self._material.spec.each else 1
 
     def _receive(self, blob: bytes) -> Words:
         frame = wire.unpack(
@@ -265,6 +284,9 @@ def range_check(
 ) -> bool:
     """Deal and run both parties in-process (messages as bytes); return the verdict.
 
+    With ``spec.each`` the verdict is True iff every value is in range
+    (:func:`range_verdicts` returns them one by one).
+
     Parameters
     ----------
     shares
@@ -276,6 +298,20 @@ def range_check(
     spec
         Bounds and layout.
     """
+    return bool(range_verdicts(shares, label=label, channel_key=channel_key, spec=spec).all())
+
+
+def range_verdicts(
+    shares: tuple[RingArray, RingArray],
+    *,
+    label: ShareLabel,
+    channel_key: wire.ShareMacKey,
+    spec: RangeSpec = RANGE_PREDICTIONS,
+) -> np.ndarray:
+    """Deal and run both parties in-process; return the opened verdicts.
+
+    One boolean per value when ``spec.each``, else one (the AND of all).
+    """
     count = as_ring(shares[0], name="share0").size
     m0, m1 = deal_range_check(count, label=label, spec=spec)
     p0 = RangeCheckParty(material=m0, channel_key=channel_key)
@@ -286,9 +322,9 @@ def range_check(
         if next0 is None or next1 is None:
             break
         out0, out1 = next0, next1
-    if p0.valid != p1.valid:
+    if not np.array_equal(p0.verdicts, p1.verdicts):
         raise ParameterInvalid("the two parties reached different verdicts")
-    return p0.valid
+    return p0.verdicts
 
 
 def require_in_range(

@@ -48,6 +48,10 @@ class RangeSpec:
     layout
         ``"prefix"`` (log-depth comparison, 6 AND layers) or ``"ripple"`` (63 layers,
         half the AND gates).
+    each
+        False (default): one bit is opened, the AND of every value's verdict.
+        True: one bit per value is opened (its own verdict; no AND tree), e.g. one
+        "within the threshold" bit per pair distance.
 
     Raises
     ------
@@ -58,6 +62,7 @@ class RangeSpec:
     lower: int
     upper: int
     layout: str = "prefix"
+    each: bool = False
 
     def __post_init__(self) -> None:
         for name in ("lower", "upper"):
@@ -68,6 +73,8 @@ class RangeSpec:
             raise ParameterInvalid(f"lower {self.lower} exceeds upper {self.upper}")
         if self.layout not in LAYOUTS:
             raise ParameterInvalid(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if not isinstance(self.each, bool):
+            raise ParameterInvalid(f"each must be a bool, got {self.each!r}")
 
     @classmethod
     def for_codec(cls, codec: FixedPointCodec, *, layout: str = "prefix") -> RangeSpec:
@@ -80,8 +87,9 @@ class RangeSpec:
         return self.upper - self.lower + 1
 
     def domain(self) -> bytes:
-        """PRG domain of this spec's material (binds bounds and layout)."""
-        return f"range/{self.lower}/{self.upper}/{self.layout}".encode()
+        """PRG domain of this spec's material (binds bounds, layout and the verdicts opened)."""
+        tail = "/each" if self.each else ""
+        return f"range/{self.lower}/{self.upper}/{self.layout}{tail}".encode()
 
     def comparison_layers(self) -> list[int]:
         """AND words per comparison layer, per ``W`` words (two comparisons in parallel)."""
@@ -97,6 +105,8 @@ class RangeSpec:
         """Return the AND words of every layer of the circuit for ``count`` values."""
         width = words_for(count)
         layers = [k * width for k in self.comparison_layers()]
+        if self.each:  # every value's verdict is opened: no AND tree
+            return layers
         while width > 1:
             layers.append(width // 2)
             width = width // 2 + width % 2
@@ -133,7 +143,7 @@ class RangeCost:
 def range_cost(count: int, *, spec: RangeSpec = RANGE_PREDICTIONS, label: ShareLabel) -> RangeCost:
     """Return the exact :class:`RangeCost` of checking ``count`` values under ``spec``."""
     layers = spec.and_layers(count)
-    sizes = [8 * count, *(16 * m for m in layers), 8]
+    sizes = [8 * count, *(16 * m for m in layers), 8 * (words_for(count) if spec.each else 1)]
     exchanged = sum(wire.frame_overhead(_step_label(label, i)) + n for i, n in enumerate(sizes))
     total = sum(layers)
     explicit = _HEAD_WORDS + RING_BITS * words_for(count) + total
