@@ -10,6 +10,11 @@ the nodes; this module holds the bookkeeping a deployment adds:
 * :meth:`AggregatorNode.abort_unfinished` -- after a restart, every round the
   store still holds open is aborted (``round.aborted``), nothing of it is
   released, and the federation goes on with the next round id;
+* :meth:`AggregatorNode.last_publication` -- after a restart, the newest
+  published round's publication, read back from the round store (the engine
+  stores the bytes with the ``published`` stage, in the same transaction) and
+  checked against the SM3 stored with it and the SM3 the audit log recorded
+  for the round, so the ServerApp sends it again;
 * :meth:`AggregatorNode.record_dropout` -- a node that did not answer a round
   in time is recorded (``participant.dropped``); the round goes on while at
   least ``min_participants`` uploads arrive (the engine's rule).
@@ -20,27 +25,37 @@ retried (the distillation schedules are indexed by round id).
 
 from __future__ import annotations
 
+import hmac
+import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from crypto.sm import SM2PrivateKey, SM2PublicKey
+from crypto.sm.sm3 import sm3_digest
 from privacy_ledger.audit.events import register_event
 from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.budget.service import PrivacyLedger
 from privacy_ledger.errors import ParticipantConflict
 from secure_fed.deploy.config_errors import ServerConfigInvalid
+from secure_fed.deploy.errors import StoredPublicationInvalid
 from secure_fed.deploy.keys import MANIFEST, load_aggregator
 from secure_fed.deploy.server_config import ServerConfig, settings_of
 from secure_fed.deploy.tls import ClientTLS
 from secure_fed.deploy.transport import AuthorityChannels, remote_authority, remote_helper
-from secure_fed.errors import RoundStateError
+from secure_fed.errors import RoundStateError, SecureFedError
 from secure_fed.federation.builders import AggregatorParts, build_aggregator, private_parts
 from secure_fed.federation.config import ASSET_ID, PlannedParticipant, plan_participants
 from secure_fed.federation.evidence import carve_evidence
-from secure_fed.federation.stages import RoundConfig
+from secure_fed.federation.messages import decode_publication
+from secure_fed.federation.stages import RoundConfig, RoundState, Stage
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.learning.data import load_task
 from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
@@ -50,7 +65,7 @@ from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
-__all__ = ["PARTICIPANT_DROPPED", "AggregatorNode"]
+__all__ = ["PARTICIPANT_DROPPED", "AggregatorNode", "PublishedRound"]
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +118,15 @@ def _enrol(
         except ParticipantConflict:
             _log.info("participant %s is registered already with other attributes; kept", pid)
         ledger.register_asset(pid, ASSET_ID)
+
+
+@dataclass(frozen=True)
+class PublishedRound:
+    """A published round read back from the store: its id, publication and accepted uploaders."""
+
+    round_id: int
+    publication: bytes
+    accepted: frozenset[str]
 
 
 class AggregatorNode:
@@ -180,6 +204,81 @@ class AggregatorNode:
             self.abort_round(stored.round_id, reason=why)
             aborted.append(stored.round_id)
         return aborted
+
+    def last_publication(self) -> PublishedRound | None:
+        """Return the newest published round's publication, checked, with its accepted uploaders.
+
+        None when no round was published, or the newest published round was
+        stored before publications were kept (logged). Rounds aborted after it
+        are passed over: their nodes may never have received it.
+
+        Raises
+        ------
+        StoredPublicationInvalid
+            If the stored publication cannot be read, does not match the SM3
+            stored with it or the SM3 the audit log recorded for the round, or
+            is not that round's publication.
+        """
+        store = self.engine.store
+        for rid in range(store.last_round_id() or 0, 0, -1):
+            try:
+                state = store.load(rid)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise StoredPublicationInvalid(f"round {rid}: the stored state: {exc}") from None
+            if state is not None and state.stage is Stage.PUBLISHED:
+                return self._checked(state)
+        return None
+
+    def _checked(self, state: RoundState) -> PublishedRound | None:
+        """Check a published round's stored publication (see :meth:`last_publication`)."""
+        rid, publication = state.round_id, state.publication
+        if publication is None:
+            _log.warning("round %d was stored without its publication; it is not sent again", rid)
+            return None
+        digest = sm3_digest(publication).hex()
+        if not hmac.compare_digest(digest, state.publication_sm3 or ""):
+            raise StoredPublicationInvalid(
+                f"round {rid}: the stored publication does not match the SM3 stored with it"
+            )
+        audited = self._audited_digests(rid)
+        if audited is not None and not any(hmac.compare_digest(digest, d) for d in audited):
+            raise StoredPublicationInvalid(
+                f"round {rid}: the stored publication's SM3 {digest} is not the one the "
+                "audit log recorded for the round"
+            )
+        try:
+            found = decode_publication(publication, max_bytes=len(publication)).round_id
+        except SecureFedError as exc:
+            raise StoredPublicationInvalid(f"round {rid}: {exc.message}") from None
+        if found != rid:
+            raise StoredPublicationInvalid(
+                f"round {rid}: the stored publication is round {found}'s"
+            )
+        return PublishedRound(
+            round_id=rid, publication=publication, accepted=frozenset(state.uploads)
+        )
+
+    def _audited_digests(self, round_id: int) -> list[str] | None:
+        """Publication SM3s the audit log's ``outlier.decision`` events give ``round_id``.
+
+        None when the audit sink is not the ledger's (nothing to read back).
+        """
+        if not isinstance(self.audit, LedgerAuditSink):
+            return None
+        query = select(AuditEntryRow.entry).where(AuditEntryRow.event == "outlier.decision")
+        with Session(self.audit.engine) as session:
+            entries = session.execute(query).scalars().all()
+        digests = []
+        for entry in entries:
+            try:
+                fields = json.loads(bytes(entry)).get("fields", {})
+            except (ValueError, AttributeError):  # vouches for nothing (ledger verify flags it)
+                continue
+            if fields.get("round_id") == round_id and isinstance(
+                fields.get("publication_sm3"), str
+            ):
+                digests.append(fields["publication_sm3"])
+        return digests
 
     def abort_round(self, round_id: int, *, reason: str) -> None:
         """Abort ``round_id`` unless it already ended, and record it (``round.aborted``)."""

@@ -9,13 +9,19 @@ operator's own configuration (:class:`ConfigurationInvalid`). Codes are document
 
 from __future__ import annotations
 
-from secure_fed.errors import ConfigurationInvalid, ReleaseRefused, ServerRequestUnauthenticated
+from secure_fed.errors import (
+    ConfigurationInvalid,
+    ReleaseRefused,
+    RoundStateError,
+    ServerRequestUnauthenticated,
+)
 
 __all__ = [
     "KeyDirectoryInvalid",
     "PartyReplyInvalid",
     "PartyUnavailable",
     "PeerRefused",
+    "StoredPublicationInvalid",
     "TlsConfigInvalid",
 ]
 
@@ -55,3 +61,13 @@ class PeerRefused(ServerRequestUnauthenticated):
     """
 
     code = "DEPLOY_PEER_REFUSED"
+
+
+class StoredPublicationInvalid(RoundStateError):
+    """A published round's stored publication fails its integrity check; it is not sent.
+
+    Its bytes do not match the SM3 stored with them or the SM3 the audit log
+    recorded for the round, or they do not decode as that round's publication.
+    """
+
+    code = "DEPLOY_STORED_PUBLICATION_INVALID"

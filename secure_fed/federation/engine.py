@@ -402,6 +402,7 @@ class RoundEngine:
         )
         state.weighting_history = dict(self.weighting.history)
         state.publication_sm3 = sm3_digest(message).hex()
+        state.publication = message  # stored with the stage: a restarted server sends it again
         self._record(state, decisions, terms)
         self._move(state, Stage.PUBLISHED)
         self._handles.pop(round_id, None)

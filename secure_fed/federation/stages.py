@@ -187,6 +187,7 @@ class RoundState:
     weights: dict[str, float] = field(default_factory=dict)
     weighting_history: dict[str, float] = field(default_factory=dict)
     publication_sm3: str | None = None
+    publication: bytes | None = None
     reason: str | None = None
     log: list[tuple[str, float]] = field(default_factory=list)
 
@@ -217,6 +218,9 @@ class RoundState:
             "weights": self.weights,
             "weighting_history": self.weighting_history,
             "publication_sm3": self.publication_sm3,
+            "publication": (
+                None if self.publication is None else base64.b64encode(self.publication).decode()
+            ),
             "reason": self.reason,
             "log": [list(entry) for entry in self.log],
         }
@@ -239,9 +243,25 @@ class RoundState:
             weights=dict(data["weights"]),  # type: ignore[call-overload]
             weighting_history=dict(data["weighting_history"]),  # type: ignore[call-overload]
             publication_sm3=data["publication_sm3"],  # type: ignore[arg-type]
+            publication=_publication(data.get("publication")),
             reason=data["reason"],  # type: ignore[arg-type]
             log=[(str(s), float(t)) for s, t in data["log"]],  # type: ignore[attr-defined]
         )
+
+
+def _publication(raw: object) -> bytes | None:
+    """Decode the stored publication (None: unpublished, or stored before it was kept).
+
+    Raises
+    ------
+    ValueError
+        If the stored value is not base64 text.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ValueError("the stored publication is not base64 text")
+    return base64.b64decode(raw, validate=True)
 
 
 def advance(state: RoundState, target: Stage, *, at: float, reason: str | None = None) -> None:

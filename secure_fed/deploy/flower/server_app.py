@@ -10,8 +10,11 @@ Started by ``flwr run`` against the operator's SuperLink, with the path of
 
 What it does, in order:
 
-1. builds the aggregator from ``server.toml`` and aborts every round a
-   previous ServerApp left unfinished in the store;
+1. builds the aggregator from ``server.toml``, aborts every round a
+   previous ServerApp left unfinished in the store and reads back the newest
+   published round's publication (checked by SM3 against the store and the
+   audit log; a mismatch stops the run with ``StoredPublicationInvalid``), to
+   send it again: a restarted ServerApp does not know which nodes received it;
 2. asks every connected node who it is (``query.secure_fed_hello``) until all
    participants of ``server.toml`` answered or ``server.join_timeout`` passed;
 3. per round id still to run: opens the round, sends the round config to every
@@ -25,7 +28,13 @@ What it does, in order:
    down) ends the run: every later round would fail alike; run again once
    the party is back (the round was never stored, so it runs then);
 4. sends the last round's publication to every node that answered it, which
-   distills.
+   distills; after a restart with no round left to run, the publication read
+   back in step 1 goes out alone.
+
+The first round after a restart carries the read-back publication to the
+nodes whose uploads that round accepted (the store keeps those, not every
+node that answered). A node distills a round's publication at most once: a
+copy it already distilled is acknowledged, nothing more.
 
 No protocol logic lives here: the handlers decide; this module moves bytes.
 """
@@ -55,7 +64,14 @@ from secure_fed.deploy.flower.messages import (
 from secure_fed.deploy.server_config import load_server_config
 from secure_fed.errors import SecureFedError, TooFewParticipants
 
-__all__ = ["Outcome", "app", "make_server_app", "run_config_file", "run_federation"]
+__all__ = [
+    "Outcome",
+    "app",
+    "make_server_app",
+    "resumed",
+    "run_config_file",
+    "run_federation",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -103,9 +119,9 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
     """Run every round still to run; return ``{round id: published | aborted: reason}``."""
     for rid in node.abort_unfinished():
         _log.warning("round %d was left unfinished and is aborted", rid)
+    last = resumed(node)
     members = discover(grid, node)
     outcomes: dict[int, str] = {}
-    last = Outcome(text="", publication=None, answered=frozenset())
     for rid in node.next_round_ids():
         last = run_round(grid, node, members, rid, previous=last)
         outcomes[rid] = last.text
@@ -130,6 +146,24 @@ class Outcome:
     publication: bytes | None
     answered: frozenset[str]
     opened: bool = True
+
+
+def resumed(node: AggregatorNode) -> Outcome:
+    """Return the newest published round as an outcome, to send its publication again.
+
+    Its ``answered`` are the nodes whose uploads the round accepted. An empty
+    outcome when nothing was published yet.
+
+    Raises
+    ------
+    StoredPublicationInvalid
+        If the stored publication fails its integrity check.
+    """
+    published = node.last_publication()
+    if published is None:
+        return Outcome(text="", publication=None, answered=frozenset())
+    _log.info("round %d's publication is read back to be sent again", published.round_id)
+    return Outcome(text="published", publication=published.publication, answered=published.accepted)
 
 
 def discover(grid: Grid, node: AggregatorNode) -> dict[str, int]:
