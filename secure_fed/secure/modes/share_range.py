@@ -39,7 +39,15 @@ from crypto.shares import (
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadOutOfRange
 from secure_fed.wire import HELPER_REPLY, decode_frame
 
-__all__ = ["RANGE_PARTICIPANT", "RANGE_SPEC", "HelperRangeChecks", "RangeDealer", "check_upload"]
+__all__ = [
+    "COMPARE_PARTICIPANT",
+    "RANGE_PARTICIPANT",
+    "RANGE_SPEC",
+    "HelperRangeChecks",
+    "RangeDealer",
+    "check_upload",
+    "compare_spec",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +56,19 @@ RANGE_SPEC = RangeSpec.for_codec(RING_PREDICTIONS)
 RANGE_PARTICIPANT = "range-check"
 """Participant field of the labels of range-check material and messages."""
 
+COMPARE_PARTICIPANT = "compare"
+"""Participant field of the labels of per-value comparison material (the copies step)."""
+
 Reply = tuple[dict[str, object], bytes]
+
+
+def compare_spec(upper: int) -> RangeSpec:
+    """Return the per-value comparison ``0 <= v <= upper``: one opened bit per value.
+
+    The copies step runs it on the hidden pair distances (``v >= 0`` always: a sum of
+    squares that cannot wrap), so each bit says "within the threshold".
+    """
+    return RangeSpec(lower=0, upper=upper, each=True)
 
 
 class RangeDealer(Protocol):

@@ -12,9 +12,10 @@ Server side (:class:`SharesAggregator`, party 0, holding :class:`SharesKeys`) an
 local steps; the key authority deals Beaver triples and holds no shares.
 Openings happen only through the helper's gate: weighted sums over at least
 ``min_participants``, pooled second moments, scalar scores (one
-:class:`SharesScoringRound` per round). A participant that drops out
-contributes nothing: sums run over the uploads present. A tampered share fails
-its tag (``ShareTampered`` -> ``UploadMalformed``).
+:class:`SharesScoringRound` per round), evidence scalars, and at the plan's
+``copies`` step one "within the threshold" bit per pair (never a distance). A
+participant that drops out contributes nothing: sums run over the uploads
+present. A tampered share fails its tag (``ShareTampered`` -> ``UploadMalformed``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from secure_fed.secure.mode import (
 )
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator, score_request
+from secure_fed.secure.modes.share_copies import count_copies, run_copies
 from secure_fed.secure.modes.share_ops import (
     centred_difference,
     check_moment_room,
@@ -74,7 +76,11 @@ from secure_fed.secure.parties.helper import (
     reply_array,
     seal_key,
 )
-from secure_fed.secure.parties.key_authority import KeyAuthority, deal_request
+from secure_fed.secure.parties.key_authority import (
+    KeyAuthority,
+    compare_request,
+    deal_request,
+)
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
@@ -178,6 +184,9 @@ class SharesKeys:
         Byte channel to the dealer of the range check every upload passes at load
         (the key authority's :meth:`~KeyAuthority.handle_deal_range`); it deals only
         for requests signed with ``signing_key``.
+    compare_dealer
+        Byte channel to the dealer of the copies step's per-pair comparison (the
+        key authority's :meth:`~KeyAuthority.handle_deal_compare`), signed likewise.
     request_key
         HMAC-SM3 key of the aggregator's requests to the helper (it tags every
         request: plan, load, range, linear, open, finish; the helper serves none
@@ -192,6 +201,7 @@ class SharesKeys:
     dealer_key: ShareMacKey
     channel_key: ShareMacKey
     range_dealer: RangeDealer | None = None
+    compare_dealer: RangeDealer | None = None
     request_key: ChannelKey | None = field(default=None, repr=False)
     signing_key: ServerSigningKey | None = field(default=None, repr=False)
 
@@ -250,6 +260,23 @@ class SharesKeys:
             round_id=round_id, tensor=tensor, count=count, signer=self.signing_key, purpose="range"
         )
         return self.range_dealer(request)
+
+    def deal_compare(
+        self, *, round_id: int, tensor: str, count: int, upper: int
+    ) -> tuple[bytes, bytes]:
+        """Ask for ``count`` per-value comparisons with ``[0, upper]`` (the copies step), signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no comparison dealer or no signing key is configured.
+        """
+        if self.compare_dealer is None or self.signing_key is None:
+            raise ModeSetupInvalid("a comparison dealer and signing_key are needed for copies")
+        request = compare_request(
+            round_id=round_id, tensor=tensor, count=count, upper=upper, signer=self.signing_key
+        )
+        return self.compare_dealer(request)
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SharesKeys cannot be pickled")
@@ -359,6 +386,11 @@ class SharesAggregator(PlannedAggregator):
         Robust pooled Mahalanobis parameters (defaults when ``None``).
     min_participants
         The helper's minimum (a default release plan asks for it).
+    detect_copies
+        Ask the engine's plans for the ``copies`` step (one within-threshold bit
+        per pair of the accepted set, opened to both servers, no distance):
+        ``u_k = 1 / (1 + copies_k)`` applies as in the other modes. ``None``
+        (default): when ``keys`` has a comparison dealer (``compare_dealer``).
     """
 
     def __init__(
@@ -369,6 +401,7 @@ class SharesAggregator(PlannedAggregator):
         keys: SharesKeys,
         scoring: ScoringConfig | None = None,
         min_participants: int = 2,
+        detect_copies: bool | None = None,
     ) -> None:
         if not isinstance(keys, SharesKeys):
             raise ModeSetupInvalid("keys must be SharesKeys (secrets, helper, dealer, MAC keys)")
@@ -378,6 +411,8 @@ class SharesAggregator(PlannedAggregator):
         }
         self.scoring = scoring or ScoringConfig()
         self.min_participants = min_participants
+        found = keys.compare_dealer is not None if detect_copies is None else detect_copies
+        self.detects_copies = bool(found)
         self._plans: dict[int, PlanTracker] = {}
 
     def begin_round(self, plan: ReleasePlan) -> None:
@@ -484,6 +519,43 @@ class SharesAggregator(PlannedAggregator):
         for ask, value in zip(asks, values, strict=True):
             tracker.record(ask, np.array([value]))
         return dict(zip(ids, values, strict=True))
+
+    def copies(
+        self, handles: Mapping[str, UploadHandle], *, round_id: int
+    ) -> dict[str, int] | None:
+        """Near-duplicate count per accepted upload, from one opened bit per pair.
+
+        Both servers compute each pair's ``D_jk`` as shares (one batch of Beaver
+        products on ``x_j - x_k``) and compare it with the threshold they each
+        derive from the plan (:mod:`~secure_fed.secure.modes.share_copies`); only
+        the bits ``d_jk <= tau`` are opened, to both. ``None`` when the round's
+        plan has no ``copies`` step.
+
+        Raises
+        ------
+        OpeningRefused, ScoringInvalid
+            A pair the plan refuses, or counts the helper does not confirm.
+        """
+        found = self.distance_asks(handles, round_id=round_id, refusal=OpeningRefused)
+        if found is None:
+            return None
+        tracker, asks = found
+        ups = self._uploads(handles)
+        ids = sorted(ups)
+        bits, last = run_copies(
+            self.keys,
+            uids=[ups[p].uid for p in ids],
+            shares=[ups[p].share for p in ids],
+            tracker=tracker,
+            round_id=round_id,
+        )
+        counts = count_copies(ids, bits)
+        if last.get("copies") != [counts[p] for p in ids]:
+            raise OpeningRefused("the helper's near-duplicate counts differ from this side's")
+        for ask in asks:
+            tracker.record(ask, None)
+        tracker.copies = dict(counts)
+        return counts
 
     def scoring_round(
         self, handles: Mapping[str, UploadHandle], *, round_id: int
@@ -751,6 +823,11 @@ class SharesDeployment(SecureDeployment):
             dealer=self._deal,
             range_dealer=partial(
                 self.authority.handle_deal_range,
+                key_aggregator=self._macs["aggregator"],
+                key_helper=self._macs["helper"],
+            ),
+            compare_dealer=partial(
+                self.authority.handle_deal_compare,
                 key_aggregator=self._macs["aggregator"],
                 key_helper=self._macs["helper"],
             ),

@@ -24,12 +24,16 @@ each upload belongs to one round. Every release is a row of :attr:`HelperParty.l
 ``decryption.released`` audit event (``party: helper``); refusals raise
 :class:`~secure_fed.errors.OpeningRefused` with an ``access.denied`` event.
 Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
-CRYPTO 1991). Requests and replies are ``helper_request`` / ``helper_reply``
-frames of :mod:`secure_fed.wire`; every request (plan, load, range, linear,
-open, finish, evidence) is HMAC-SM3-tagged by the aggregator under the channel key
-(:func:`helper_request`, :mod:`secure_fed.secure.server_auth`), bound to its
-operation, round and a fresh nonce: an unsigned, altered, re-targeted or
-replayed request is refused before the operation runs.
+CRYPTO 1991). At the plan's ``copies`` step (op ``copies``) the helper computes
+each pair's distance as shares and opens only one bit per pair, "within the
+threshold", which it derives itself (:mod:`secure_fed.secure.modes.share_copies`);
+a distance is never opened, under any operation. Requests and replies are
+``helper_request`` / ``helper_reply`` frames of :mod:`secure_fed.wire`; every
+request (plan, load, range, linear, open, finish, evidence, copies) is
+HMAC-SM3-tagged by the aggregator under the channel key (:func:`helper_request`,
+:mod:`secure_fed.secure.server_auth`), bound to its operation, round and a fresh
+nonce: an unsigned, altered, re-targeted or replayed request is refused before
+the operation runs.
 """
 
 from __future__ import annotations
@@ -38,11 +42,20 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 
 import numpy as np
 
 from crypto.errors import CryptoError
-from crypto.shares import BeaverParty, ShareBundle, ShareLabel, ShareMacKey, TripleShare
+from crypto.shares import (
+    BeaverParty,
+    RangeCheckParty,
+    RangeMaterial,
+    ShareBundle,
+    ShareLabel,
+    ShareMacKey,
+    TripleShare,
+)
 from crypto.sm import SM4GCM
 from secure_fed.errors import (
     AuthorityRequestMalformed,
@@ -54,6 +67,14 @@ from secure_fed.errors import (
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_from_fields
+from secure_fed.secure.modes.planned import distance_request
+from secure_fed.secure.modes.share_copies import (
+    check_distance_room,
+    copies_upper,
+    count_copies,
+    distance_factors,
+    distance_sums,
+)
 from secure_fed.secure.modes.share_ops import (
     CODEC,
     centred_difference,
@@ -65,7 +86,11 @@ from secure_fed.secure.modes.share_ops import (
     weighted_share,
     whiten_shares,
 )
-from secure_fed.secure.modes.share_range import HelperRangeChecks
+from secure_fed.secure.modes.share_range import (
+    COMPARE_PARTICIPANT,
+    HelperRangeChecks,
+    compare_spec,
+)
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.release_plan import PlanBook, PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import (
@@ -109,6 +134,13 @@ LINEAR_PURPOSES = ("aggregate", "mean")
 BEAVER_KINDS = ("ranking", "final", "moments")
 #: Inputs the helper derives itself; a request that carries one is refused.
 DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
+#: What a copies request may not carry: the helper derives the pairs and the threshold
+#: itself, and a pair distance is never opened (only its within-threshold bit).
+COPIES_REFUSED_FIELDS = (*DERIVED_FIELDS, "pairs", "threshold", "upper", "lower", "open")
+#: Registry label that marks a round's copies step as run (one run per round).
+COPIES_STEP_LABEL = "copies-step"
+#: Names under which a Beaver or linear opening would open a pair distance itself.
+DISTANCE_NAMES = ("distance", "copies")
 
 
 def seal_key(secret: bytes) -> bytes:
@@ -143,6 +175,13 @@ class _Pending:
     kind: str
     rows: int
     fz: int
+
+
+@dataclass
+class _CopiesRun:
+    party: RangeCheckParty
+    asks: list[ReleaseRequest]
+    pids: tuple[str, ...]
 
 
 @dataclass
@@ -192,6 +231,7 @@ class HelperParty:
     plans: PlanBook = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
+    _copies_runs: dict[str, _CopiesRun] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _op_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
@@ -242,6 +282,7 @@ class HelperParty:
             "open": self._open,
             "finish": self._finish,
             "evidence": self._evidence,
+            "copies": self._copies,
         }
         op = header.get("op")
         if not isinstance(op, str) or op not in ops:
@@ -392,6 +433,8 @@ class HelperParty:
 
     def _linear(self, header: dict[str, object], payload: bytes) -> Reply:
         purpose, round_id = header.get("purpose", "aggregate"), _int(header, "round_id")
+        if purpose in DISTANCE_NAMES:
+            self._refuse_distance(header, round_id)
         if purpose not in LINEAR_PURPOSES:
             raise AuthorityRequestMalformed(
                 f"linear purpose {purpose!r} is unknown; allowed: {list(LINEAR_PURPOSES)}"
@@ -411,6 +454,8 @@ class HelperParty:
     def _open(self, header: dict[str, object], payload: bytes) -> Reply:
         kind, op_id = header.get("kind"), str(header.get("op_id"))
         round_id = _int(header, "round_id")
+        if kind in DISTANCE_NAMES:
+            self._refuse_distance(header, round_id)
         if kind not in BEAVER_KINDS:
             raise AuthorityRequestMalformed(
                 f"Beaver kind {kind!r} is unknown; allowed: {BEAVER_KINDS}"
@@ -565,6 +610,164 @@ class HelperParty:
             self.policy.released(ask, values=np.array([value]))
         meta, data = encode_array(mine, "u8")
         return {"array": meta, "step": "evidence", "round_id": round_id}, data
+
+    # -- near-duplicates: one within-threshold bit per pair, no distance -----------------
+
+    def _refuse_distance(self, header: Mapping[str, object], round_id: int) -> None:
+        """Refuse (audited) a linear or Beaver opening asked for under a distance's name."""
+        raw = header.get("uids")
+        uids = [u for u in raw if isinstance(u, str)] if isinstance(raw, list) else []
+        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
+        ask = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
+        self.policy.refuse(
+            ask, "a pair distance is never opened in shares mode; only its within-threshold bit"
+        )
+
+    def _copies(self, header: dict[str, object], payload: bytes) -> Reply:
+        """Serve the copies step: start it (the request names the uploads), or take a step."""
+        round_id = _int(header, "round_id")
+        check = header.get("check")
+        if not isinstance(check, str):
+            raise AuthorityRequestMalformed("a copies request names its comparison ('check')")
+        if "uids" not in header:
+            return self._copies_step(check, round_id, payload)
+        return self._copies_start(header, payload, check, round_id)
+
+    def _copy_asks(
+        self, header: Mapping[str, object], round_id: int
+    ) -> tuple[list[str], tuple[str, ...], list[ReleaseRequest]]:
+        """Check a copies request against the helper's view; refusals are audited.
+
+        The pairs are every pair of the named uploads (the helper derives them);
+        a refusal names all the request's participants.
+        """
+        raw = header.get("uids")
+        if not isinstance(raw, list) or not raw or not all(isinstance(u, str) for u in raw):
+            raise AuthorityRequestMalformed("a copies request needs a non-empty list of upload ids")
+        uids = [str(u) for u in raw]
+        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
+        whole = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
+        missing = [u for u in uids if u not in self._seeds]
+        if missing:
+            self.policy.refuse(whole, f"helper holds no share of uploads {missing}")
+        if len(set(pids)) != len(pids):
+            self.policy.refuse(whole, "a participant appears twice: a pair is two distinct members")
+        unchecked = [u for u in uids if not self.range_checks.verdicts.get(u, False)]
+        if unchecked:
+            self.policy.refuse(whole, f"uploads {unchecked} have not passed the range check")
+        carried = sorted(f for f in COPIES_REFUSED_FIELDS if f in header)
+        if carried:
+            self.policy.refuse(
+                whole,
+                f"the helper derives {carried} itself and opens no distance; the request set them",
+            )
+        order = sorted(range(len(uids)), key=lambda i: pids[i])
+        uids, pids = [uids[i] for i in order], tuple(pids[i] for i in order)
+        asks = [
+            distance_request(
+                round_id=round_id, pair=(pids[a], pids[b]), members=pids, samples=self.shape[0]
+            )
+            for a, b in combinations(range(len(pids)), 2)
+        ]
+        if not asks:
+            self.policy.refuse(whole, "the copies step needs at least two uploads")
+        for ask in asks:
+            self.policy.check(ask)
+        return uids, pids, asks
+
+    def _copies_start(
+        self, header: dict[str, object], payload: bytes, check: str, round_id: int
+    ) -> Reply:
+        uids, pids, asks = self._copy_asks(header, round_id)
+        tensor = str(header.get("tensor"))
+        if tensor == COPIES_STEP_LABEL or check in self._copies_runs:
+            self.policy.refuse(asks[0], f"labels {tensor!r}, {check!r} are not fresh")
+        self._bind(asks[0], uids)
+        # one run per round (persisted with the triple labels): each pair's bit opens once
+        if not self.registry.claim_triple(round_id, COPIES_STEP_LABEL):
+            self.policy.refuse(asks[0], f"the copies step of round {round_id} already ran")
+        if not self.registry.claim_triple(round_id, tensor):
+            self.policy.refuse(asks[0], f"Beaver triple label {tensor!r} was already used")
+        shares = [self._seeds[u][1].values() for u in uids]
+        check_distance_room(int(shares[0].size))
+        x = distance_factors(shares)
+        tracker = self._tracker(asks[0])
+        upper = copies_upper(tracker)
+        parts = split_parts(header, payload)
+        if len(parts) != 3:
+            raise AuthorityRequestMalformed("a copies start carries triples, material, opening")
+        triples, material, theirs = parts
+        try:
+            label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
+            triple = TripleShare.parse(
+                triples, key=self.dealer_key, label=label, party=1, count=x.size
+            )
+            beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
+            opening = beaver.open(x, x)
+            sums = distance_sums(beaver.finish(theirs), pairs=len(asks))
+            cmp_label = ShareLabel(
+                round_id=round_id, participant_id=COMPARE_PARTICIPANT, tensor=check
+            )
+            parsed = RangeMaterial.parse(
+                material,
+                key=self.dealer_key,
+                label=cmp_label,
+                party=1,
+                count=len(asks),
+                spec=compare_spec(upper),
+            )
+            party = RangeCheckParty(material=parsed, channel_key=self.channel_key)
+            first = party.start(sums)
+        except CryptoError as exc:
+            raise AuthorityRequestMalformed(f"copies step refused: {exc}") from exc
+        self._copies_runs[check] = _CopiesRun(party, asks, pids)
+        head = {"step": "copies", "round_id": round_id, "parts": [len(opening), len(first)]}
+        return head, opening + first
+
+    def _copies_step(self, check: str, round_id: int, payload: bytes) -> Reply:
+        run = self._copies_runs.get(check)
+        if run is None or run.asks[0].round_id != round_id:
+            raise AuthorityRequestMalformed(f"no running copies comparison {check!r}")
+        try:
+            mine = run.party.advance(payload)
+        except CryptoError as exc:
+            del self._copies_runs[check]
+            raise AuthorityRequestMalformed(f"copies comparison refused: {exc}") from exc
+        head: dict[str, object] = {"step": "copies", "round_id": round_id}
+        if mine is not None:
+            return {**head, "parts": [len(mine)]}, mine
+        del self._copies_runs[check]
+        counts = self._release_copies(run, round_id)
+        return {**head, "parts": [], "copies": [counts[p] for p in run.pids]}, b""
+
+    def _release_copies(self, run: _CopiesRun, round_id: int) -> dict[str, int]:
+        """Record each pair's opened bit as its release, then the counts (the plan's step)."""
+        bits = [bool(b) for b in run.party.verdicts]
+        for ask in run.asks:
+            self.policy.released(ask, values=None)
+        counts = count_copies(run.pids, bits)
+        tracker = self.plans.tracker(round_id)
+        assert tracker is not None  # the plan allowed every pair
+        tracker.copies = dict(counts)
+        if self.audit is not None:
+            near = [list(a.contributors) for a, b in zip(run.asks, bits, strict=True) if b]
+            self.audit.record(
+                "decryption.released",
+                {
+                    "party": "helper",
+                    "round_id": round_id,
+                    "purpose": "distance",
+                    "step": "copies",
+                    "contributors": len(run.pids),
+                    "participant_ids": list(run.pids),
+                    "shape": [len(run.asks)],
+                    "central_dp": False,
+                    "copies": counts,
+                    "near_pairs": near,
+                    "pairs": len(run.asks),
+                },
+            )
+        return counts
 
 
 def _weights(raw: object) -> tuple[float, ...]:

@@ -58,7 +58,12 @@ from secure_fed.errors import (
 from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.ckks_claims import check_claim, claim_plan_fields
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
-from secure_fed.secure.modes.share_range import RANGE_PARTICIPANT, RANGE_SPEC
+from secure_fed.secure.modes.share_range import (
+    COMPARE_PARTICIPANT,
+    RANGE_PARTICIPANT,
+    RANGE_SPEC,
+    compare_spec,
+)
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,
@@ -98,6 +103,7 @@ __all__ = [
     "DecryptionRecord",
     "KeyAuthority",
     "SignedRequestRecord",
+    "compare_request",
     "decryption_request",
     "deal_request",
     "plan_request",
@@ -721,6 +727,45 @@ class KeyAuthority:
         self.log.append(record)
         return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
 
+    def handle_deal_compare(
+        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
+    ) -> tuple[bytes, bytes]:
+        """Deal per-value comparison material for a signed request (:func:`compare_request`).
+
+        The shares mode's copies step compares each hidden pair distance with a
+        public threshold ``upper`` and opens one bit per pair; the authority deals
+        the material for ``[0, upper]`` (it never sees a value, and the helper
+        derives the threshold itself: material for another one yields no verdict).
+
+        Raises
+        ------
+        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
+            As :meth:`handle_deal`; a request for anything but a comparison, or
+            without an integer ``upper`` in ``[0, 2^62)``, is malformed.
+        """
+        verified = self._verify(request, op="compare")
+        tensor, count = _deal_fields(verified, "compare")
+        upper = verified.header.get("upper")
+        if not isinstance(upper, int) or isinstance(upper, bool) or not 0 <= upper < 1 << 62:
+            raise AuthorityRequestMalformed("a comparison names an integer 'upper' in [0, 2^62)")
+        label = ShareLabel(
+            round_id=verified.round_id, participant_id=COMPARE_PARTICIPANT, tensor=tensor
+        )
+        m0, m1 = deal_range_check(count, label=label, spec=compare_spec(upper))
+        self.log.append(
+            DecryptionRecord(
+                verified.round_id,
+                f"compare:{tensor}",
+                "compare",
+                (count,),
+                0,
+                (),
+                False,
+                time.time(),
+            )
+        )
+        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
+
 
 def _deal_fields(verified: VerifiedRequest, purpose: str) -> tuple[str, int]:
     """Return the signed request's tensor label and count; refuse another purpose."""
@@ -860,4 +905,20 @@ def deal_request(
     header: dict[str, object] = {"round_id": round_id, "tensor": tensor, "count": count}
     return authenticate_request(
         KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose=purpose
+    )
+
+
+def compare_request(*, round_id: int, tensor: str, count: int, upper: int, signer: Signer) -> bytes:
+    """Build the bytes of a signed request for ``count`` per-value comparisons with ``[0, upper]``.
+
+    Served by :meth:`KeyAuthority.handle_deal_compare` (purpose ``"compare"``).
+    """
+    header: dict[str, object] = {
+        "round_id": round_id,
+        "tensor": tensor,
+        "count": count,
+        "upper": upper,
+    }
+    return authenticate_request(
+        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose="compare"
     )

@@ -19,7 +19,7 @@ def _check_log(log, min_participants: int) -> int:  # type: ignore[no-untyped-de
         if r.purpose in AGGREGATE_PURPOSES or r.purpose == "aggregate":
             assert r.contributors >= min_participants
             assert len(set(r.participant_ids)) >= min_participants
-        elif r.purpose == "distance":  # ckks copies step: kept by the key authority
+        elif r.purpose == "distance":  # copies step: kept by the key authority / a bit in shares
             assert r.contributors == 2 and r.shape == (1,)
         else:
             assert r.purpose == "score" and r.contributors == 1
@@ -42,8 +42,9 @@ def test_only_aggregates_and_scalar_scores_are_revealed(mode: str, tmp_path) -> 
     log = dep.helper.log if mode == "shares" else dep.authority.log
     released = _check_log(log, MIN)
     # per round: two scores per participant, ONE covariance, ONE publication; no mean;
-    # ckks: one distance per pair of the K - 1 accepted, then ONE release of their counts
-    pairs = (K - 1) * (K - 2) // 2 if mode == "ckks" else 0
+    # one distance (ckks) or within-threshold bit (shares) per pair of the K - 1 accepted,
+    # then ONE release of their counts
+    pairs = (K - 1) * (K - 2) // 2
     assert released == 2 * (2 * K + 2 + pairs)
     purposes = {"moments", "score", "aggregate", *(("distance",) if pairs else ())}
     assert {r.purpose for r in log if r.released} == purposes
