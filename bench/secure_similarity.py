@@ -18,10 +18,14 @@ the aggregator's side, the key authority's work included:
 key authority's own count) and ``rounds_per_epoch_*`` how many rounds the
 epoch's sized ``t`` serves with and without the copies step.
 
-The shares mode's evidence is a local linear map of each share (timed), and a
-pairwise distance needs ``N C`` Beaver products per pair: its traffic is
-computed (each server opens ``d`` and ``e``, 8 bytes each, per product).
-``--quick``: K = 10 only.
+The shares mode runs the same round through a real shares deployment (the
+aggregator, the helper gating every opening, the key authority dealing): the
+scoring, the evidence (a local linear map and one opened scalar each) and the
+``copies`` step: one batch of ``N C`` Beaver products per pair on ``x_j - x_k``,
+then one per-value range check that opens one bit per pair (``d_jk <= tau``),
+timed, with the bytes the two servers exchanged (helper requests and replies)
+and the bytes the key authority dealt. ``--quick``: K = 10 only; ``--modes``
+picks ckks, shares or both.
 """
 
 from __future__ import annotations
@@ -53,11 +57,84 @@ def _timed(fn):  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, out
 
 
-def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
-    """Time the scoring, the evidence and the copies step of one gatekept ckks round."""
+def _population(k: int, rng: np.random.Generator) -> tuple[list[str], list[np.ndarray]]:
     ids = [f"p{j:02d}" for j in range(k)]
     mats = [np.clip(rng.normal(0, 3, size=(N, C)), -BOUND, BOUND) for _ in range(k)]
     mats[-2] = mats[-1] = mats[-3]  # three participants send one matrix
+    return ids, mats
+
+
+class _Counted:
+    """A byte channel that counts what passes both ways."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self.inner, self.sent, self.received, self.calls = inner, 0, 0, 0
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        reply = self.inner(request)
+        self.calls += 1
+        self.sent += len(request)
+        self.received += sum(map(len, reply)) if isinstance(reply, tuple) else len(reply)
+        return reply
+
+
+def measure_shares(k: int, rng: np.random.Generator) -> dict[str, object]:
+    """Time the scoring, the evidence and the copies step of one gatekept shares round."""
+    from dataclasses import replace
+
+    ids, mats = _population(k, rng)
+    dep = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=ids, min_participants=3
+    )
+    agg = dep.aggregator(bound=BOUND)  # type: ignore[call-arg]
+    handles = {
+        p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in zip(ids, mats, strict=True)
+    }
+    rows = sorted(int(r) for r in rng.choice(N, size=ROWS, replace=False))
+    piece = EvidenceSlice(rows=tuple(rows), labels=tuple(int(y) for y in rng.integers(0, C, ROWS)))
+    agg.begin_round(
+        ReleasePlan.for_round(
+            round_id=1,
+            min_participants=3,
+            shape=(N, C),
+            scoring=agg.scoring,
+            evidence=piece,
+            copies=True,
+        )
+    )
+    helper = _Counted(agg.keys.helper)  # type: ignore[attr-defined]
+    dealer, compare = _Counted(agg.keys.dealer), _Counted(agg.keys.compare_dealer)  # type: ignore[attr-defined]
+    agg.keys = replace(agg.keys, helper=helper, dealer=dealer, compare_dealer=compare)  # type: ignore[attr-defined]
+    out: dict[str, object] = {"K": k, "pairs": k * (k - 1) // 2}
+    steps = (
+        ("scoring", lambda: agg.score(handles, round_id=1)),
+        ("evidence", lambda: agg.evidence(handles, piece.mask((N, C)), round_id=1)),
+        ("copies", lambda: agg.copies(handles, round_id=1)),
+    )
+    for name, step in steps:
+        marks = [(c.sent, c.received, c.calls) for c in (helper, dealer, compare)]
+        seconds, found = _timed(step)
+        out[f"shares_{name}_seconds"] = round(seconds, 2)
+        (hs, hr, hc), (ds, dr, _), (cs, cr, _) = marks
+        out[f"shares_{name}_helper_round_trips"] = helper.calls - hc
+        out[f"shares_{name}_server_mib"] = round(
+            (helper.sent - hs + helper.received - hr) / 2**20, 2
+        )
+        dealt = dealer.received - dr + compare.received - cr
+        out[f"shares_{name}_dealt_mib"] = round(dealt / 2**20, 2)
+        if name == "copies":
+            out["shares_copies_released"] = found
+    out["shares_copies_over_scoring_time"] = round(
+        float(out["shares_copies_seconds"]) / float(out["shares_scoring_seconds"]),  # type: ignore[arg-type]
+        2,
+    )
+    out["shares_pairwise_beaver_products"] = int(out["pairs"]) * N * C  # type: ignore[call-overload]
+    return out
+
+
+def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
+    """Time the scoring, the evidence and the copies step of one gatekept ckks round."""
+    ids, mats = _population(k, rng)
     dep = SecureDeployment.create(
         mode="ckks", shape=(N, C), participant_ids=ids, min_participants=3
     )
@@ -118,13 +195,22 @@ def main() -> None:
     """Run the benchmark and print JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="K = 10 only")
+    parser.add_argument("--modes", default="ckks,shares", help="ckks, shares or both")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
+    modes = args.modes.split(",")
+    results = []
+    for k in (10,) if args.quick else (10, 20):
+        row: dict[str, object] = {}
+        if "ckks" in modes:
+            row.update(measure(k, np.random.default_rng(k)))
+        if "shares" in modes:
+            row.update(measure_shares(k, np.random.default_rng(k)))
+        results.append(row)
     out = {
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "shape": [N, C],
         "evidence_rows": ROWS,
-        "results": [measure(k, rng) for k in ((10,) if args.quick else (10, 20))],
+        "results": results,
     }
     print(json.dumps(out, indent=1))
 
