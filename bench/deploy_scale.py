@@ -2,7 +2,9 @@
 
 Run ``python bench/deploy_scale.py`` (20 participants, shares mode, one round)
 or ``--participants N --mode ckks|shares --rounds R``; prints one JSON
-document. It builds the federation ``secure-fed deploy local`` runs
+document (the machine and its load average before and after, ``deployment``
+and, with ``--simulation N``, ``simulation``). It builds the federation
+``secure-fed deploy local`` runs
 (:class:`secure_fed.deploy.local.LocalFederation`: key authority, helper,
 API, SuperLink over TLS, one SuperNode per participant, each charging its
 budget through the API) on a fresh PostgreSQL schema (``--pg``), then runs
@@ -21,6 +23,17 @@ the rounds and reports:
 CPU seconds of a process are its own (children apart), as last sampled: the
 CPU a process spends in its final half second, or in a life shorter than
 the 0.5 s sampling period, is missed (an underestimate).
+
+``--simulation N`` adds (after the deployment run) N participants through
+Flower's simulation runtime (:mod:`secure_fed.deploy.flower.simulation`: the
+same ServerApp and ClientApp, one virtual SuperNode per participant, Ray
+running at most two ClientApps at once on two CPUs): plaintext mode, the
+``bank_imbalanced`` table split by Dirichlet (alpha 5), one round, a SQLite
+ledger; its files are written by the simulation test's writer
+(``tests/secure_fed/deploy/flower/workspace.py``). It reports the run's
+seconds, the round's stage and seconds, the peak resident set and the CPU
+seconds of this process and everything it starts (the ServerApp and Ray's
+workers). ``--participants 0`` skips the deployment run.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from sqlalchemy import create_engine, select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, before bench/
 
 from privacy_ledger.models import RoundRow  # noqa: E402
+from secure_fed.deploy.flower.simulation import run_simulated_federation  # noqa: E402
 from secure_fed.deploy.local import LocalFederation  # noqa: E402
 from secure_fed.deploy.local_files import LocalOptions  # noqa: E402
 
@@ -125,6 +139,48 @@ def _round_seconds(url: str) -> list[dict[str, object]]:
     return [{"round": r[0], "stage": r[1], "open_to_end_s": round(r[3] - r[2], 1)} for r in rows]
 
 
+def simulation(participants: int, rounds: int) -> dict[str, object]:
+    """Run ``participants`` virtual nodes through Flower's simulation runtime; return figures."""
+    from tests.secure_fed.deploy.flower.workspace import write_federation
+
+    folder = Path(tempfile.mkdtemp(prefix="deploy-scale-sim-"))
+    ids = [f"{kind}-{k}" for k, kind in enumerate(["hospital", "bank"] * participants)]
+    server, _ = write_federation(
+        folder,
+        ids=ids[:participants],
+        rounds=rounds,
+        builtin="bank_imbalanced",
+        min_participants=max(2, participants // 2),
+        by_partition=True,
+        extra="alpha = 5.0\n",
+    )
+    with Sampler({"simulation": os.getpid()}) as sampler:
+        sampler.sample()
+        before = dict(sampler.cpu)
+        t0 = time.perf_counter()
+        run_simulated_federation(server, folder / "nodes", num_supernodes=participants)
+        t1 = time.perf_counter()
+        sampler.sample()
+    return {
+        "participants": participants,
+        "mode": "plaintext",
+        "dataset": "bank_imbalanced",
+        "rounds": rounds,
+        "run_s": round(t1 - t0, 1),
+        "rounds_detail": _round_seconds(f"sqlite:///{server.parent / 'ledger.db'}"),
+        "peak_rss_mib": round(sampler.peak_all / 2**20, 1),
+        "cpu_s_during_run": _split_driver(sampler, before),
+    }
+
+
+def _split_driver(sampler: Sampler, before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds of this process (the ServerApp) and of the processes it started (Ray)."""
+    total = sampler.cpu_by_kind(before).get("simulation", 0.0)
+    me = os.getpid()
+    own = sampler.cpu.get(me, ("", 0.0))[1] - before.get(me, ("", 0.0))[1]
+    return {"serverapp_process": round(own, 1), "ray_and_clientapps": round(total - own, 1)}
+
+
 def main() -> None:
     """Run the benchmark and print its JSON document."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -135,7 +191,29 @@ def main() -> None:
     parser.add_argument(
         "--superlink-memory", action="store_true", help="SuperLink state in memory, not SQLite."
     )
+    parser.add_argument(
+        "--simulation",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Also run N participants through Flower's simulation runtime (0: not run).",
+    )
     args = parser.parse_args()
+    result: dict[str, object] = {
+        "benchmark": "deploy_scale",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "load_before": os.getloadavg(),
+    }
+    if args.participants:
+        result["deployment"] = deployment(args)
+    if args.simulation:
+        result["simulation"] = simulation(args.simulation, args.rounds)
+    result["load_after"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+
+
+def deployment(args: argparse.Namespace) -> dict[str, object]:
+    """Run ``args.participants`` SuperNodes through the deployment engine; return figures."""
     schema = "bench_deploy_" + secrets.token_hex(4)
     admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -153,8 +231,6 @@ def main() -> None:
     )
     fed = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
     result: dict[str, object] = {
-        "benchmark": "deploy_scale",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "participants": args.participants,
         "mode": args.mode,
         "rounds": args.rounds,
@@ -189,7 +265,7 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
         admin.dispose()
-    print(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":
