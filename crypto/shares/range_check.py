@@ -126,6 +126,11 @@ class RangeCheckParty:
         This party's :class:`RangeMaterial`, consumed by one check.
     channel_key
         MAC key the two servers share for their messages.
+    keep_shared
+        With ``RangeSpec(each=True)`` only: open nothing; the check ends with
+        each party holding its XOR share of every value's verdict
+        (:attr:`verdict_shares`), for a computation that goes on on shares
+        (e.g. counting the verdicts before opening only the counts).
 
     Notes
     -----
@@ -136,9 +141,18 @@ class RangeCheckParty:
     messages raise ``ShareTampered``; calls out of order raise ``ParameterInvalid``.
     """
 
-    def __init__(self, *, material: RangeMaterial, channel_key: wire.ShareMacKey) -> None:
+    def __init__(
+        self,
+        *,
+        material: RangeMaterial,
+        channel_key: wire.ShareMacKey,
+        keep_shared: bool = False,
+    ) -> None:
         if not isinstance(material, RangeMaterial):
             raise ParameterInvalid("material must be a RangeMaterial")
+        if keep_shared and not material.spec.each:
+            raise ParameterInvalid("keep_shared needs per-value verdicts (RangeSpec(each=True))")
+        self._keep_shared = bool(keep_shared)
         self._material, self._key = material, channel_key
         self._stage, self._step = "ready", 0
         self._circuit: Circuit | None = None
@@ -167,8 +181,15 @@ class RangeCheckParty:
     @property
     def verdicts(self) -> np.ndarray:
         """One verdict per value (``RangeSpec(each=True)``); otherwise the one AND verdict."""
-        if self._stage != "done":
-            raise ParameterInvalid(f"no verdict in stage {self._stage!r}")
+        if self._stage != "done" or self._keep_shared:
+            raise ParameterInvalid(f"no verdict in stage {self._stage!r} (or kept shared)")
+        return self._verdicts.copy()
+
+    @property
+    def verdict_shares(self) -> np.ndarray:
+        """Return this party's XOR share of each value's verdict (``keep_shared`` only)."""
+        if self._stage != "done" or not self._keep_shared:
+            raise ParameterInvalid(f"no verdict shares in stage {self._stage!r}")
         return self._verdicts.copy()
 
     def start(self, share: RingArray) -> bytes:
@@ -209,7 +230,7 @@ class RangeCheckParty:
         logger.debug("range check %s: verdict reached", self._material.label.tensor)
         return None
 
-    def _drive(self, result: Words | None) -> bytes:
+    def _drive(self, result: Words | None) -> bytes | None:
         assert self._circuit is not None
         try:
             x, y = self._circuit.send(result)  # type: ignore[arg-type]
@@ -217,6 +238,10 @@ class RangeCheckParty:
             if self._used != self._triples[0].size:  # type: ignore[index]
                 raise ParameterInvalid("dealt AND triples do not match the circuit") from None
             out = stop.value.reshape(-1)
+            if self._keep_shared:  # nothing is opened: keep this party's XOR shares
+                self._verdicts = unpack_lanes(out, self._material.count)
+                self._stage, self._triples = "done", None
+                return None
             self._out = out if self._material.spec.each else out[:1]
             self._stage, self._triples = "output", None
             return self._send(self._out)

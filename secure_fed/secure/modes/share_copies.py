@@ -1,4 +1,4 @@
-"""Shares mode: the release plan's ``copies`` step, one opened bit per pair, no distance.
+"""Shares mode: the release plan's ``copies`` step, counts opened, no distance or pair bit.
 
 Near-duplicate detection (FoolsGold, Fung et al., RAID 2020) on additive shares.
 For every pair ``j < k`` of the copy set both servers hold, after one batch of
@@ -6,10 +6,14 @@ Beaver products (Beaver, CRYPTO 1991) on their local shares of ``x_j - x_k``,
 additive shares of ``D_jk = sum_{i,c} (x_j - x_k)^2`` with ``2f`` fractional
 bits, exactly ``N 2^{2f} d_jk`` with ``d_jk = mean_i ||p_j,i - p_k,i||^2`` (the
 distance the ckks and plaintext modes compute, on the same normalisation). The
-distance is never opened: the range check of :mod:`crypto.shares.range_check`
-with one verdict per value (``RangeSpec(lower=0, upper=tau N 2^{2f}, each=True)``)
-opens only the bit ``d_jk <= tau`` per pair, to both servers, which count the
-near-duplicates of each participant from the bits.
+distance is never opened, and neither is a pair's bit: the range check of
+:mod:`crypto.shares.range_check` with one verdict per value
+(``RangeSpec(lower=0, upper=tau N 2^{2f}, each=True)``, ``keep_shared``) leaves
+each server with its XOR share of every bit ``d_jk <= tau``; one Beaver product
+per pair converts it to an additive share (``b = b0 + b1 - 2 b0 b1``, the
+product of the two servers' private bits), each server sums its shares per
+participant, and only the counts are opened, to both servers: the same release
+as the ckks mode's.
 
 The threshold ``tau = max(theta x typical, floor)`` (``theta = 0.25``, floor
 ``10^-2``) takes its typical distance from values both servers already opened:
@@ -27,7 +31,10 @@ the uploads (the helper derives the pairs, their order, the threshold and the
 row count) and carries the helper's dealt Beaver triples and comparison
 material and the aggregator's Beaver opening; the helper answers with its
 Beaver opening and its comparison message 0; then one request per comparison
-message, the last reply carrying the helper's counts.
+message; then ``stage: "convert"`` (the helper's triples for the bit conversion and
+the aggregator's opening; the helper answers with its opening) and ``stage:
+"count"`` (the aggregator's count shares; the helper opens the counts, records
+the release, and answers with its count shares and the counts).
 """
 
 from __future__ import annotations
@@ -60,10 +67,14 @@ from secure_fed.wire import HELPER_REPLY, decode_frame
 __all__ = [
     "check_distance_room",
     "copies_threshold",
+    "arithmetic_bits",
+    "bit_factors",
     "copies_upper",
     "count_copies",
+    "count_shares",
     "distance_factors",
     "distance_sums",
+    "open_counts",
     "pair_indices",
     "run_copies",
     "typical_distance",
@@ -123,6 +134,48 @@ def copies_upper(tracker: PlanTracker) -> int:
     """``floor(tau N 2^{2f})``: the comparison's public upper bound on ``D_jk``."""
     scale = tracker.plan.num_samples * 2.0 ** (2 * CODEC.frac_bits)
     return min(_MAX_UPPER, math.floor(copies_threshold(tracker) * scale))
+
+
+def bit_factors(bits: np.ndarray, *, party: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the Beaver inputs of ``b0 b1``: party 0 shares ``(b0, 0)``, party 1 ``(0, b1)``."""
+    own = np.asarray(bits, dtype=bool).astype(np.uint64)
+    zero = np.zeros_like(own)
+    return (own, zero) if party == 0 else (zero, own)
+
+
+def arithmetic_bits(bits: np.ndarray, product: np.ndarray) -> np.ndarray:
+    """Return this party's additive share of ``b0 xor b1``: ``b_i - 2 [b0 b1]_i``."""
+    own = np.asarray(bits, dtype=bool).astype(np.uint64)
+    return own - np.uint64(2) * np.asarray(product, dtype=np.uint64)
+
+
+def count_shares(bit_shares: np.ndarray, *, members: int) -> np.ndarray:
+    """Sum each member's pair bits (additive shares, :func:`pair_indices` order): local."""
+    shares = np.asarray(bit_shares, dtype=np.uint64)
+    pairs = pair_indices(members)
+    if shares.shape != (len(pairs),):
+        raise ScoringInvalid(f"{shares.size} bit shares for {len(pairs)} pairs")
+    out = np.zeros(members, dtype=np.uint64)
+    for column in (0, 1):  # wraps mod 2^64 like every share (np.add.at does not warn)
+        np.add.at(out, np.array([p[column] for p in pairs], dtype=np.int64), shares)
+    return out
+
+
+def open_counts(mine: np.ndarray, theirs: np.ndarray, *, members: int) -> list[int]:
+    """Open both servers' count shares: one integer in ``[0, members)`` each.
+
+    Raises
+    ------
+    ScoringInvalid
+        If the shares have the wrong shape or a count leaves ``[0, members)``.
+    """
+    a, b = np.asarray(mine, dtype=np.uint64), np.asarray(theirs, dtype=np.uint64)
+    if a.shape != (members,) or b.shape != (members,):
+        raise ScoringInvalid(f"count shares of shapes {a.shape}, {b.shape} for {members} members")
+    counts = [int(v) for v in (a + b)]
+    if not all(0 <= c < members for c in counts):
+        raise ScoringInvalid(f"opened near-duplicate counts leave [0, {members})")
+    return counts
 
 
 def count_copies(ids: Sequence[str], bits: Sequence[bool]) -> dict[str, int]:
@@ -191,31 +244,28 @@ def run_copies(
     shares: Sequence[np.ndarray],
     tracker: PlanTracker,
     round_id: int,
-) -> tuple[list[bool], dict[str, object]]:
-    """Run the copies step with the helper (the aggregator's side); return the pair bits.
+) -> tuple[list[int], dict[str, object]]:
+    """Run the copies step with the helper (the aggregator's side); return the counts.
 
     ``uids`` and ``shares`` are the copy set's uploads in sorted participant order.
-    Returns the opened bits (one per pair) and the helper's last reply header (its
-    counts).
+    Returns the opened counts (one per upload, in that order) and the helper's
+    last reply header (its counts).
 
     Raises
     ------
-    OpeningRefused, AuthorityRequestMalformed
-        If the helper refuses, or its messages or the dealt material are refused.
+    OpeningRefused, AuthorityRequestMalformed, ScoringInvalid
+        If the helper refuses, its messages or the dealt material are refused, or
+        the opened counts are not counts.
     """
-    pairs = len(pair_indices(len(shares)))
+    members = len(shares)
+    pairs = len(pair_indices(members))
     check_distance_room(int(np.asarray(shares[0]).size))
     x = distance_factors(shares)
     tag = secrets.token_hex(6)
-    tensor, check = f"copies-{tag}", f"copies-{tag}-cmp"
+    tensor, check, convert = f"copies-{tag}", f"copies-{tag}-cmp", f"copies-{tag}-b2a"
     upper = copies_upper(tracker)
     try:
-        triples_a, triples_h = keys.deal(round_id=round_id, tensor=tensor, count=x.size)
-        label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
-        triples = TripleShare.parse(
-            triples_a, key=keys.dealer_key, label=label, party=0, seeded=True, count=x.size
-        )
-        beaver = BeaverParty(triples=triples, channel_key=keys.channel_key)
+        beaver, triples_h = _beaver(keys, round_id, tensor, x.size)
         opening = beaver.open(x, x)
         cmp_a, cmp_h = keys.deal_compare(round_id=round_id, tensor=check, count=pairs, upper=upper)
         material = RangeMaterial.parse(
@@ -231,13 +281,39 @@ def run_copies(
             keys, head, triples_h, cmp_h, opening, round_id=round_id
         )
         sums = distance_sums(beaver.finish(theirs_beaver), pairs=pairs)
-        party = RangeCheckParty(material=material, channel_key=keys.channel_key)
+        party = RangeCheckParty(material=material, channel_key=keys.channel_key, keep_shared=True)
         mine: bytes | None = party.start(sums)
-        last: dict[str, object] = {}
         while mine is not None:
-            last, replies = _request(keys, {"check": check}, mine, round_id=round_id)
+            _, replies = _request(keys, {"check": check}, mine, round_id=round_id)
             mine = party.advance(theirs)
             theirs = replies[0] if replies else b""
+        bits = party.verdict_shares
+        convert_party, triples_b = _beaver(keys, round_id, convert, pairs)
+        head = {"check": check, "stage": "convert", "tensor": convert}
+        _, (theirs_b2a,) = _request(
+            keys,
+            head,
+            triples_b,
+            convert_party.open(*bit_factors(bits, party=0)),
+            round_id=round_id,
+        )
+        product = convert_party.finish(theirs_b2a)
     except CryptoError as exc:
         raise AuthorityRequestMalformed(f"copies step refused: {exc}") from exc
-    return [bool(b) for b in party.verdicts], last
+    counts_a = count_shares(arithmetic_bits(bits, product), members=members)
+    raw = counts_a.astype("<u8").tobytes()
+    last, (theirs_counts,) = _request(
+        keys, {"check": check, "stage": "count"}, raw, round_id=round_id
+    )
+    helper_counts = np.frombuffer(theirs_counts, dtype="<u8").astype(np.uint64)
+    return open_counts(counts_a, helper_counts, members=members), last
+
+
+def _beaver(keys: _Keys, round_id: int, tensor: str, count: int) -> tuple[BeaverParty, bytes]:
+    """Deal ``count`` triples under ``tensor``; return this side's party and the helper's blob."""
+    mine, helper = keys.deal(round_id=round_id, tensor=tensor, count=count)
+    label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
+    triples = TripleShare.parse(
+        mine, key=keys.dealer_key, label=label, party=0, seeded=True, count=count
+    )
+    return BeaverParty(triples=triples, channel_key=keys.channel_key), helper

@@ -13,7 +13,7 @@ local steps; the key authority deals Beaver triples and holds no shares.
 Openings happen only through the helper's gate: weighted sums over at least
 ``min_participants``, pooled second moments, scalar scores (one
 :class:`SharesScoringRound` per round), evidence scalars, and at the plan's
-``copies`` step one "within the threshold" bit per pair (never a distance). A
+``copies`` step one near-duplicate count each (never a distance or a pair). A
 participant that drops out contributes nothing: sums run over the uploads
 present. A tampered share fails its tag (``ShareTampered`` -> ``UploadMalformed``).
 """
@@ -57,7 +57,7 @@ from secure_fed.secure.mode import (
 )
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator, score_request
-from secure_fed.secure.modes.share_copies import count_copies, run_copies
+from secure_fed.secure.modes.share_copies import run_copies
 from secure_fed.secure.modes.share_ops import (
     centred_difference,
     check_moment_room,
@@ -387,8 +387,9 @@ class SharesAggregator(PlannedAggregator):
     min_participants
         The helper's minimum (a default release plan asks for it).
     detect_copies
-        Ask the engine's plans for the ``copies`` step (one within-threshold bit
-        per pair of the accepted set, opened to both servers, no distance):
+        Ask the engine's plans for the ``copies`` step (one near-duplicate count
+        per member of the accepted set, opened to both servers; no distance, no
+        pair's bit):
         ``u_k = 1 / (1 + copies_k)`` applies as in the other modes. ``None``
         (default): when ``keys`` has a comparison dealer (``compare_dealer``).
     """
@@ -523,13 +524,13 @@ class SharesAggregator(PlannedAggregator):
     def copies(
         self, handles: Mapping[str, UploadHandle], *, round_id: int
     ) -> dict[str, int] | None:
-        """Near-duplicate count per accepted upload, from one opened bit per pair.
+        """Near-duplicate count per accepted upload; only the counts are opened.
 
         Both servers compute each pair's ``D_jk`` as shares (one batch of Beaver
-        products on ``x_j - x_k``) and compare it with the threshold they each
-        derive from the plan (:mod:`~secure_fed.secure.modes.share_copies`); only
-        the bits ``d_jk <= tau`` are opened, to both. ``None`` when the round's
-        plan has no ``copies`` step.
+        products on ``x_j - x_k``), compare it with the threshold they each
+        derive from the plan and sum the comparison bits per participant, all on
+        shares (:mod:`~secure_fed.secure.modes.share_copies`); only the counts
+        are opened, to both. ``None`` when the round's plan has no ``copies`` step.
 
         Raises
         ------
@@ -542,15 +543,15 @@ class SharesAggregator(PlannedAggregator):
         tracker, asks = found
         ups = self._uploads(handles)
         ids = sorted(ups)
-        bits, last = run_copies(
+        opened, last = run_copies(
             self.keys,
             uids=[ups[p].uid for p in ids],
             shares=[ups[p].share for p in ids],
             tracker=tracker,
             round_id=round_id,
         )
-        counts = count_copies(ids, bits)
-        if last.get("copies") != [counts[p] for p in ids]:
+        counts = dict(zip(ids, opened, strict=True))
+        if last.get("copies") != opened:
             raise OpeningRefused("the helper's near-duplicate counts differ from this side's")
         for ask in asks:
             tracker.record(ask, None)

@@ -25,9 +25,10 @@ each upload belongs to one round. Every release is a row of :attr:`HelperParty.l
 :class:`~secure_fed.errors.OpeningRefused` with an ``access.denied`` event.
 Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
 CRYPTO 1991). At the plan's ``copies`` step (op ``copies``) the helper computes
-each pair's distance as shares and opens only one bit per pair, "within the
-threshold", which it derives itself (:mod:`secure_fed.secure.modes.share_copies`);
-a distance is never opened, under any operation. Requests and replies are
+each pair's distance as shares, compares it with the threshold it derives
+itself and counts on shares; only the near-duplicate counts are opened
+(:mod:`secure_fed.secure.modes.share_copies`); a distance is never opened, under
+any operation. Requests and replies are
 ``helper_request`` / ``helper_reply`` frames of :mod:`secure_fed.wire`; every
 request (plan, load, range, linear, open, finish, evidence, copies) is
 HMAC-SM3-tagged by the aggregator under the channel key (:func:`helper_request`,
@@ -61,6 +62,7 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     ModeSetupInvalid,
     OpeningRefused,
+    ScoringInvalid,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
     UploadMalformed,
@@ -69,11 +71,14 @@ from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_from_fields
 from secure_fed.secure.modes.planned import distance_request
 from secure_fed.secure.modes.share_copies import (
+    arithmetic_bits,
+    bit_factors,
     check_distance_room,
     copies_upper,
-    count_copies,
+    count_shares,
     distance_factors,
     distance_sums,
+    open_counts,
 )
 from secure_fed.secure.modes.share_ops import (
     CODEC,
@@ -135,7 +140,7 @@ BEAVER_KINDS = ("ranking", "final", "moments")
 #: Inputs the helper derives itself; a request that carries one is refused.
 DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
 #: What a copies request may not carry: the helper derives the pairs and the threshold
-#: itself, and a pair distance is never opened (only its within-threshold bit).
+#: itself, and a pair distance is never opened (only the near-duplicate counts).
 COPIES_REFUSED_FIELDS = (*DERIVED_FIELDS, "pairs", "threshold", "upper", "lower", "open")
 #: Registry label that marks a round's copies step as run (one run per round).
 COPIES_STEP_LABEL = "copies-step"
@@ -182,6 +187,8 @@ class _CopiesRun:
     party: RangeCheckParty
     asks: list[ReleaseRequest]
     pids: tuple[str, ...]
+    stage: str = "compare"  # then "convert" (bits compared), "count" (bits converted)
+    counts: np.ndarray | None = None  # the helper's count shares, once converted
 
 
 @dataclass
@@ -232,6 +239,7 @@ class HelperParty:
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     _copies_runs: dict[str, _CopiesRun] = field(default_factory=dict, repr=False)
+    _round_uploads: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _op_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
@@ -366,6 +374,9 @@ class HelperParty:
         stale = [u for u in uids if not self.registry.bind_upload(u, ask.round_id)]
         if stale:
             self.policy.refuse(ask, f"uploads {stale} belong to another round")
+        first = self._round_uploads.setdefault(ask.round_id, {})
+        for uid in uids:  # the upload each participant's first opening of the round used
+            first.setdefault(self._seeds[uid][0], uid)
 
     # -- uploads --------------------------------------------------------------------
 
@@ -611,7 +622,7 @@ class HelperParty:
         meta, data = encode_array(mine, "u8")
         return {"array": meta, "step": "evidence", "round_id": round_id}, data
 
-    # -- near-duplicates: one within-threshold bit per pair, no distance -----------------
+    # -- near-duplicates: counts opened, no pair bit, no distance -----------------------
 
     def _refuse_distance(self, header: Mapping[str, object], round_id: int) -> None:
         """Refuse (audited) a linear or Beaver opening asked for under a distance's name."""
@@ -620,7 +631,7 @@ class HelperParty:
         pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
         ask = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
         self.policy.refuse(
-            ask, "a pair distance is never opened in shares mode; only its within-threshold bit"
+            ask, "a pair distance is never opened in shares mode; only the near-duplicate counts"
         )
 
     def _copies(self, header: dict[str, object], payload: bytes) -> Reply:
@@ -629,9 +640,19 @@ class HelperParty:
         check = header.get("check")
         if not isinstance(check, str):
             raise AuthorityRequestMalformed("a copies request names its comparison ('check')")
-        if "uids" not in header:
-            return self._copies_step(check, round_id, payload)
-        return self._copies_start(header, payload, check, round_id)
+        if "uids" in header:
+            return self._copies_start(header, payload, check, round_id)
+        run = self._copies_runs.get(check)
+        if run is None or run.asks[0].round_id != round_id:
+            raise AuthorityRequestMalformed(f"no running copies comparison {check!r}")
+        stage = header.get("stage", "compare")
+        if stage != run.stage:
+            raise AuthorityRequestMalformed(f"copies {check!r} is at {run.stage!r}, not {stage!r}")
+        if stage == "convert":
+            return self._copies_convert(run, header, payload, round_id)
+        if stage == "count":
+            return self._copies_count(run, check, payload, round_id)
+        return self._copies_step(run, check, round_id, payload)
 
     def _copy_asks(
         self, header: Mapping[str, object], round_id: int
@@ -682,6 +703,10 @@ class HelperParty:
         tensor = str(header.get("tensor"))
         if tensor == COPIES_STEP_LABEL or check in self._copies_runs:
             self.policy.refuse(asks[0], f"labels {tensor!r}, {check!r} are not fresh")
+        scored = self._round_uploads.get(round_id, {})
+        swapped = [u for u, p in zip(uids, pids, strict=True) if scored.get(p) != u]
+        if swapped:
+            self.policy.refuse(asks[0], f"uploads {swapped} are not the ones this round scored")
         self._bind(asks[0], uids)
         # one run per round (persisted with the triple labels): each pair's bit opens once
         if not self.registry.claim_triple(round_id, COPIES_STEP_LABEL):
@@ -716,7 +741,7 @@ class HelperParty:
                 count=len(asks),
                 spec=compare_spec(upper),
             )
-            party = RangeCheckParty(material=parsed, channel_key=self.channel_key)
+            party = RangeCheckParty(material=parsed, channel_key=self.channel_key, keep_shared=True)
             first = party.start(sums)
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"copies step refused: {exc}") from exc
@@ -724,10 +749,8 @@ class HelperParty:
         head = {"step": "copies", "round_id": round_id, "parts": [len(opening), len(first)]}
         return head, opening + first
 
-    def _copies_step(self, check: str, round_id: int, payload: bytes) -> Reply:
-        run = self._copies_runs.get(check)
-        if run is None or run.asks[0].round_id != round_id:
-            raise AuthorityRequestMalformed(f"no running copies comparison {check!r}")
+    def _copies_step(self, run: _CopiesRun, check: str, round_id: int, payload: bytes) -> Reply:
+        """Take one comparison step; at its end the helper holds XOR shares of the bits."""
         try:
             mine = run.party.advance(payload)
         except CryptoError as exc:
@@ -736,21 +759,61 @@ class HelperParty:
         head: dict[str, object] = {"step": "copies", "round_id": round_id}
         if mine is not None:
             return {**head, "parts": [len(mine)]}, mine
-        del self._copies_runs[check]
-        counts = self._release_copies(run, round_id)
-        return {**head, "parts": [], "copies": [counts[p] for p in run.pids]}, b""
+        run.stage = "convert"  # nothing opened: the bits stay shared
+        return {**head, "parts": []}, b""
 
-    def _release_copies(self, run: _CopiesRun, round_id: int) -> dict[str, int]:
-        """Record each pair's opened bit as its release, then the counts (the plan's step)."""
-        bits = [bool(b) for b in run.party.verdicts]
+    def _copies_convert(
+        self, run: _CopiesRun, header: Mapping[str, object], payload: bytes, round_id: int
+    ) -> Reply:
+        """Convert the shared bits to additive shares (one Beaver product ``b0 b1`` each)."""
+        tensor = str(header.get("tensor"))
+        if tensor == COPIES_STEP_LABEL or not self.registry.claim_triple(round_id, tensor):
+            self.policy.refuse(run.asks[0], f"Beaver triple label {tensor!r} was already used")
+        parts = split_parts(header, payload)
+        if len(parts) != 2:
+            raise AuthorityRequestMalformed("a bit conversion carries triples and an opening")
+        bits = run.party.verdict_shares
+        try:
+            label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
+            triple = TripleShare.parse(
+                parts[0], key=self.dealer_key, label=label, party=1, count=bits.size
+            )
+            beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
+            opening = beaver.open(*bit_factors(bits, party=1))
+            product = beaver.finish(parts[1])
+        except CryptoError as exc:
+            raise AuthorityRequestMalformed(f"copies bit conversion refused: {exc}") from exc
+        run.counts = count_shares(arithmetic_bits(bits, product), members=len(run.pids))
+        run.stage = "count"
+        return {"step": "copies", "round_id": round_id, "parts": [len(opening)]}, opening
+
+    def _copies_count(self, run: _CopiesRun, check: str, payload: bytes, round_id: int) -> Reply:
+        """Open the counts with the aggregator's shares, record the release, send this side's."""
+        assert run.counts is not None  # the stage is "count"
+        del self._copies_runs[check]
+        theirs = np.frombuffer(payload, dtype="<u8").astype(np.uint64)
+        try:
+            opened = open_counts(run.counts, theirs, members=len(run.pids))
+        except ScoringInvalid as exc:
+            raise AuthorityRequestMalformed(f"copies counts refused: {exc}") from exc
+        counts = dict(zip(run.pids, opened, strict=True))
+        self._release_copies(run, round_id, counts)
+        mine = run.counts.astype("<u8").tobytes()
+        return {
+            "step": "copies",
+            "round_id": round_id,
+            "parts": [len(mine)],
+            "copies": opened,
+        }, mine
+
+    def _release_copies(self, run: _CopiesRun, round_id: int, counts: dict[str, int]) -> None:
+        """Record the step's pairs as released (no bit, no distance opened), then the counts."""
         for ask in run.asks:
             self.policy.released(ask, values=None)
-        counts = count_copies(run.pids, bits)
         tracker = self.plans.tracker(round_id)
         assert tracker is not None  # the plan allowed every pair
         tracker.copies = dict(counts)
         if self.audit is not None:
-            near = [list(a.contributors) for a, b in zip(run.asks, bits, strict=True) if b]
             self.audit.record(
                 "decryption.released",
                 {
@@ -760,14 +823,12 @@ class HelperParty:
                     "step": "copies",
                     "contributors": len(run.pids),
                     "participant_ids": list(run.pids),
-                    "shape": [len(run.asks)],
+                    "shape": [len(run.pids)],
                     "central_dp": False,
                     "copies": counts,
-                    "near_pairs": near,
                     "pairs": len(run.asks),
                 },
             )
-        return counts
 
 
 def _weights(raw: object) -> tuple[float, ...]:

@@ -733,7 +733,7 @@ class KeyAuthority:
         """Deal per-value comparison material for a signed request (:func:`compare_request`).
 
         The shares mode's copies step compares each hidden pair distance with a
-        public threshold ``upper`` and opens one bit per pair; the authority deals
+        public threshold ``upper`` (bits kept shared, then counted); the authority deals
         the material for ``[0, upper]`` (it never sees a value, and the helper
         derives the threshold itself: material for another one yields no verdict).
 

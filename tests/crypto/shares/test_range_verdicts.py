@@ -1,9 +1,10 @@
 """Per-value verdicts of the range check (``RangeSpec(each=True)``): one opened bit per value.
 
 The shares mode's near-duplicate detection compares each hidden pair distance with a
-public threshold and opens one bit per pair; these tests pin that the bits are exact at
-the bounds, independent of each other (no AND), that the material and messages of the
-per-value circuit are bound to it, and that the one-bit check is unchanged.
+public threshold, one verdict per pair (kept shared, then counted); these tests pin
+that the bits are exact at the bounds, independent of each other (no AND), that the
+material and messages of the per-value circuit are bound to it, that the verdicts can
+stay XOR-shared, and that the one-bit check is unchanged.
 """
 
 from __future__ import annotations
@@ -104,3 +105,28 @@ def test_no_verdict_before_the_end() -> None:
     party = RangeCheckParty(material=m0, channel_key=CHANNEL)
     with pytest.raises(ParameterInvalid, match="no verdict"):
         _ = party.verdicts
+
+
+def test_verdicts_can_stay_shared() -> None:
+    """``keep_shared``: nothing is opened; the XOR of the two parties' shares is each verdict."""
+    spec = EACH[0]
+    values = ring([0, 1000, 1001, 7, -3])
+    m0, m1 = deal_range_check(values.size, label=LABEL, spec=spec)
+    p0 = RangeCheckParty(material=m0, channel_key=CHANNEL, keep_shared=True)
+    p1 = RangeCheckParty(material=m1, channel_key=CHANNEL, keep_shared=True)
+    s0, s1 = split(values)
+    out0, out1 = p0.start(s0), p1.start(s1)
+    sent = 1
+    while (n0 := p0.advance(out1)) is not None:
+        n1 = p1.advance(out0)
+        assert n1 is not None
+        out0, out1, sent = n0, n1, sent + 1
+    assert p1.advance(out0) is None
+    opened = range_cost(values.size, spec=spec, label=LABEL).rounds
+    assert sent == opened - 1  # no output message
+    assert (p0.verdict_shares ^ p1.verdict_shares).tolist() == [True, True, False, True, False]
+    with pytest.raises(ParameterInvalid, match="no verdict"):
+        _ = p0.verdicts
+    m2, _ = deal_range_check(3, label=LABEL, spec=RangeSpec(lower=0, upper=1))
+    with pytest.raises(ParameterInvalid, match="keep_shared needs per-value"):
+        RangeCheckParty(material=m2, channel_key=CHANNEL, keep_shared=True)

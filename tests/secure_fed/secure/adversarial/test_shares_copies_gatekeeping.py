@@ -1,10 +1,10 @@
-"""Near-duplicate detection in shares mode: one opened bit per pair, the helper gates it.
+"""Near-duplicate detection in shares mode: counts opened, no distance, the helper gates it.
 
 The ckks test's rounds (``test_copies_gatekeeping.Round``: K = 6, three participants
 upload one matrix, real engine rounds with signed envelopes) run here in shares mode.
-Both servers compute each pair's distance as shares and open only whether it lies
-within the threshold; they count the near-duplicates from those bits and the engine
-applies ``u_k = 1 / (1 + copies_k)`` as in plaintext. The attacker is the aggregator,
+Both servers compute each pair's distance as shares, compare it with the threshold and
+count the near-duplicates on shares; only the counts are opened, and the engine applies
+``u_k = 1 / (1 + copies_k)`` as in plaintext. The attacker is the aggregator,
 with our own classes: it asks the helper for a copies step outside the plan, twice, with
 a participant twice or one it holds no share of, for the distance itself, and over an
 upload that failed the range check. Each refusal is a typed error and an audit event.
@@ -61,16 +61,12 @@ def test_three_uploads_of_one_matrix_share_one_weight_as_in_plaintext(tmp_path: 
     assert [weights[p] for p in GROUP] == pytest.approx([honest[0] / 3] * 3)
     plain_weights, plain_copies = Round(tmp_path / "plain", mode="plaintext").publish()
     assert plain_copies == copies and plain_weights == pytest.approx(weights)
-    # each pair's bit is one release of the helper; the step's event names the bits
+    # each pair is one release of the helper; only the counts were opened (no bit, no distance)
     pairs = [r for r in run.dep.helper.log if r.purpose == "distance" and r.released]
     assert len(pairs) == K * (K - 1) // 2
     (step,) = [e for e in run.sink.named("decryption.released") if e.get("step") == "copies"]
     assert step["copies"] == copies and step["party"] == "helper"
-    assert sorted(map(sorted, step["near_pairs"])) == [  # type: ignore[arg-type]
-        ["p03", "p04"],
-        ["p03", "p05"],
-        ["p04", "p05"],
-    ]
+    assert step["shape"] == [K] and "near_pairs" not in step
 
 
 def test_the_helper_refuses_copies_outside_the_plan_or_twice(tmp_path: Path) -> None:
@@ -81,7 +77,7 @@ def test_the_helper_refuses_copies_outside_the_plan_or_twice(tmp_path: Path) -> 
     assert set(copies.values()) == {0}  # no step: every u_k is 1
     run = Round(tmp_path / "on", mode="shares")
     assert run.dep.helper.plans.tracker(1).phase == "copies"
-    # a started step is spent, even when it fails: no second bit per pair from a retry
+    # a started step is spent, even when it fails: no second count from a retry
     with pytest.raises(Exception, match="copies step refused|triples"):
         run.dep.helper.handle(copies_request(run, uids_of(run)))
     refused(run, copies_request(run, uids_of(run)), "copies step of round 1 already ran")
@@ -126,3 +122,13 @@ def test_no_distance_over_an_upload_that_failed_the_range_check(
     failed = [u for u, ok in run.dep.helper.range_checks.verdicts.items() if not ok]
     assert len(failed) == 1
     refused(run, copies_request(run, [failed[0], *uids[1:]]), "not passed the range check")
+
+
+def test_no_distance_over_another_upload_than_the_one_scored(tmp_path: Path) -> None:
+    """A second, valid upload of p00 cannot stand in for the one the round scored."""
+    run = Round(tmp_path, mode="shares")
+    uids = uids_of(run)
+    other = run.agg.load(run.dep.encoder("p00", bound=8.0).encode(PREDS["p01"]))  # type: ignore[attr-defined]
+    assert other.uid != uids[0]  # type: ignore[attr-defined]
+    refused(run, copies_request(run, [other.uid, *uids[1:]]), "not the ones this round scored")  # type: ignore[attr-defined]
+    assert run.dep.helper.plans.tracker(1).phase == "copies"

@@ -78,12 +78,12 @@ def _macs(dep):  # type: ignore[no-untyped-def]
 
 def test_an_honest_round_deals_only_through_signed_requests(tmp_path: Path) -> None:
     dep, _, _, dealer, _, _, _ = _round(tmp_path)
-    assert len(dealer.seen) == 4  # ranking pass, moments, final pass, copies step
+    assert len(dealer.seen) == 5  # ranking, moments, final; copies: distances, bit conversion
     for request in dealer.seen:
         head, _ = decode_frame(request, KEY_AUTHORITY_REQUEST)
         assert head["auth"]["signer"] == "aggregator" and head["auth"]["purpose"] == "triples"  # type: ignore[index]
     triples = [r for r in dep.authority.log if r.purpose.startswith("triples:")]
-    assert len(triples) == 4  # every triple the authority dealt was asked for, signed
+    assert len(triples) == 5  # every triple the authority dealt was asked for, signed
 
 
 def test_unsigned_foreign_altered_and_replayed_deals_are_refused(tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
-"""Near-duplicates under shares: the same distance as plaintext, one opened bit per pair.
+"""Near-duplicates under shares: the same distance as plaintext, only the counts opened.
 
 Small uploads (48 x 4, K = 6) through a real shares deployment (aggregator, helper, key
 authority as dealer): the pair distances are computed as shares on the same
-normalisation as the plaintext and ckks modes, compared with the threshold without
-being opened, and the counts equal the plaintext reference on copies, jittered copies
-and distinct uploads.
+normalisation as the plaintext and ckks modes, compared with the threshold and counted
+on shares (only the counts are opened), and the counts equal the plaintext reference
+on copies, jittered copies and distinct uploads.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from crypto.shares.wire import ShareMacKey
 from secure_fed.errors import AuthorityRequestMalformed, ModeSetupInvalid, ScoringInvalid
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.share_copies import (
+    arithmetic_bits,
+    bit_factors,
     check_distance_room,
     copies_threshold,
     copies_upper,
     count_copies,
+    count_shares,
     distance_factors,
     distance_sums,
+    open_counts,
     pair_indices,
 )
 from secure_fed.secure.parties.key_authority import compare_request
@@ -147,3 +151,22 @@ def test_the_key_authority_deals_comparisons_only_for_signed_sane_requests() -> 
             channel_key=keys.channel_key,
             signing_key=keys.signing_key,
         ).deal_compare(round_id=1, tensor="c3", count=1, upper=1)
+
+
+def test_shared_bits_become_counts_without_opening_a_bit() -> None:
+    """XOR-shared bits -> additive shares (one Beaver product b0 b1 each) -> counts."""
+    bits = np.array([True, False, True])  # pairs (0, 1), (0, 2), (1, 2)
+    b0 = np.array([True, True, False])
+    b1 = b0 ^ bits
+    key = ShareMacKey.derive(bytes(range(40)), recipient="channel")
+    triples = deal_triples(3, label=ShareLabel(round_id=1, participant_id="beaver", tensor="b"))
+    (x0, y0), (x1, y1) = bit_factors(b0, party=0), bit_factors(b1, party=1)
+    z0, z1 = secure_multiply((x0, x1), (y0, y1), triples, channel_key=key)
+    c0 = count_shares(arithmetic_bits(b0, z0), members=3)
+    c1 = count_shares(arithmetic_bits(b1, z1), members=3)
+    assert open_counts(c0, c1, members=3) == [1, 2, 1]
+    assert not np.array_equal(c0, [1, 2, 1])  # one side's shares are not the counts
+    with pytest.raises(ScoringInvalid, match="leave"):
+        open_counts(c0, c1 + np.uint64(5), members=3)
+    with pytest.raises(ScoringInvalid, match="bit shares for 3 pairs"):
+        count_shares(np.zeros(2, dtype=np.uint64), members=3)
