@@ -165,7 +165,7 @@ def keyauthority_serve(
     audit_db: AuditDbOption = None,
     max_body: MaxBodyOption = 64 << 20,
 ) -> None:
-    """Serve the key authority (decrypt, plan, deal, deal-range, contexts, healthz)."""
+    """Serve the key authority (decrypt, plan, the three deal routes, contexts, healthz)."""
     options = _ServeOptions(**{k: v for k, v in locals().items() if k not in ("keys", "state")})
     _serve("keyauthority", keys, state, options)
 

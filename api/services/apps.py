@@ -11,10 +11,10 @@ whose ``code`` is the party's typed error code
 (:class:`secure_fed.deploy.transport.RemoteParty` raises the same class again).
 Requests are served one at a time per party (the parties keep round state).
 
-Routes: ``POST /v1/decrypt``, ``/v1/plan``, ``/v1/deal``, ``/v1/deal-range`` (key
-authority), ``POST /v1/helper`` (helper), ``GET /v1/contexts/{scoring|publication}``
-(the key authority's public contexts, for participants to check by fingerprint),
-``GET /healthz``.
+Routes: ``POST /v1/decrypt``, ``/v1/plan``, ``/v1/deal``, ``/v1/deal-range``,
+``/v1/deal-compare`` (key authority), ``POST /v1/helper`` (helper),
+``GET /v1/contexts/{scoring|publication}`` (the key authority's public contexts, for
+participants to check by fingerprint), ``GET /healthz``.
 """
 
 from __future__ import annotations
@@ -145,6 +145,7 @@ def create_keyauthority_app(
         "plan": party.plan,
         "deal": party.deal_packed,
         "deal_range": party.deal_range_packed,
+        "deal_compare": party.deal_compare_packed,
     }
     for name, handler in handlers.items():
         _route(app, AUTHORITY_PATHS[name], handler, lock)

@@ -47,8 +47,9 @@ RELEASES_FILE = "keyauthority-releases.json"
 class KeyAuthorityParty:
     """The key authority as loaded: the party and its bytes endpoints (MAC keys bound).
 
-    ``decrypt`` and ``plan`` serve the ckks mode; ``deal`` and ``deal_range`` (two
-    blobs each, :func:`~secure_fed.deploy.transport.pack_pair` for HTTP) the shares mode.
+    ``decrypt`` and ``plan`` serve the ckks mode; ``deal``, ``deal_range`` and
+    ``deal_compare`` (two blobs each, :func:`~secure_fed.deploy.transport.pack_pair`
+    for HTTP) the shares mode.
     """
 
     authority: KeyAuthority
@@ -81,6 +82,11 @@ class KeyAuthorityParty:
         agg, helper = self._keys()
         return self.authority.handle_deal_range(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
 
+    def deal_compare(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal the copies step's comparison material for a signed request (shares mode)."""
+        agg, helper = self._keys()
+        return self.authority.handle_deal_compare(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
+
     def deal_packed(self, request: bytes) -> bytes:
         """Return :meth:`deal`'s two blobs as one body (the HTTP route's reply)."""
         return pack_pair(*self.deal(request))
@@ -88,6 +94,10 @@ class KeyAuthorityParty:
     def deal_range_packed(self, request: bytes) -> bytes:
         """Return :meth:`deal_range`'s two blobs as one body."""
         return pack_pair(*self.deal_range(request))
+
+    def deal_compare_packed(self, request: bytes) -> bytes:
+        """Return :meth:`deal_compare`'s two blobs as one body."""
+        return pack_pair(*self.deal_compare(request))
 
     def _keys(self) -> tuple[object, object]:
         if self._macs is None:
@@ -114,7 +124,11 @@ class KeyAuthorityParty:
     def channels(self) -> AuthorityChannels:
         """Return in-process channels to this authority (tests and one-machine runs)."""
         return AuthorityChannels(
-            decrypt=self.decrypt, plan=self.plan, deal=self.deal, deal_range=self.deal_range
+            decrypt=self.decrypt,
+            plan=self.plan,
+            deal=self.deal,
+            deal_range=self.deal_range,
+            deal_compare=self.deal_compare,
         )
 
     def releases(self) -> dict[str, int]:

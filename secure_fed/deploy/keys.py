@@ -41,7 +41,7 @@ Public API (stable; the deployment helpers code against it)::
     load_participant(directory) -> ParticipantKeys
         .participant_id .signing_key .mode .params .shape .encoder(*, bound) -> UploadEncoder
     load_key_authority(directory, *, audit, state_dir) -> KeyAuthorityParty
-        .authority (KeyAuthority) .decrypt .plan .deal .deal_range .channels()
+        .authority (KeyAuthority) .decrypt .plan .deal .deal_range .deal_compare .channels()
         .public_context(role) -> bytes
     load_helper(directory, *, audit, state_dir) -> HelperParty
 """
@@ -217,6 +217,7 @@ class AggregatorKeys:
             helper=self.helper,
             dealer=cast("Dealer", channels.deal),
             range_dealer=cast("RangeDealer | None", channels.deal_range),
+            compare_dealer=cast("RangeDealer | None", channels.deal_compare),
             dealer_key=read_mac(d, "dealer-aggregator"),
             channel_key=read_mac(d, "channel"),
             request_key=ChannelKey(name="aggregator", key=read_secret(d / "request.secret")),

@@ -18,7 +18,7 @@ Public API (stable)::
 
     RemoteParty(base_url, path, *, tls: ClientTLS | None, timeout=60.0)  # bytes -> bytes
     RemoteDealer(base_url, path, *, tls, timeout)      # bytes -> (aggregator blob, helper blob)
-    AuthorityChannels(decrypt=, plan=, deal=, deal_range=)
+    AuthorityChannels(decrypt=, plan=, deal=, deal_range=, deal_compare=)
     remote_authority(base_url, *, tls, timeout=60.0) -> AuthorityChannels
     remote_helper(base_url, *, tls, timeout=60.0) -> RemoteParty
     pack_pair(a, b) -> bytes; unpack_pair(data) -> (a, b)
@@ -66,6 +66,7 @@ AUTHORITY_PATHS = {
     "plan": "/v1/plan",
     "deal": "/v1/deal",
     "deal_range": "/v1/deal-range",
+    "deal_compare": "/v1/deal-compare",
 }
 #: Route of the helper service.
 HELPER_PATH = "/v1/helper"
@@ -230,14 +231,16 @@ class RemoteDealer(RemoteParty):
 class AuthorityChannels:
     """The aggregator's channels to the key authority (remote or in-process).
 
-    ``decrypt`` and ``plan`` serve the ``ckks`` mode, ``deal`` and ``deal_range``
-    the ``shares`` mode; a mode needs only its own.
+    ``decrypt`` and ``plan`` serve the ``ckks`` mode, ``deal``, ``deal_range`` and
+    ``deal_compare`` (the copies step's comparison material) the ``shares`` mode; a
+    mode needs only its own.
     """
 
     decrypt: Callable[[bytes], bytes] | None = None
     plan: Callable[[bytes], bytes] | None = None
     deal: Callable[[bytes], tuple[bytes, bytes]] | None = None
     deal_range: Callable[[bytes], tuple[bytes, bytes]] | None = None
+    deal_compare: Callable[[bytes], tuple[bytes, bytes]] | None = None
 
 
 def remote_authority(
@@ -249,6 +252,9 @@ def remote_authority(
         plan=RemoteParty(base_url, AUTHORITY_PATHS["plan"], tls=tls, timeout=timeout),
         deal=RemoteDealer(base_url, AUTHORITY_PATHS["deal"], tls=tls, timeout=timeout),
         deal_range=RemoteDealer(base_url, AUTHORITY_PATHS["deal_range"], tls=tls, timeout=timeout),
+        deal_compare=RemoteDealer(
+            base_url, AUTHORITY_PATHS["deal_compare"], tls=tls, timeout=timeout
+        ),
     )
 
 

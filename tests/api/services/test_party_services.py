@@ -29,7 +29,7 @@ from secure_fed.errors import (
 from secure_fed.secure.parties.key_authority import deal_request
 from secure_fed.secure.server_auth import ServerSigningKey
 from tests.api.services.conftest import Service, free_port
-from tests.secure_fed.deploy.loaded import run_round
+from tests.secure_fed.deploy.loaded import copies_counts, run_round
 from tests.secure_fed.secure.helpers import plan
 
 
@@ -78,7 +78,12 @@ def test_a_shares_round_runs_against_the_key_authority_and_helper_services(
         authority=remote_authority(authority.url, tls=tls),
         helper=remote_helper(helper.url, tls=tls),
     )
-    run_round(agg, shares_keys, tmp_path)
+    # h2 uploads h1's matrix: the copies step (comparison material dealt by the key
+    # authority service, compared with the helper service) counts the pair, nobody else
+    audit = run_round(agg, shares_keys, tmp_path, copy=("h2", "h1"))
+    counts = copies_counts(audit)
+    assert counts["h1"] == counts["h2"] == 1, counts
+    assert counts["b1"] in (0, None), counts  # None: excluded as the outlier before the step
 
 
 def test_a_client_without_the_client_certificate_is_refused_at_tls(

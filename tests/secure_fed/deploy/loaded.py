@@ -26,8 +26,19 @@ class LoadedDeployment:
         return self.parts[pid].encoder(bound=bound)
 
 
-def run_round(agg: AggregatorKeys, root: Path, tmp_path: Path, *, round_id: int = 1) -> None:
-    """Run one scored round and check the publication is the weighted mean of the uploads."""
+def run_round(
+    agg: AggregatorKeys,
+    root: Path,
+    tmp_path: Path,
+    *,
+    round_id: int = 1,
+    copy: tuple[str, str] | None = None,
+) -> MemoryAuditSink:
+    """Run one scored round and check the publication is the weighted mean of the uploads.
+
+    With ``copy = (a, b)`` participant ``a`` uploads ``b``'s matrix. Returns the
+    engine's audit sink (its ``outlier.decision`` events carry the copies counts).
+    """
     ids = agg.participant_ids
     parts = {p: load_participant(root / "participants" / p) for p in ids}
     audit = MemoryAuditSink()
@@ -35,8 +46,17 @@ def run_round(agg: AggregatorKeys, root: Path, tmp_path: Path, *, round_id: int 
         LoadedDeployment(agg, parts), tmp_path, ids=ids, min_participants=2, audit=audit
     )
     preds = dict(zip(ids, population(len(ids), *agg.shape, seed=round_id).values(), strict=True))
+    if copy is not None:
+        preds[copy[0]] = preds[copy[1]].copy()
     _, _, raw = harness.round(round_id, preds)
     publication = decode_publication(raw, max_bytes=1 << 24, shape=agg.shape)
-    assert set(publication.weights) == set(ids)
+    # a copy pair of three can leave the third alone as the outlier (excluded, weight 0)
+    assert set(publication.weights) == set(ids) or copy is not None, publication.weights
     expected = sum(w * np.clip(preds[p], -BOUND, BOUND) for p, w in publication.weights.items())
     np.testing.assert_allclose(publication.aggregate, expected, atol=0.01)
+    return audit
+
+
+def copies_counts(audit: MemoryAuditSink) -> dict[str, object]:
+    """The copies count each ``outlier.decision`` event applied, by participant."""
+    return {str(e["participant_id"]): e["copies"] for e in audit.named("outlier.decision")}
