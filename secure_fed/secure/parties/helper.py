@@ -708,7 +708,7 @@ class HelperParty:
         if swapped:
             self.policy.refuse(asks[0], f"uploads {swapped} are not the ones this round scored")
         self._bind(asks[0], uids)
-        # one run per round (persisted with the triple labels): each pair's bit opens once
+        # one run per round (persisted with the triple labels): the counts open once
         if not self.registry.claim_triple(round_id, COPIES_STEP_LABEL):
             self.policy.refuse(asks[0], f"the copies step of round {round_id} already ran")
         if not self.registry.claim_triple(round_id, tensor):
