@@ -189,14 +189,11 @@ def test_pinned_keys_must_match(export: Exporter, built: Built) -> None:
 
 @pytest.mark.postgres
 def test_export_on_postgresql(tmp_path: Path, report_key: SM2PrivateKey) -> None:
-    from tests.privacy_ledger.conftest import _admin, pg_schema_url
+    from tests.compliance.builder import build_ledger
+    from tests.privacy_ledger.conftest import pg_schema
 
-    schema = f"cmp_{tmp_path.name[-8:].replace('-', '_').lower()}"
-    _admin(f"CREATE SCHEMA {schema}")
-    try:
-        from tests.compliance.builder import build_ledger
-
-        built = build_ledger(pg_schema_url(schema), rounds=2)
+    with pg_schema("cmp_") as url:
+        built = build_ledger(url, rounds=2)
         engine = create_ledger_engine(built.url)
         try:
             result = export_report(
@@ -207,5 +204,3 @@ def test_export_on_postgresql(tmp_path: Path, report_key: SM2PrivateKey) -> None
         report = verify_bundle(result.path, log_public_key=built.log_key.public_key)
         assert report.meta["counts"]["outlier_decisions"] == 4
         assert {r["asset"] for r in sections(result.path)["dp_filing"]} == {ASSET}
-    finally:
-        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -30,14 +31,21 @@ def _admin(sql: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    schema = "pl_" + secrets.token_hex(6)
+@contextmanager
+def pg_schema(prefix: str) -> Iterator[str]:
+    """A fresh PostgreSQL schema named ``prefix`` + random hex: its URL, dropped after."""
+    schema = prefix + secrets.token_hex(6)
     _admin(f"CREATE SCHEMA {schema}")
     try:
         yield pg_schema_url(schema)
     finally:
         _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with pg_schema("pl_") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
 import pytest
 
 from tests.api.rest.helpers import Service, make_service
-from tests.privacy_ledger.conftest import _admin, pg_schema_url
+from tests.privacy_ledger.conftest import pg_schema
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    schema = "rest_" + secrets.token_hex(6)
-    _admin(f"CREATE SCHEMA {schema}")
-    try:
-        yield pg_schema_url(schema)
-    finally:
-        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with pg_schema("rest_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def pg_module_url() -> Iterator[str]:
-    schema = "rest_" + secrets.token_hex(6)
-    _admin(f"CREATE SCHEMA {schema}")
-    try:
-        yield pg_schema_url(schema)
-    finally:
-        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with pg_schema("rest_") as url:
+        yield url
 
 
 @pytest.fixture(

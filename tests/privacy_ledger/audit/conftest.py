@@ -6,28 +6,18 @@ concurrent test runs never collide.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM4GCM, SM2PrivateKey
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.db import create_ledger_engine, upgrade
+from tests.privacy_ledger.conftest import pg_schema
 
-PG_BASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ORIGIN = "test.secure-fed.example/audit"
-
-
-def _admin(sql: str) -> None:
-    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text(sql))
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -37,12 +27,8 @@ def audit_url(
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('audit') / 'ledger.db'}"
         return
-    schema = "audit_" + secrets.token_hex(6)
-    _admin(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{PG_BASE_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with pg_schema("audit_") as url:
+        yield url
 
 
 @pytest.fixture

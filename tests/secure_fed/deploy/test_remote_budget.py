@@ -64,15 +64,10 @@ def api(
         with running_api(url, folder) as running:
             yield running
         return
-    from tests.privacy_ledger.conftest import _admin, pg_schema_url
+    from tests.privacy_ledger.conftest import pg_schema
 
-    schema = "rb_" + folder.name.replace("-", "_")[-20:]
-    _admin(f"CREATE SCHEMA {schema}")
-    try:
-        with running_api(pg_schema_url(schema), folder) as running:
-            yield running
-    finally:
-        _admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with pg_schema("rb_") as url, running_api(url, folder) as running:
+        yield running
 
 
 def _gate(api: BudgetApi, who: str = H, **kw: object) -> RemoteBudgetGate:
