@@ -64,6 +64,29 @@ def _population(k: int, rng: np.random.Generator) -> tuple[list[str], list[np.nd
     return ids, mats
 
 
+def _gatekept_round(mode: str, k: int, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+    """A ``mode`` deployment of ``k`` participants, their loaded uploads, round 1's plan fixed.
+
+    The plan scores, asks the evidence on a random labeled slice and the copies.
+    Returns the deployment, the aggregator, the upload handles, the slice and the matrices.
+    """
+    ids, mats = _population(k, rng)
+    dep = SecureDeployment.create(mode=mode, shape=(N, C), participant_ids=ids, min_participants=3)
+    agg = dep.aggregator(bound=BOUND)  # type: ignore[call-arg]
+    handles = {
+        p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in zip(ids, mats, strict=True)
+    }
+    rows = sorted(int(r) for r in rng.choice(N, size=ROWS, replace=False))
+    piece = EvidenceSlice(rows=tuple(rows), labels=tuple(int(y) for y in rng.integers(0, C, ROWS)))
+    agg.begin_round(
+        ReleasePlan.for_round(
+            round_id=1, min_participants=3, shape=(N, C), scoring=agg.scoring, evidence=piece,
+            copies=True,
+        )
+    )  # fmt: skip
+    return dep, agg, handles, piece, mats
+
+
 class _Counted:
     """A byte channel that counts what passes both ways."""
 
@@ -82,26 +105,7 @@ def measure_shares(k: int, rng: np.random.Generator) -> dict[str, object]:
     """Time the scoring, the evidence and the copies step of one gatekept shares round."""
     from dataclasses import replace
 
-    ids, mats = _population(k, rng)
-    dep = SecureDeployment.create(
-        mode="shares", shape=(N, C), participant_ids=ids, min_participants=3
-    )
-    agg = dep.aggregator(bound=BOUND)  # type: ignore[call-arg]
-    handles = {
-        p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in zip(ids, mats, strict=True)
-    }
-    rows = sorted(int(r) for r in rng.choice(N, size=ROWS, replace=False))
-    piece = EvidenceSlice(rows=tuple(rows), labels=tuple(int(y) for y in rng.integers(0, C, ROWS)))
-    agg.begin_round(
-        ReleasePlan.for_round(
-            round_id=1,
-            min_participants=3,
-            shape=(N, C),
-            scoring=agg.scoring,
-            evidence=piece,
-            copies=True,
-        )
-    )
+    _, agg, handles, piece, _ = _gatekept_round("shares", k, rng)
     helper = _Counted(agg.keys.helper)  # type: ignore[attr-defined]
     dealer, compare = _Counted(agg.keys.dealer), _Counted(agg.keys.compare_dealer)  # type: ignore[attr-defined]
     agg.keys = replace(agg.keys, helper=helper, dealer=dealer, compare_dealer=compare)  # type: ignore[attr-defined]
@@ -134,26 +138,7 @@ def measure_shares(k: int, rng: np.random.Generator) -> dict[str, object]:
 
 def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
     """Time the scoring, the evidence and the copies step of one gatekept ckks round."""
-    ids, mats = _population(k, rng)
-    dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=ids, min_participants=3
-    )
-    agg = dep.aggregator(bound=BOUND)
-    handles = {
-        p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in zip(ids, mats, strict=True)
-    }
-    rows = sorted(int(r) for r in rng.choice(N, size=ROWS, replace=False))
-    piece = EvidenceSlice(rows=tuple(rows), labels=tuple(int(y) for y in rng.integers(0, C, ROWS)))
-    agg.begin_round(
-        ReleasePlan.for_round(
-            round_id=1,
-            min_participants=3,
-            shape=(N, C),
-            scoring=agg.scoring,
-            evidence=piece,
-            copies=True,
-        )
-    )
+    dep, agg, handles, piece, mats = _gatekept_round("ckks", k, rng)
     keys = dep.authority.keys  # type: ignore[attr-defined]
     out: dict[str, object] = {"K": k, "pairs": k * (k - 1) // 2}
     steps = (
@@ -177,7 +162,7 @@ def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
     out["rounds_per_epoch_without_copies"] = sized // base
     out["rounds_per_epoch_with_copies"] = sized // (base + int(out["ckks_copies_decryptions"]))  # type: ignore[call-overload]
     shares = [split(RING_PREDICTIONS.encode(m)) for m in mats]
-    imask = integer_mask(rows=np.array(rows), labels=np.array(piece.labels), shape=(N, C))
+    imask = integer_mask(rows=np.array(piece.rows), labels=np.array(piece.labels), shape=(N, C))
     local, _ = _timed(lambda: [share_evidence(s0, imask) for s0, _ in shares])
     pairs = k * (k - 1) // 2
     out.update(
