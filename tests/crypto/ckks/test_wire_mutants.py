@@ -18,11 +18,17 @@ import struct
 import numpy as np
 import pytest
 
-from crypto.ckks import KeyAuthorityKeys, load_encrypted, pack_class_major, weighted_sum
+from crypto.ckks import (
+    KeyAuthorityKeys,
+    load_encrypted,
+    pack_class_major,
+    quadratic_score,
+    weighted_sum,
+)
 from crypto.ckks.packing import Layout
 from crypto.ckks.presets import CKKS_SCORING
 from crypto.ckks.wire import claimed_kind, max_wire_bytes
-from crypto.errors import CiphertextRejected
+from crypto.errors import CiphertextRejected, ContextMismatch, ParameterInvalid
 
 SHAPE = {"n_samples": 2100, "n_classes": 2}  # four ciphertexts under CKKS_AGGREGATION
 HEADER = struct.calcsize(">6sBBBBH32sIII")
@@ -109,3 +115,91 @@ def test_claimed_kind_names_nothing_for_short_or_untyped_data(upload: bytes) -> 
     assert claimed_kind(b"") is None
     assert claimed_kind(upload.hex()) is None  # type: ignore[arg-type]
     assert claimed_kind(memoryview(upload)) is None  # type: ignore[arg-type]
+
+
+def test_header_refusals_are_named_and_kind_byte_3_is_no_kind(
+    agg_keys: KeyAuthorityKeys, upload: bytes
+) -> None:
+    forged = bytearray(upload)
+    forged[7] = 3  # one past the last kind: refused, not an IndexError
+    _refused(agg_keys, bytes(forged), "kind byte 3 is not the expected kind 'upload'")
+    forged = bytearray(upload)
+    forged[6] = 2
+    _refused(agg_keys, bytes(forged), "bad magic or version: not a secure-fed CKKS ciphertext")
+    forged = bytearray(upload)
+    forged[12] ^= 1  # the first byte of the context fingerprint
+    with pytest.raises(
+        ContextMismatch,
+        match=r"^\[CRYPTO_CONTEXT_MISMATCH\] ciphertexts cite another context fingerprint "
+        r"\(key epoch\)$",
+    ):
+        load_encrypted(agg_keys.public_context, bytes(forged), kind="upload", **SHAPE)
+
+
+def test_an_integer_weighted_aggregate_loads_with_its_weight_bits(
+    agg_keys: KeyAuthorityKeys, upload: bytes
+) -> None:
+    preset = agg_keys.public_context.preset
+    assert preset.weight_encoding == "integer"
+    matrix = load_encrypted(agg_keys.public_context, upload, kind="upload", **SHAPE)
+    total = weighted_sum([matrix] * 3, [0.5, 0.25, 0.25]).to_bytes()
+    loaded = load_encrypted(agg_keys.public_context, total, kind="aggregate", **SHAPE)
+    assert (loaded.weight_bits, loaded.contributors) == (preset.weight_bits, 3)
+    assert loaded.weight_bits > 0
+
+
+def test_a_score_of_a_several_ciphertext_upload_loads_as_one(score_keys: KeyAuthorityKeys) -> None:
+    public = score_keys.public_context
+    shape = {"n_samples": 10, "n_classes": 3}  # three ciphertexts per upload
+    matrix = pack_class_major(public, np.full((10, 3), 0.25))
+    assert len(matrix.vectors) == 3
+    score = quadratic_score(matrix, np.zeros((10, 3)), np.eye(3)).to_bytes()
+    loaded = load_encrypted(public, score, kind="score", **shape)
+    assert (loaded.kind, len(loaded.vectors)) == ("score", 1)
+
+
+def test_the_size_window_is_exclusive_of_the_header_and_inclusive_of_the_limit(
+    agg_keys: KeyAuthorityKeys, upload: bytes
+) -> None:
+    preset = agg_keys.public_context.preset
+    limit = max_wire_bytes(preset, Layout(**SHAPE, slots=preset.slots), "upload")
+    outside = f"{HEADER} bytes is outside (header, {limit}] for this shape"
+    _refused(agg_keys, upload[:HEADER], outside)
+    one = preset.max_ciphertext_bytes
+    at_limit = upload[:HEADER] + (struct.pack(">I", one) + bytes(one)) * 4
+    assert len(at_limit) == limit
+    with pytest.raises(
+        CiphertextRejected, match=r"^\[CRYPTO_CIPHERTEXT_REJECTED\] ciphertext 0 does not parse: "
+    ):
+        load_encrypted(agg_keys.public_context, at_limit, kind="upload", **SHAPE)
+
+
+def test_a_score_frame_is_sized_for_one_ciphertext(score_keys: KeyAuthorityKeys) -> None:
+    public = score_keys.public_context
+    matrix = pack_class_major(public, np.full((10, 3), 0.25))
+    score = quadratic_score(matrix, np.zeros((10, 3)), np.eye(3)).to_bytes()
+    one = HEADER + 4 + public.preset.max_ciphertext_bytes
+    padded = score + bytes(one + 1 - len(score))
+    with pytest.raises(
+        CiphertextRejected,
+        match=rf"^\[CRYPTO_CIPHERTEXT_REJECTED\] {one + 1} bytes is outside "
+        rf"\(header, {one}\] for this shape$",
+    ):
+        load_encrypted(public, padded, kind="score", n_samples=10, n_classes=3)
+
+
+def test_caller_and_vector_refusals_are_named(agg_keys: KeyAuthorityKeys, upload: bytes) -> None:
+    public = agg_keys.public_context
+    with pytest.raises(
+        ParameterInvalid,
+        match=r"^\[CRYPTO_PARAMETER_INVALID\] kind must be one of upload, aggregate, score$",
+    ):
+        load_encrypted(public, upload, kind="weights", **SHAPE)  # type: ignore[arg-type]
+    _refused(agg_keys, upload.hex(), "ciphertext data must be bytes, not str")  # type: ignore[arg-type]
+    blobs, offset = [], HEADER
+    while offset < len(upload):
+        (size,) = struct.unpack_from(">I", upload, offset)
+        blobs.append(upload[offset : offset + 4 + size])
+        offset += 4 + size
+    swapped = upload[:HEADER] + blobs[1] + blobs[0] + b"".join(blobs[2:])
+    _refused(agg_keys, swapped, "ciphertext 0 packs 52 values; expected 2048")

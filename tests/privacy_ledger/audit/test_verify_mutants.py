@@ -4,21 +4,34 @@
 (docs/benchmarks.md, "Mutation testing", sixth run). A head accepted earlier that
 covers exactly the entries stored today is the normal case of an auditor who
 exported the newest head and verifies again before anything was appended: it must
-verify, and one entry fewer must not.
+verify, and one entry fewer must not; an earlier head must verify too. A head the
+log's own key signed for another log (origin) is refused like a forged one. With a
+single head (size 1), only that head reveals a rewritten history: it must be
+compared with the recomputed tree. Each head refusal names the head, its size and
+the reason in full.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
-from privacy_ledger.audit.checkpoint import Checkpoint, verify_head
+from crypto.sm import SM2PrivateKey
+from privacy_ledger.audit.checkpoint import Checkpoint, sign_checkpoint, verify_head
 from privacy_ledger.audit.log import AuditLog
+from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.audit.models import TreeHeadRow
 from privacy_ledger.audit.verify.log import verify_log
-from privacy_ledger.errors import HeadsInconsistent, LogTampered
+from privacy_ledger.db import create_ledger_engine, upgrade
+from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogTampered
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
+from tests.privacy_ledger.audit.test_tamper import _edited, _put
 
 SIZE = 20  # signed heads at 1, 9 and 17 (checkpoint_every=8), 3 entries unsigned
 
@@ -65,3 +78,109 @@ def test_an_earlier_trusted_head_verifies_and_another_history_is_named(
     ) as info:
         verify_log(filled, public_key=log.public_key, trusted=other)
     assert info.value.tree_size == 12
+
+
+def test_a_head_signed_with_the_logs_key_for_another_origin_is_refused(
+    filled: Engine, log: AuditLog, signer: SM2PrivateKey
+) -> None:
+    with filled.begin() as conn:
+        root = bytes(
+            conn.execute(text("SELECT root_hash FROM tree_heads WHERE seq = 2")).scalar_one()
+        )
+        other = sign_checkpoint(
+            Checkpoint(origin="other.example/audit", tree_size=9, root_hash=root), signer
+        )
+        conn.execute(
+            text("UPDATE tree_heads SET body = :b, signature = :s WHERE seq = 2"),
+            {"b": other.body, "s": other.signature},
+        )
+    with pytest.raises(
+        HeadTampered,
+        match=r"^\[LEDGER_HEAD_TAMPERED\] signed head #2 \(size 9\) is invalid: "
+        r"\[LEDGER_CHECKPOINT_MALFORMED\] origin: head is for 'other.example/audit', "
+        rf"want '{ORIGIN}'$",
+    ) as info:
+        verify_log(filled, public_key=log.public_key)
+    assert info.value.tree_size == 9
+
+
+@pytest.fixture
+def filled_sqlite(tmp_path: Path, log: AuditLog) -> Iterator[Engine]:
+    """SQLite keeps any value in any column (PostgreSQL's typed columns refuse the edit)."""
+    engine = create_ledger_engine(f"sqlite:///{tmp_path / 'audit.db'}")
+    upgrade(engine)
+    fill(engine, log, SIZE)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("column", ["body", "signature", "root_hash"])
+def test_a_head_column_of_the_wrong_type_is_named_with_its_head(
+    filled_sqlite: Engine, log: AuditLog, column: str
+) -> None:
+    with filled_sqlite.begin() as conn:
+        conn.execute(text(f"UPDATE tree_heads SET {column} = hex({column}) WHERE seq = 2"))
+    with pytest.raises(
+        HeadTampered,
+        match=r"^\[LEDGER_HEAD_TAMPERED\] signed head #2: a column holds a value of the "
+        r"wrong type \(altered\)$",
+    ) as info:
+        verify_log(filled_sqlite, public_key=log.public_key)
+    assert info.value.tree_size == 9
+
+
+def test_a_history_rewritten_under_the_first_head_alone_is_caught_by_it(
+    engine: Engine, log: AuditLog
+) -> None:
+    """Five entries, one head (size 1): entry 0 altered and the chain rebuilt after it."""
+    fill(engine, log, 5)
+    assert verify_log(engine, public_key=log.public_key).heads_checked == 1
+    with engine.begin() as conn:
+        data = _edited(conn, 0, fields={})
+        prev = SM3_HASHER.hash_leaf(data)
+        _put(conn, 0, data, prev)
+        for index in range(1, 5):
+            data = _edited(conn, index, prev=prev.hex())
+            prev = SM3_HASHER.hash_leaf(data)
+            _put(conn, index, data, prev)
+        conn.execute(text("UPDATE log_state SET last_leaf_hash = :h"), {"h": prev})
+    with pytest.raises(
+        LogTampered,
+        match=r"^\[LEDGER_LOG_TAMPERED\] entries \[0, 1\) do not match the signed head of "
+        r"size 1; first entry that may be altered: 0$",
+    ) as info:
+        verify_log(engine, public_key=log.public_key)
+    assert (info.value.entry_index, info.value.tree_size) == (0, 1)
+
+
+def _head_refused(engine: Engine, log: AuditLog, error: type[Exception], text: str) -> Any:
+    with pytest.raises(error, match=rf"^\[LEDGER_HEAD[A-Z_]+\] {re.escape(text)}$") as info:
+        verify_log(engine, public_key=log.public_key)
+    return info.value
+
+
+def test_head_refusals_name_the_head_and_its_size(filled: Engine, log: AuditLog) -> None:
+    with filled.begin() as conn:
+        conn.execute(text("UPDATE tree_heads SET root_hash = :r WHERE seq = 2"), {"r": bytes(32)})
+    text_ = "signed head #2 (size 9): stored size/root differ from its signed body"
+    assert _head_refused(filled, log, HeadTampered, text_).tree_size == 9
+
+
+def test_the_first_two_heads_swapped_are_inconsistent(filled: Engine, log: AuditLog) -> None:
+    with filled.begin() as conn:  # sizes 9, 1, 17 in signing order
+        conn.execute(text("UPDATE tree_heads SET seq = 99 WHERE seq = 1"))
+        conn.execute(text("UPDATE tree_heads SET seq = 1 WHERE seq = 2"))
+        conn.execute(text("UPDATE tree_heads SET seq = 2 WHERE seq = 99"))
+    text_ = "signed head #2 has size 1 after a head of size 9"
+    assert _head_refused(filled, log, HeadsInconsistent, text_).tree_size == 1
+
+
+def test_a_head_count_that_disagrees_with_the_stored_heads_is_named(
+    filled: Engine, log: AuditLog
+) -> None:
+    with filled.begin() as conn:
+        conn.execute(text("UPDATE log_state SET head_count = 4"))
+    text_ = "log_state counts 4 signed heads, 3 are stored"
+    assert _head_refused(filled, log, HeadTampered, text_).tree_size == 17
