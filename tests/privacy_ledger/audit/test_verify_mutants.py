@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM2PrivateKey
+from privacy_ledger.audit import canonical
 from privacy_ledger.audit.checkpoint import Checkpoint, sign_checkpoint, verify_head
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.merkle import SM3_HASHER
@@ -31,7 +32,15 @@ from privacy_ledger.audit.verify.log import verify_log
 from privacy_ledger.db import create_ledger_engine, upgrade
 from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogTampered
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
-from tests.privacy_ledger.audit.test_tamper import _edited, _put
+from tests.privacy_ledger.audit.test_tamper import (
+    Tamper,
+    _edited,
+    _put,
+    delete_row,
+    edit_bytes,
+    edit_bytes_and_leaf,
+    edit_subject_column,
+)
 
 SIZE = 20  # signed heads at 1, 9 and 17 (checkpoint_every=8), 3 entries unsigned
 
@@ -184,3 +193,86 @@ def test_a_head_count_that_disagrees_with_the_stored_heads_is_named(
         conn.execute(text("UPDATE log_state SET head_count = 4"))
     text_ = "log_state counts 4 signed heads, 3 are stored"
     assert _head_refused(filled, log, HeadTampered, text_).tree_size == 17
+
+
+def test_a_head_beyond_the_stored_entries_names_both_sizes(filled: Engine, log: AuditLog) -> None:
+    with filled.begin() as conn:  # entries 15.. removed, log_state made to agree
+        conn.execute(text("DELETE FROM audit_entries WHERE entry_index >= 15"))
+        conn.execute(text("UPDATE log_state SET tree_size = 15"))
+    with pytest.raises(
+        LogTampered,
+        match=r"^\[LEDGER_LOG_TAMPERED\] signed head of size 17 covers entries the log lacks "
+        r"\(only 15 stored\); entry 15 is missing$",
+    ) as info:
+        verify_log(filled, public_key=log.public_key)
+    assert (info.value.entry_index, info.value.tree_size) == (15, 17)
+
+
+def _rewritten(conn: Connection, index: int, **changes: object) -> None:
+    """Entry ``index`` edited by ``changes`` and stored with its new leaf hash."""
+    data = _edited(conn, index, **changes)
+    _put(conn, index, data, SM3_HASHER.hash_leaf(data))
+
+
+def _without_sensitive(conn: Connection) -> None:
+    entry = canonical.decode(_edited(conn, 5))
+    del entry["sensitive"]
+    data = canonical.encode(entry)
+    _put(conn, 5, data, SM3_HASHER.hash_leaf(data))
+
+
+def _prev_not_a_string(conn: Connection) -> None:
+    _rewritten(conn, 5, prev=5)
+
+
+def _entry_2_links_to_0(conn: Connection) -> None:
+    leaf0 = conn.execute(text("SELECT leaf_hash FROM audit_entries WHERE entry_index = 0"))
+    _rewritten(conn, 2, prev=bytes(leaf0.scalar_one()).hex())
+
+
+ENTRY_TEXTS = [
+    (edit_bytes, 5, "stored bytes do not match the stored leaf hash (altered)"),
+    (edit_subject_column, 6, "event/subject columns differ from the hashed entry (altered)"),
+    (delete_row, 7, "missing (the next stored entry is 8; deleted)"),
+    (edit_bytes_and_leaf, 11, "its hash differs from the one entry 12 recorded (altered)"),
+    (_without_sensitive, 5, "not a canonical audit entry"),
+    (_prev_not_a_string, 5, "altered or replaced (the chain is broken on both sides)"),
+    (_entry_2_links_to_0, 2, "forged or duplicated: it links to entry 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "bad", "reason"), ENTRY_TEXTS, ids=[c[0].__name__ for c in ENTRY_TEXTS]
+)
+def test_an_entry_refusal_names_the_entry_and_the_reason(
+    filled: Engine, log: AuditLog, tamper: Tamper, bad: int, reason: str
+) -> None:
+    with filled.begin() as conn:
+        tamper(conn)
+    with pytest.raises(
+        LogTampered, match=rf"^\[LEDGER_LOG_TAMPERED\] entry {bad}: {re.escape(reason)}$"
+    ) as info:
+        verify_log(filled, public_key=log.public_key)
+    assert info.value.entry_index == bad
+
+
+def test_a_column_of_the_wrong_type_is_named_with_its_entry(
+    filled_sqlite: Engine, log: AuditLog
+) -> None:
+    with filled_sqlite.begin() as conn:  # a BLOB subject next to a text event
+        conn.execute(text("UPDATE audit_entries SET subject = x'00ff' WHERE entry_index = 5"))
+    with pytest.raises(
+        LogTampered,
+        match=r"^\[LEDGER_LOG_TAMPERED\] entry 5: a column holds a value of the wrong type "
+        r"\(altered\)$",
+    ):
+        verify_log(filled_sqlite, public_key=log.public_key)
+
+
+def test_a_first_entry_that_links_nowhere_is_located_at_0(engine: Engine, log: AuditLog) -> None:
+    fill(engine, log, 1)
+    with engine.begin() as conn:  # not the genesis link, stored with its new leaf hash
+        _rewritten(conn, 0, prev="01" * 32)
+    with pytest.raises(LogTampered) as info:
+        verify_log(engine, public_key=log.public_key)
+    assert info.value.entry_index == 0
