@@ -40,6 +40,7 @@ from tests.privacy_ledger.audit.test_tamper import (
     edit_bytes,
     edit_bytes_and_leaf,
     edit_subject_column,
+    insert_in_middle,
 )
 
 SIZE = 20  # signed heads at 1, 9 and 17 (checkpoint_every=8), 3 entries unsigned
@@ -238,6 +239,7 @@ ENTRY_TEXTS = [
     (_without_sensitive, 5, "not a canonical audit entry"),
     (_prev_not_a_string, 5, "altered or replaced (the chain is broken on both sides)"),
     (_entry_2_links_to_0, 2, "forged or duplicated: it links to entry 0"),
+    (insert_in_middle, 13, "inserted (entry 14 directly follows 12)"),
 ]
 
 
