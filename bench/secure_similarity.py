@@ -87,6 +87,15 @@ def _gatekept_round(mode: str, k: int, rng: np.random.Generator):  # type: ignor
     return dep, agg, handles, piece, mats
 
 
+def _steps(agg, handles, piece):  # type: ignore[no-untyped-def]
+    """The three timed steps of a gatekept round, in plan order: (name, call)."""
+    return (
+        ("scoring", lambda: agg.score(handles, round_id=1)),
+        ("evidence", lambda: agg.evidence(handles, piece.mask((N, C)), round_id=1)),
+        ("copies", lambda: agg.copies(handles, round_id=1)),
+    )
+
+
 class _Counted:
     """A byte channel that counts what passes both ways."""
 
@@ -110,11 +119,7 @@ def measure_shares(k: int, rng: np.random.Generator) -> dict[str, object]:
     dealer, compare = _Counted(agg.keys.dealer), _Counted(agg.keys.compare_dealer)  # type: ignore[attr-defined]
     agg.keys = replace(agg.keys, helper=helper, dealer=dealer, compare_dealer=compare)  # type: ignore[attr-defined]
     out: dict[str, object] = {"K": k, "pairs": k * (k - 1) // 2}
-    steps = (
-        ("scoring", lambda: agg.score(handles, round_id=1)),
-        ("evidence", lambda: agg.evidence(handles, piece.mask((N, C)), round_id=1)),
-        ("copies", lambda: agg.copies(handles, round_id=1)),
-    )
+    steps = _steps(agg, handles, piece)
     for name, step in steps:
         marks = [(c.sent, c.received, c.calls) for c in (helper, dealer, compare)]
         seconds, found = _timed(step)
@@ -141,11 +146,7 @@ def measure(k: int, rng: np.random.Generator) -> dict[str, object]:
     dep, agg, handles, piece, mats = _gatekept_round("ckks", k, rng)
     keys = dep.authority.keys  # type: ignore[attr-defined]
     out: dict[str, object] = {"K": k, "pairs": k * (k - 1) // 2}
-    steps = (
-        ("scoring", lambda: agg.score(handles, round_id=1)),
-        ("evidence", lambda: agg.evidence(handles, piece.mask((N, C)), round_id=1)),
-        ("copies", lambda: agg.copies(handles, round_id=1)),
-    )
+    steps = _steps(agg, handles, piece)
     for name, step in steps:
         before = keys.releases
         seconds, found = _timed(step)
