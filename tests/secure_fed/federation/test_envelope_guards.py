@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 import re
 import struct
-from typing import Any
 
 import pytest
 
 from crypto.sm import SM2PrivateKey, sm3_digest
-from privacy_ledger.budget.receipts import DPPlan, ReceiptVerifier
+from privacy_ledger.budget.receipts import ReceiptVerifier
 from secure_fed.errors import (
     UploadMalformed,
     UploadReceiptInvalid,
@@ -27,77 +26,48 @@ from secure_fed.errors import (
     UploadSignatureInvalid,
 )
 from secure_fed.federation.envelope import (
-    EnvelopeVerifier,
     plan_from_wire,
     plan_to_wire,
     seal_upload,
 )
-from secure_fed.secure.audit import MemoryAuditSink
-from secure_fed.wire import ENVELOPE, decode_frame, encode_frame, encode_header
+from secure_fed.wire import ENVELOPE, decode_frame, encode_frame
+from tests.secure_fed.federation.envelopes import (
+    KEYS,
+    PLAN,
+    UPLOAD,
+    Gate,
+    envelope_head,
+    signed_envelope,
+)
 from tests.secure_fed.federation.helpers import honest, make_upload
 
-KEYS = {"a": SM2PrivateKey.generate(), "b": SM2PrivateKey.generate()}
-UPLOAD = make_upload("a", honest(1), round_id=3)
-PLAN = DPPlan(noise_multiplier=1.1, sample_rate=0.01, steps=300, delta=1e-5)
 
-
-def _fields(**changes: Any) -> dict[str, object]:
-    head, _ = decode_frame(seal_upload(UPLOAD, key=KEYS["a"], params="float32"), ENVELOPE)
-    head.update(changes)
-    return head
-
-
-def _sealed(fields: dict[str, object], upload: bytes = UPLOAD, *, signer: str = "a") -> bytes:
-    """An envelope around ``upload`` with head ``fields``, signed by ``signer``'s key."""
-    message = sm3_digest(encode_header(ENVELOPE, fields)) + sm3_digest(upload)
-    sig = KEYS[signer].sign(message)
-    return encode_frame(ENVELOPE, fields, struct.pack(">H", len(sig)) + sig + upload)
-
-
-class _Gate:
-    def __init__(self, *, max_bytes: int = 1 << 20, receipts: ReceiptVerifier | None = None):
-        self.sink = MemoryAuditSink()
-        self.submitted: list[tuple[bytes, int]] = []
-        self.verifier = EnvelopeVerifier(
-            keys={p: k.public_key for p, k in KEYS.items()},
-            submit=self._submit,
-            params="float32",
-            max_bytes=max_bytes,
-            audit=self.sink,
-            receipts=receipts,
-        )
-
-    def _submit(self, upload: bytes, *, round_id: int) -> str:
-        self.submitted.append((upload, round_id))
-        return f"submitted-{round_id}"
-
-
-def _refused(gate: _Gate, envelope: object, error: type[Exception], message: str) -> None:
+def _refused(gate: Gate, envelope: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=rf"^\[[A-Z_]+\] {message}$"):
         gate.verifier.accept(envelope, round_id=3)  # type: ignore[arg-type]
     assert gate.submitted == []
 
 
 def test_an_honest_envelope_is_submitted_with_the_callers_round() -> None:
-    gate = _Gate()
+    gate = Gate()
     envelope = seal_upload(UPLOAD, key=KEYS["a"], params="float32")
     assert gate.verifier.accept(envelope, round_id=3) == "submitted-3"
     assert gate.submitted == [(UPLOAD, 3)]
-    assert gate.verifier.accept(_sealed(_fields()), round_id=4) == "submitted-4"
+    assert gate.verifier.accept(signed_envelope(envelope_head()), round_id=4) == "submitted-4"
 
 
 def test_an_envelope_of_exactly_max_bytes_is_served_and_one_byte_more_is_not() -> None:
     envelope = seal_upload(UPLOAD, key=KEYS["a"], params="float32")
-    assert _Gate(max_bytes=len(envelope)).verifier.accept(envelope, round_id=3)
+    assert Gate(max_bytes=len(envelope)).verifier.accept(envelope, round_id=3)
     limit = len(envelope) - 1
     _refused(
-        _Gate(max_bytes=limit),
+        Gate(max_bytes=limit),
         envelope,
         UploadMalformed,
         f"envelope must be bytes of at most {limit} bytes",
     )
     _refused(
-        _Gate(),
+        Gate(),
         bytearray(envelope),
         UploadMalformed,
         "envelope must be bytes of at most 1048576 bytes",
@@ -105,17 +75,17 @@ def test_an_envelope_of_exactly_max_bytes_is_served_and_one_byte_more_is_not() -
 
 
 def test_a_payload_shorter_than_the_signature_length_is_refused() -> None:
-    fields = _fields()
+    fields = envelope_head()
     for payload in (b"", b"\x00"):
         _refused(
-            _Gate(),
+            Gate(),
             encode_frame(ENVELOPE, fields, payload),
             UploadSignatureInvalid,
             "envelope is truncated before the signature length",
         )
     # two bytes hold a (zero) length: the empty signature then fails to verify
     _refused(
-        _Gate(),
+        Gate(),
         encode_frame(ENVELOPE, fields, b"\x00\x00"),
         UploadSignatureInvalid,
         "envelope signature does not verify under the sender's registered key",
@@ -126,31 +96,31 @@ def test_a_payload_shorter_than_the_signature_length_is_refused() -> None:
 def test_a_signature_longer_than_80_bytes_is_refused(sig_len: int) -> None:
     payload = struct.pack(">H", sig_len) + bytes(sig_len) + UPLOAD
     _refused(
-        _Gate(),
-        encode_frame(ENVELOPE, _fields(), payload),
+        Gate(),
+        encode_frame(ENVELOPE, envelope_head(), payload),
         UploadSignatureInvalid,
         f"envelope signature length {sig_len} is out of range",
     )
 
 
 def test_a_signature_length_is_checked_against_the_payload() -> None:
-    fields = _fields()
+    fields = envelope_head()
     # 80 bytes is in range: the bytes are read as a signature, which does not verify
     _refused(
-        _Gate(),
+        Gate(),
         encode_frame(ENVELOPE, fields, struct.pack(">H", 80) + bytes(80) + UPLOAD),
         UploadSignatureInvalid,
         "envelope signature does not verify under the sender's registered key",
     )
     # a length running exactly to the payload's end is in range; one byte beyond is not
     _refused(
-        _Gate(),
+        Gate(),
         encode_frame(ENVELOPE, fields, struct.pack(">H", 40) + bytes(40)),
         UploadSignatureInvalid,
         "envelope signature does not verify under the sender's registered key",
     )
     _refused(
-        _Gate(),
+        Gate(),
         encode_frame(ENVELOPE, fields, struct.pack(">H", 40) + bytes(39)),
         UploadSignatureInvalid,
         "envelope signature length 40 is out of range",
@@ -159,9 +129,13 @@ def test_a_signature_length_is_checked_against_the_payload() -> None:
 
 def test_a_signature_by_another_registered_sender_or_for_an_unknown_one_is_refused() -> None:
     message = "envelope signature does not verify under the sender's registered key"
-    _refused(_Gate(), _sealed(_fields(), signer="b"), UploadSignatureInvalid, message)
-    _refused(_Gate(), _sealed(_fields(participant_id="zz")), UploadSignatureInvalid, message)
-    _refused(_Gate(), _sealed(_fields(participant_id=7)), UploadSignatureInvalid, message)
+    _refused(Gate(), signed_envelope(envelope_head(), signer="b"), UploadSignatureInvalid, message)
+    _refused(
+        Gate(), signed_envelope(envelope_head(participant_id="zz")), UploadSignatureInvalid, message
+    )
+    _refused(
+        Gate(), signed_envelope(envelope_head(participant_id=7)), UploadSignatureInvalid, message
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,23 +155,23 @@ def test_a_signature_by_another_registered_sender_or_for_an_unknown_one_is_refus
 def test_a_head_that_differs_from_its_upload_is_refused(
     changes: dict[str, object], message: str
 ) -> None:
-    _refused(_Gate(), _sealed(_fields(**changes)), UploadMalformed, message)
+    _refused(Gate(), signed_envelope(envelope_head(**changes)), UploadMalformed, message)
 
 
 def test_the_envelopes_sender_must_be_the_uploads() -> None:
     other = make_upload("b", honest(2), round_id=3)
-    fields = _fields(upload_bytes=len(other), upload_sm3=sm3_digest(other).hex())
+    fields = envelope_head(upload_bytes=len(other), upload_sm3=sm3_digest(other).hex())
     _refused(
-        _Gate(),
-        _sealed(fields, other),
+        Gate(),
+        signed_envelope(fields, other),
         UploadMalformed,
         "envelope participant_id differs from the upload header",
     )
 
 
 def test_a_refusal_is_audited_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    gate = _Gate()
-    envelope = _sealed(_fields(params="ckks-128"))
+    gate = Gate()
+    envelope = signed_envelope(envelope_head(params="ckks-128"))
     with caplog.at_level(logging.WARNING, logger="secure_fed.federation.envelope"):
         with pytest.raises(UploadMalformed):
             gate.verifier.accept(envelope, round_id=3)
@@ -214,11 +188,11 @@ def test_a_refusal_is_audited_and_logged(caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_without_a_receipt_verifier_no_receipt_is_needed_and_with_one_it_is() -> None:
-    assert _Gate().verifier.accept(_sealed(_fields(receipt=None)), round_id=3)
-    gate = _Gate(receipts=ReceiptVerifier(public_key=SM2PrivateKey.generate().public_key))
+    assert Gate().verifier.accept(signed_envelope(envelope_head(receipt=None)), round_id=3)
+    gate = Gate(receipts=ReceiptVerifier(public_key=SM2PrivateKey.generate().public_key))
     _refused(
         gate,
-        _sealed(_fields(receipt=None)),
+        signed_envelope(envelope_head(receipt=None)),
         UploadReceiptMissing,
         "participant 'a' sent no budget receipt for round 3: no committed reservation, no upload",
     )
@@ -227,7 +201,7 @@ def test_without_a_receipt_verifier_no_receipt_is_needed_and_with_one_it_is() ->
             UploadReceiptInvalid, match=r"^\[UPLOAD_RECEIPT_INVALID\] budget receipt refused: "
         ):
             gate.verifier.accept(
-                _sealed(_fields(receipt=raw, dp_plan=plan_to_wire(PLAN))), round_id=3
+                signed_envelope(envelope_head(receipt=raw, dp_plan=plan_to_wire(PLAN))), round_id=3
             )
     assert gate.submitted == []
 

@@ -21,14 +21,8 @@ from privacy_ledger.budget.receipts import ReceiptVerifier
 from secure_fed.errors import UploadBindingInvalid, UploadReceiptInvalid, UploadSignatureInvalid
 from secure_fed.federation.envelope import plan_to_wire
 from secure_fed.wire import ENVELOPE, decode_frame, encode_frame, encode_header
-from tests.secure_fed.federation.test_envelope_guards import PLAN, _fields, _Gate, _sealed
-from tests.secure_fed.secure.adversarial.test_participant_binding import (
-    C,
-    N,
-    _as_own,
-    _harness,
-    _inner,
-)
+from tests.secure_fed.federation.envelopes import PLAN, Gate, envelope_head, signed_envelope
+from tests.secure_fed.secure.adversarial.binding import C, N, as_own, harness, inner_upload
 from tests.secure_fed.secure.helpers import population
 
 
@@ -45,14 +39,14 @@ def _binding_refused(h: object, envelope: bytes, text: str, sink: object) -> Non
 def test_a_captured_share_payload_in_the_thiefs_envelope_is_refused_by_name(
     tmp_path: Path,
 ) -> None:
-    h, sink = _harness("shares", tmp_path)
-    _, stolen = _inner(h.envelope("a", population(1, N, C, seed=1)["p00"], 1))
+    h, sink = harness("shares", tmp_path)
+    _, stolen = inner_upload(h.envelope("a", population(1, N, C, seed=1)["p00"], 1))
     text = "the payload names another participant than its envelope"
-    _binding_refused(h, _as_own(h, "b", stolen), text, sink)
+    _binding_refused(h, as_own(h, "b", stolen), text, sink)
 
 
 def test_an_upload_id_its_owner_did_not_sign_is_refused_by_name(tmp_path: Path) -> None:
-    h, sink = _harness("shares", tmp_path)
+    h, sink = harness("shares", tmp_path)
     head, body = decode_frame(h.envelope("a", population(1, N, C)["p00"], 1), ENVELOPE)
     (sig_len,) = struct.unpack(">H", body[:2])
     upload = body[2 + sig_len :]
@@ -64,8 +58,8 @@ def test_an_upload_id_its_owner_did_not_sign_is_refused_by_name(tmp_path: Path) 
 
 @pytest.mark.parametrize("raw", [5, ["00"]])
 def test_a_receipt_that_is_not_a_hex_string_is_refused_as_no_bytes(raw: object) -> None:
-    gate = _Gate(receipts=ReceiptVerifier(public_key=SM2PrivateKey.generate().public_key))
-    envelope = _sealed(_fields(receipt=raw, dp_plan=plan_to_wire(PLAN)))
+    gate = Gate(receipts=ReceiptVerifier(public_key=SM2PrivateKey.generate().public_key))
+    envelope = signed_envelope(envelope_head(receipt=raw, dp_plan=plan_to_wire(PLAN)))
     text = "budget receipt refused: [LEDGER_RECEIPT_INVALID] receipt is not bytes or is truncated"
     with pytest.raises(
         UploadReceiptInvalid, match=rf"^\[UPLOAD_RECEIPT_INVALID\] {re.escape(text)}$"
@@ -76,10 +70,10 @@ def test_a_receipt_that_is_not_a_hex_string_is_refused_as_no_bytes(raw: object) 
 
 @pytest.mark.parametrize("pid", [["a"], {"id": "a"}])
 def test_a_sender_id_that_is_no_string_is_refused_like_a_bad_signature(pid: object) -> None:
-    gate = _Gate()
+    gate = Gate()
     text = "envelope signature does not verify under the sender's registered key"
     with pytest.raises(
         UploadSignatureInvalid, match=rf"^\[UPLOAD_SIGNATURE_INVALID\] {re.escape(text)}$"
     ):
-        gate.verifier.accept(_sealed(_fields(participant_id=pid)), round_id=3)
+        gate.verifier.accept(signed_envelope(envelope_head(participant_id=pid)), round_id=3)
     assert gate.submitted == []

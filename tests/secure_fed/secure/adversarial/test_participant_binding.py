@@ -22,55 +22,18 @@ from secure_fed.errors import (
     UploadPayloadReused,
     UploadSignatureInvalid,
 )
-from secure_fed.federation.envelope import seal_upload
-from secure_fed.federation.messages import UploadHeader, decode_upload, encode_upload
-from secure_fed.secure.audit import MemoryAuditSink
-from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.federation.messages import UploadHeader, encode_upload
 from secure_fed.wire import ENVELOPE, decode_frame, encode_frame, encode_header
-from tests.secure_fed.secure.helpers import Harness, population
-
-N, C = 40, 4
-IDS = ["a", "b", "c"]
-
-
-def _harness(mode: str, tmp_path) -> tuple[Harness, MemoryAuditSink]:  # type: ignore[no-untyped-def]
-    sink = MemoryAuditSink()
-    dep = SecureDeployment.create(
-        mode=mode, shape=(N, C), participant_ids=IDS, min_participants=2, audit=sink
-    )
-    h = Harness(dep, tmp_path, ids=IDS, min_participants=2, audit=sink)
-    h.engine.open(h.config(1))
-    h.engine.start_collecting(1)
-    return h, sink
-
-
-def _inner(envelope: bytes) -> tuple[UploadHeader, bytes]:
-    _, body = decode_frame(envelope, ENVELOPE)
-    (sig_len,) = struct.unpack(">H", body[:2])
-    return decode_upload(body[2 + sig_len :], max_bytes=len(body))
-
-
-def _as_own(h: Harness, thief: str, payload: bytes, *, upload_id: str | None = None) -> bytes:
-    """The thief's own upload header around ``payload``, sealed with the thief's own key."""
-    header = UploadHeader(
-        round_id=1,
-        participant_id=thief,
-        mode=h.dep.mode,
-        schema=h.model,
-        schema_hash=h.round_schema.schema_hash(),
-        num_samples=100,
-        nonce=secrets.token_hex(16),
-        payload_sm3=sm3_digest(payload).hex(),
-    )
-    return seal_upload(encode_upload(header, payload), key=h.keys[thief], params=h.params)
+from tests.secure_fed.secure.adversarial.binding import IDS, C, N, as_own, harness, inner_upload
+from tests.secure_fed.secure.helpers import population
 
 
 def test_a_captured_share_payload_is_refused_before_the_helper_sees_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    h, sink = _harness("shares", tmp_path)
+    h, sink = harness("shares", tmp_path)
     preds = population(3, N, C, seed=1)
-    _, stolen = _inner(h.envelope("a", preds["p00"], 1))  # captured in transit
+    _, stolen = inner_upload(h.envelope("a", preds["p00"], 1))  # captured in transit
     with pytest.raises(UploadBindingInvalid, match="another participant"):
-        h.verifier.accept(_as_own(h, "b", stolen), round_id=1)
+        h.verifier.accept(as_own(h, "b", stolen), round_id=1)
     assert sink.named("upload.rejected")[-1]["code"] == "UPLOAD_BINDING_INVALID"
     # the engine itself refuses it too (a caller that skips the envelope gate)
     header = UploadHeader(
@@ -95,7 +58,7 @@ def test_a_captured_share_payload_is_refused_before_the_helper_sees_it(tmp_path)
 
 
 def test_the_signed_upload_id_must_be_the_payloads(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    h, sink = _harness("shares", tmp_path)
+    h, sink = harness("shares", tmp_path)
     env = h.envelope("a", population(1, N, C)["p00"], 1)
     head, body = decode_frame(env, ENVELOPE)
     (sig_len,) = struct.unpack(">H", body[:2])
@@ -109,20 +72,20 @@ def test_the_signed_upload_id_must_be_the_payloads(tmp_path) -> None:  # type: i
 
 
 def test_a_ckks_upload_cannot_be_resubmitted_as_anothers_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    h, sink = _harness("ckks", tmp_path)
+    h, sink = harness("ckks", tmp_path)
     preds = population(3, N, C, seed=2)
     env_a = h.envelope("a", preds["p00"], 1)
     assert h.verifier.accept(env_a, round_id=1) == "a"
-    _, ciphertext = _inner(env_a)
+    _, ciphertext = inner_upload(env_a)
     with pytest.raises(UploadPayloadReused, match="already accepted"):
-        h.verifier.accept(_as_own(h, "b", ciphertext), round_id=1)
+        h.verifier.accept(as_own(h, "b", ciphertext), round_id=1)
     assert sink.named("upload.rejected")[-1]["code"] == "UPLOAD_PAYLOAD_REUSED"
     assert sorted(h.engine.state(1).uploads) == ["a"]
     assert h.verifier.accept(h.envelope("b", preds["p01"], 1), round_id=1) == "b"
 
 
 def test_unknown_sender_and_bad_signature_are_indistinguishable(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    h, sink = _harness("plaintext", tmp_path)
+    h, sink = harness("plaintext", tmp_path)
     matrix = population(1, N, C)["p00"]
     # an unregistered id, signed with a key of its own
     stranger = "zz-not-registered"
