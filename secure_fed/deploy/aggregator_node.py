@@ -2,7 +2,7 @@
 
 :meth:`AggregatorNode.open` opens the ledger database (migrating it), its
 audit log and round store, and builds the aggregator with
-:func:`~secure_fed.federation.builders.build_aggregator` -- the function the
+:func:`~secure_fed.federation.aggregator_builder.build_aggregator` -- the function the
 in-process federation uses. The ServerApp
 (:mod:`secure_fed.deploy.flower.server_app`) only moves bytes between it and
 the nodes; this module holds the bookkeeping a deployment adds:
@@ -51,14 +51,18 @@ from secure_fed.deploy.server_config import ServerConfig, settings_of
 from secure_fed.deploy.tls import ClientTLS
 from secure_fed.deploy.transport import AuthorityChannels, remote_authority, remote_helper
 from secure_fed.errors import RoundStateError, SecureFedError
-from secure_fed.federation.builders import AggregatorParts, build_aggregator, private_parts
+from secure_fed.federation.aggregator_builder import (
+    AggregatorParts,
+    build_aggregator,
+    private_parts,
+)
 from secure_fed.federation.config import ASSET_ID, PlannedParticipant, plan_participants
 from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.messages import decode_publication
 from secure_fed.federation.stages import RoundConfig, RoundState, Stage
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.learning.data import load_task
-from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
+from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator

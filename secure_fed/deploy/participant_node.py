@@ -33,7 +33,8 @@ from secure_fed.deploy.participant_config import ParticipantConfig
 from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
 from secure_fed.deploy.remote_budget import RemoteBudgetGate
 from secure_fed.deploy.server_config import config_from_settings
-from secure_fed.federation.builders import build_participant, private_parts
+from secure_fed.federation.aggregator_builder import private_parts
+from secure_fed.federation.builders import build_participant
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
 from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.handlers import ParticipantHandler

@@ -66,9 +66,9 @@ from secure_fed.deploy.config_errors import ServerConfigInvalid
 from secure_fed.deploy.participant_config import TomlFields
 from secure_fed.errors import ConfigurationInvalid
 from secure_fed.federation.config import FederationConfig
-from secure_fed.federation.participant import DistillSettings
+from secure_fed.federation.distill_settings import DistillSettings
+from secure_fed.learning.architectures import ARCHITECTURES
 from secure_fed.learning.data import DATASET_REGISTRY
-from secure_fed.learning.models import MODEL_REGISTRY
 from secure_fed.secure.mode import mode_names
 
 __all__ = ["ServerConfig", "config_from_settings", "load_server_config", "settings_of"]
@@ -190,8 +190,8 @@ def _participants(
         sub = TomlFields(f.path, entry if isinstance(entry, dict) else {}, f.error)
         pid = sub.text("id", pattern=_ID)
         arch = sub.text("architecture")
-        if arch not in MODEL_REGISTRY:
-            raise f.fail(f"participants[{k}].architecture", f"one of {sorted(MODEL_REGISTRY)}")
+        if arch not in ARCHITECTURES:
+            raise f.fail(f"participants[{k}].architecture", f"one of {sorted(ARCHITECTURES)}")
         if need_rows:
             rows[pid] = sub.integer("rows", low=1, high=10**9)
         ids.append(pid)

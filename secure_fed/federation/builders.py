@@ -1,50 +1,32 @@
-"""Build one participant, or the aggregator, from a run configuration.
+"""Build one participant from a run configuration.
 
 The in-process :class:`~secure_fed.federation.federation.Federation` and a
-deployment (``secure_fed.deploy.flower``: each party its own process) call the
-same two functions, so the same configuration, seeds and private rows give the
-same participant and the same aggregator wherever they run:
-
-* :func:`build_participant` -- model (seeded by the participant's position in
-  :func:`~secure_fed.federation.config.plan_participants`), its declared
-  schema, DP-SGD trainer, encoder, and the
-  :class:`~secure_fed.federation.handlers.ParticipantHandler` around them;
-* :func:`build_aggregator` -- schema registry, outlier policy, round engine,
-  envelope verifier and the :class:`~secure_fed.federation.handlers.AggregatorHandler`.
+deployment (``secure_fed.deploy.flower``: each party its own process) call
+:func:`build_participant`, so the same configuration, seeds and private rows give
+the same participant wherever it runs: model (seeded by the participant's position
+in :func:`~secure_fed.federation.config.plan_participants`), its declared schema,
+DP-SGD trainer, encoder, and the
+:class:`~secure_fed.federation.handlers.ParticipantHandler` around them. The
+aggregator's side, which needs no torch, is
+:mod:`secure_fed.federation.aggregator_builder`.
 
 Nothing here moves a message; the callers do.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 from torch import nn
 
-from crypto.sm import SM2PrivateKey, SM2PublicKey
-from privacy_ledger.budget.receipts import ReceiptVerifier
-from secure_fed.errors import FederationConfigInvalid
+from crypto.sm import SM2PrivateKey
 from secure_fed.evaluation.attacks import make_attack
+from secure_fed.federation.aggregator_builder import output_spec, participant_schema
 from secure_fed.federation.config import ASSET_ID, FederationConfig, PlannedParticipant
-from secure_fed.federation.engine import RoundEngine
-from secure_fed.federation.envelope import EnvelopeVerifier
-from secure_fed.federation.handlers import AggregatorHandler, ParticipantHandler
+from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.participant import LocalTrainer, Participant
-from secure_fed.federation.schema import (
-    ModelSchema,
-    OutputSpec,
-    RoundSchema,
-    SchemaRegistry,
-    SemVer,
-)
-from secure_fed.federation.stages import RoundStore
-from secure_fed.federation.weighting import DynamicWeighting
 from secure_fed.learning.budget_gate import BudgetGate
-from secure_fed.learning.data import TaskData, dirichlet_split
-from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.learning.models import build_model, check_private_compatible
 from secure_fed.learning.private_training import (
     DPGoal,
@@ -53,26 +35,10 @@ from secure_fed.learning.private_training import (
     TrainReport,
     train_nonprivate,
 )
-from secure_fed.secure.audit import AuditSink
-from secure_fed.secure.mode import SecureAggregator, UploadEncoder
-from secure_fed.secure.scoring.evidence import EvidenceSlice
-from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
+from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
+from secure_fed.secure.mode import UploadEncoder
 
-__all__ = [
-    "MAX_UPLOAD_BYTES",
-    "AggregatorParts",
-    "NonPrivateTrainer",
-    "build_aggregator",
-    "build_participant",
-    "make_trainer",
-    "output_spec",
-    "participant_schema",
-    "participant_seed",
-    "private_parts",
-]
-
-#: Size limit of one upload envelope, checked before anything is parsed.
-MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+__all__ = ["NonPrivateTrainer", "build_participant", "make_trainer", "participant_seed"]
 
 
 class NonPrivateTrainer:
@@ -120,16 +86,6 @@ class NonPrivateTrainer:
 def participant_seed(config: FederationConfig, index: int) -> int:
     """Seed of the participant at position ``index`` of the plan (model init, sampling)."""
     return config.seed * 100 + index
-
-
-def output_spec(num_classes: int) -> OutputSpec:
-    """Return the output every upload declares: ``num_classes`` logits, clipped."""
-    return OutputSpec(num_classes=num_classes, bound=PUBLIC_LOGIT_BOUND)
-
-
-def participant_schema(architecture: str, index: int, output: OutputSpec) -> ModelSchema:
-    """Return the schema participant ``index`` declares (the aggregator registers it)."""
-    return ModelSchema(model_id=architecture, version=SemVer(1, index % 3, 0), output=output)
 
 
 def make_trainer(
@@ -242,113 +198,4 @@ def build_participant(
         total_rounds=config.rounds,
         receipts=receipts,
         delta=config.delta,
-    )
-
-
-def private_parts(task: TaskData, config: FederationConfig) -> list[np.ndarray]:
-    """Row indices of every participant's private data, in plan order.
-
-    One pool is divided by Dirichlet label skew; own tables are kept as given.
-
-    Raises
-    ------
-    FederationConfigInvalid
-        If the task has per-participant tables and ``config.participants`` differs.
-    """
-    if task.parts is None:
-        return dirichlet_split(
-            task.private_y,
-            parts=config.participants,
-            alpha=config.alpha,
-            seed=config.seed,
-            min_size=16,
-        )
-    if len(task.parts) != config.participants:
-        raise FederationConfigInvalid(
-            f"participants must be {len(task.parts)}, the number of participant tables, "
-            f"got {config.participants}"
-        )
-    return list(task.parts)
-
-
-@dataclass(frozen=True)
-class AggregatorParts:
-    """What :func:`build_aggregator` builds (the handler and the pieces callers inspect)."""
-
-    handler: AggregatorHandler
-    engine: RoundEngine
-    gate: EnvelopeVerifier
-    policy: OutlierPolicy
-    registry: SchemaRegistry
-    contract: RoundSchema
-
-
-def build_aggregator(
-    config: FederationConfig,
-    *,
-    plan: Sequence[PlannedParticipant],
-    registered_rows: Mapping[str, int],
-    num_classes: int,
-    aggregator: SecureAggregator,
-    params: str,
-    participant_keys: Mapping[str, SM2PublicKey],
-    store: RoundStore,
-    audit: AuditSink | None,
-    receipt_key: SM2PublicKey | None = None,
-    evidence: EvidenceSlice | None = None,
-    clock: Callable[[], float] = time.time,
-) -> AggregatorParts:
-    """Build the aggregator of a federation: registry, policy, engine, envelope gate, handler.
-
-    Every planned participant's schema is registered, and its base share is
-    ``registered_rows`` (the row counts the operator assigned, never an
-    upload's own claim). With ``receipt_key`` an upload is accepted only with
-    the ledger's signed receipt of the sender's committed charge.
-
-    Raises
-    ------
-    ConfigurationInvalid
-        If a schema, the weighting or the outlier policy is invalid.
-    """
-    output = output_spec(num_classes)
-    registry = SchemaRegistry()
-    for index, planned in enumerate(plan):
-        registry.register(participant_schema(planned.architecture, index, output))
-    policy = OutlierPolicy(
-        dof=num_classes - 1,
-        min_keep=config.quorum(),
-        config=OutlierConfig(exclude=config.exclude_outliers),
-    )
-    engine = RoundEngine(
-        store=store,
-        aggregator=aggregator,
-        mode=config.mode,
-        registry=registry,
-        weighting=DynamicWeighting(alpha=config.weighting_alpha, beta=config.weighting_beta),
-        outlier_filter=policy,
-        audit=audit,
-        sharpen_temperature=config.sharpen_temperature,
-        clock=clock,
-        evidence=evidence,
-    )
-    engine.weighting.registered = {
-        p.participant_id: registered_rows[p.participant_id] for p in plan
-    }
-    gate = EnvelopeVerifier(
-        keys=participant_keys,
-        submit=engine.submit,
-        params=params,
-        max_bytes=MAX_UPLOAD_BYTES,
-        audit=audit,
-        receipts=None
-        if receipt_key is None
-        else ReceiptVerifier(public_key=receipt_key, clock=clock),
-    )
-    return AggregatorParts(
-        handler=AggregatorHandler(engine=engine, gate=gate),
-        engine=engine,
-        gate=gate,
-        policy=policy,
-        registry=registry,
-        contract=RoundSchema(major=1, output=output),
     )

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from secure_fed.errors import FederationConfigInvalid
 from secure_fed.evaluation.attacks import AttackSpec
-from secure_fed.federation.participant import DistillSettings
-from secure_fed.learning.logit_adjustment import LogitAdjustment
-from secure_fed.learning.models import MODEL_REGISTRY
+from secure_fed.federation.distill_settings import DistillSettings
+from secure_fed.learning.architectures import ARCHITECTURES
 from secure_fed.secure.mode import get_mode, mode_names
+
+if TYPE_CHECKING:
+    from secure_fed.learning.logit_adjustment import LogitAdjustment
 
 __all__ = ["ASSET_ID", "KINDS", "FederationConfig", "PlannedParticipant", "plan_participants"]
 
@@ -88,10 +91,10 @@ class FederationConfig:
                 raise FederationConfigInvalid(f"{name} must be {what}, got {getattr(self, name)!r}")
         if not self.architectures:
             raise FederationConfigInvalid("architectures must name at least one model")
-        unknown = [a for a in self.architectures if a not in MODEL_REGISTRY]
+        unknown = [a for a in self.architectures if a not in ARCHITECTURES]
         if unknown:
             raise FederationConfigInvalid(
-                f"architectures {unknown} are not registered; registered: {sorted(MODEL_REGISTRY)}"
+                f"architectures {unknown} are not registered; registered: {sorted(ARCHITECTURES)}"
             )
         mode = get_mode(self.mode)  # UnknownMode lists the registered names
         dp = self.central_dp
@@ -131,6 +134,8 @@ class FederationConfig:
 
     def local_adjustment(self) -> LogitAdjustment | None:
         """Return the DP-SGD loss's logit adjustment (``None`` when ``logit_adjustment`` is off)."""
+        from secure_fed.learning.logit_adjustment import LogitAdjustment  # torch: participants only
+
         return LogitAdjustment() if self.logit_adjustment else None
 
     def distill_settings(self) -> DistillSettings:

@@ -33,14 +33,8 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.receipts import ReceiptIssuer
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import SecureFedError, TooFewParticipants
-from secure_fed.federation.builders import (
-    build_aggregator,
-    build_participant,
-    make_trainer,
-    output_spec,
-    participant_seed,
-    private_parts,
-)
+from secure_fed.federation.aggregator_builder import build_aggregator, output_spec, private_parts
+from secure_fed.federation.builders import build_participant, make_trainer, participant_seed
 from secure_fed.federation.config import (
     ASSET_ID,
     FederationConfig,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.receipts import DPPlan
@@ -23,9 +24,11 @@ from privacy_ledger.errors import LedgerError
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
 from secure_fed.federation.messages import training_label
-from secure_fed.federation.participant import Participant
 from secure_fed.federation.stages import RoundConfig
-from secure_fed.learning.private_training import TrainReport
+
+if TYPE_CHECKING:  # the aggregator's process loads neither torch nor Opacus
+    from secure_fed.federation.participant import Participant
+    from secure_fed.learning.private_training import TrainReport
 
 __all__ = ["AggregatorHandler", "ParticipantHandler"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -33,6 +32,7 @@ from torch import nn
 from crypto.sm.sm3 import sm3_digest
 from secure_fed.errors import RoundConfigInvalid, UploadMalformed
 from secure_fed.evaluation.attacks import Attack
+from secure_fed.federation.distill_settings import DistillSettings
 from secure_fed.federation.messages import UploadHeader, decode_publication, encode_upload
 from secure_fed.federation.schema import ModelSchema
 from secure_fed.federation.stages import RoundConfig
@@ -46,7 +46,7 @@ from secure_fed.learning.distill import (
 from secure_fed.learning.private_training import TrainReport
 from secure_fed.secure.mode import UploadEncoder
 
-__all__ = ["DistillSettings", "LocalTrainer", "Participant", "public_set_digest"]
+__all__ = ["LocalTrainer", "Participant", "public_set_digest"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,20 +65,6 @@ def public_set_digest(public_x: np.ndarray) -> str:
     """Hex SM3 of the public set (float32, C order, shape-prefixed)."""
     arr = np.ascontiguousarray(public_x, dtype="<f4")
     return sm3_digest(repr(arr.shape).encode("ascii") + arr.tobytes()).hex()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DistillSettings:
-    """Distillation knobs shared by all participants of a federation.
-
-    ``logit_adjustment`` is the ``tau`` of the logit-adjusted distillation loss
-    (``secure_fed.learning.distill.distill``); 0 distills plainly.
-    """
-
-    epochs: int = 10
-    lr: float = 0.1
-    batch_size: int = 64
-    logit_adjustment: float = 1.0
 
 
 class Participant:

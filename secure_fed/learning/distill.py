@@ -34,6 +34,7 @@ from torch import nn
 
 from secure_fed.errors import LearningParameterInvalid
 from secure_fed.learning.private_training import check_positive, predict_logits
+from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
 
 __all__ = [
     "PUBLIC_LOGIT_BOUND",
@@ -47,9 +48,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-PUBLIC_LOGIT_BOUND = 8.0
-"""Public bound on every entry of an uploaded prediction: ``|v| <= 8``."""
 
 
 def predict_public(model: nn.Module, public_x: np.ndarray) -> np.ndarray:

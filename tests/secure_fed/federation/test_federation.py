@@ -11,9 +11,9 @@ import pytest
 from secure_fed.errors import FederationConfigInvalid, RoundConfigInvalid, UnknownMode
 from secure_fed.evaluation.attacks import AttackSpec
 from secure_fed.federation.config import FederationConfig, plan_participants
+from secure_fed.federation.distill_settings import DistillSettings
 from secure_fed.federation.federation import Federation
 from secure_fed.federation.messages import decode_upload
-from secure_fed.federation.participant import DistillSettings
 from secure_fed.federation.stages import RoundConfig, Stage
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate

@@ -8,8 +8,8 @@ import pytest
 
 from privacy_ledger import PrivacyLedger
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
+from secure_fed.federation.distill_settings import DistillSettings
 from secure_fed.federation.federation import Federation
-from secure_fed.federation.participant import DistillSettings
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.data import load_task
 from secure_fed.secure.audit import MemoryAuditSink

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from secure_fed.federation.config import FederationConfig
+from secure_fed.federation.distill_settings import DistillSettings
 from secure_fed.federation.federation import Federation
-from secure_fed.federation.participant import DistillSettings
 from secure_fed.federation.store import JsonFileRoundStore
 from secure_fed.learning.budget_gate import InMemoryBudgetGate
 from secure_fed.learning.data import load_task

@@ -1,8 +1,8 @@
 """Deployed parties, built from their files, publish exactly what the in-process federation does.
 
-Both sides build participants and aggregator with ``secure_fed.federation.builders``
-from the same settings and seeds; with seeded DP-SGD noise (insecure, tests only)
-the plaintext publication is the same bytes.
+Both sides build participants with ``secure_fed.federation.builders`` and the aggregator
+with ``secure_fed.federation.aggregator_builder`` from the same settings and seeds; with
+seeded DP-SGD noise (insecure, tests only) the plaintext publication is the same bytes.
 """
 
 from __future__ import annotations
