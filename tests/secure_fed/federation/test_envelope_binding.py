@@ -9,7 +9,6 @@ sender's own key; only the inner header lies.
 
 from __future__ import annotations
 
-import secrets
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from crypto.sm import sm3_digest
 from secure_fed.errors import UploadMalformed
 from secure_fed.federation.envelope import seal_upload
-from secure_fed.federation.messages import UploadHeader, encode_upload
+from secure_fed.federation.messages import encode_upload
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.wire import ENVELOPE, decode_frame, encode_frame, encode_header
@@ -45,16 +44,7 @@ def harness(tmp_path: Path) -> Harness:
 def _lying(h: Harness, signer: str, **inner: object) -> bytes:
     """``signer``'s own signed envelope around an upload whose inner header differs by ``inner``."""
     payload = h.encoders[signer].encode(population(1, N, C)["p00"])
-    header = UploadHeader(
-        round_id=1,
-        participant_id=signer,
-        mode=h.dep.mode,
-        schema=h.model,
-        schema_hash=h.round_schema.schema_hash(),
-        num_samples=100,
-        nonce=secrets.token_hex(16),
-        payload_sm3=sm3_digest(payload).hex(),
-    )
+    header = h.upload_header(signer, payload)
     sealed = seal_upload(encode_upload(header, payload), key=h.keys[signer], params=h.params)
     fields, _ = decode_frame(sealed, ENVELOPE)  # the signer's true round, id and mode
     upload = encode_upload(replace(header, **inner), payload)  # type: ignore[arg-type]

@@ -124,9 +124,9 @@ class Harness:
             max_upload_bytes=32 << 20,
         )
 
-    def envelope(self, pid: str, matrix, round_id: int) -> bytes:  # type: ignore[no-untyped-def]
-        payload = self.encoders[pid].encode(matrix)
-        header = UploadHeader(
+    def upload_header(self, pid: str, payload: bytes, round_id: int = 1) -> UploadHeader:
+        """``pid``'s honest upload header for ``payload`` in ``round_id`` (a fresh nonce)."""
+        return UploadHeader(
             round_id=round_id,
             participant_id=pid,
             mode=self.dep.mode,
@@ -136,6 +136,10 @@ class Harness:
             nonce=_secrets.token_hex(16),
             payload_sm3=sm3_digest(payload).hex(),
         )
+
+    def envelope(self, pid: str, matrix, round_id: int) -> bytes:  # type: ignore[no-untyped-def]
+        payload = self.encoders[pid].encode(matrix)
+        header = self.upload_header(pid, payload, round_id)
         return seal_upload(encode_upload(header, payload), key=self.keys[pid], params=self.params)
 
     def round(self, round_id: int, preds):  # type: ignore[no-untyped-def]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import secrets
 import struct
 
-from crypto.sm import sm3_digest
 from secure_fed.federation.envelope import seal_upload
 from secure_fed.federation.messages import UploadHeader, decode_upload, encode_upload
 from secure_fed.secure.audit import MemoryAuditSink
@@ -38,14 +36,5 @@ def inner_upload(envelope: bytes) -> tuple[UploadHeader, bytes]:
 
 def as_own(h: Harness, thief: str, payload: bytes, *, upload_id: str | None = None) -> bytes:
     """The thief's own upload header around ``payload``, sealed with the thief's own key."""
-    header = UploadHeader(
-        round_id=1,
-        participant_id=thief,
-        mode=h.dep.mode,
-        schema=h.model,
-        schema_hash=h.round_schema.schema_hash(),
-        num_samples=100,
-        nonce=secrets.token_hex(16),
-        payload_sm3=sm3_digest(payload).hex(),
-    )
+    header = h.upload_header(thief, payload)
     return seal_upload(encode_upload(header, payload), key=h.keys[thief], params=h.params)

@@ -9,18 +9,17 @@ engine sees the upload.
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from crypto.sm import SM2PrivateKey, sm3_digest
+from crypto.sm import SM2PrivateKey
 from privacy_ledger import MechanismEvent, PrivacyLedger
 from privacy_ledger.budget.receipts import DPPlan, ReceiptIssuer, ReceiptVerifier
 from secure_fed.errors import UploadReceiptInvalid, UploadReceiptMissing
 from secure_fed.federation.envelope import seal_upload
-from secure_fed.federation.messages import UploadHeader, encode_upload, training_label
+from secure_fed.federation.messages import encode_upload, training_label
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from tests.secure_fed.secure.helpers import Harness, population
@@ -68,16 +67,7 @@ def _charge(ledger: PrivacyLedger, pid: str, round_id: int, plan: DPPlan = PLAN)
 
 def _envelope(h: Harness, pid: str, *, plan: DPPlan | None, receipt: bytes | None) -> bytes:
     payload = h.encoders[pid].encode(population(3, N, C)[f"p0{IDS.index(pid)}"])
-    header = UploadHeader(
-        round_id=1,
-        participant_id=pid,
-        mode=h.dep.mode,
-        schema=h.model,
-        schema_hash=h.round_schema.schema_hash(),
-        num_samples=100,
-        nonce=secrets.token_hex(16),
-        payload_sm3=sm3_digest(payload).hex(),
-    )
+    header = h.upload_header(pid, payload)
     upload = encode_upload(header, payload)
     return seal_upload(upload, key=h.keys[pid], params=h.params, plan=plan, receipt=receipt)
 
