@@ -9,11 +9,26 @@ shares arrive in, and the refusals of opened counts that are not counts.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import pytest
 
-from secure_fed.errors import ScoringInvalid
+from crypto.errors import ShareTampered
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    OpeningRefused,
+    ScoringInvalid,
+    SecureFedError,
+)
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.mode import UploadHandle
 from secure_fed.secure.modes.share_copies import (
+    _beaver,
+    _request,
     arithmetic_bits,
     check_distance_room,
     count_copies,
@@ -21,11 +36,17 @@ from secure_fed.secure.modes.share_copies import (
     distance_factors,
     distance_sums,
     open_counts,
+    run_copies,
     typical_distance,
 )
+from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment, SharesKeys
+from secure_fed.secure.parties.key_authority import deal_request
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.wire import HELPER_REPLY, decode_frame, encode_frame
 
 RING = 1 << 64
+N, C, BOUND = 24, 3, 8.0
+IDS = [f"p{j}" for j in range(4)]
 
 
 def ints(values: list[int]) -> np.ndarray:
@@ -35,6 +56,45 @@ def ints(values: list[int]) -> np.ndarray:
 
 def ring(values: list[int]) -> np.ndarray:
     return np.array(values, dtype=np.uint64)
+
+
+def exactly(kind: type[SecureFedError], text: str) -> Any:
+    """``pytest.raises`` for ``kind`` with exactly ``text`` after its code."""
+    return pytest.raises(kind, match=f"^{re.escape(f'[{kind.code}] {text}')}$")
+
+
+def deployment() -> SharesDeployment:
+    dep = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=3
+    )
+    assert isinstance(dep, SharesDeployment)
+    return dep
+
+
+def server_keys() -> SharesKeys:
+    return deployment().server_keys()
+
+
+def scored_round() -> tuple[SharesAggregator, dict[str, UploadHandle]]:
+    """A shares round with a copies step, scored (four distinct uploads)."""
+    dep = deployment()
+    agg = dep.aggregator(bound=BOUND)
+    agg.begin_round(
+        ReleasePlan.for_round(
+            round_id=1, min_participants=3, shape=(N, C), scoring=agg.scoring, copies=True
+        )
+    )
+    rng = np.random.default_rng(3)
+    handles = {
+        p: agg.load(dep.encoder(p, bound=BOUND).encode(rng.normal(0, 2, (N, C)))) for p in IDS
+    }
+    agg.score(handles, round_id=1)
+    return agg, handles
+
+
+def helper_answering(head: dict[str, object], payload: bytes) -> SharesKeys:
+    """The aggregator's keys with a helper that answers every request with one frame."""
+    return replace(server_keys(), helper=lambda request: encode_frame(HELPER_REPLY, head, payload))
 
 
 def tracker_with(scores: dict[str, float]) -> PlanTracker:
@@ -114,3 +174,82 @@ def test_a_count_equal_to_the_member_count_is_refused() -> None:
 def test_a_member_in_several_near_pairs_counts_each_of_them() -> None:
     assert count_copies(["a", "b", "c"], [True, True, True]) == dict.fromkeys("abc", 2)
     assert count_copies(["a", "b", "c"], [False, True, True]) == {"a": 1, "b": 1, "c": 2}
+
+
+# -- the aggregator's side of the exchange with the helper ----------------------------
+
+
+def test_a_helper_reply_for_another_round_or_step_is_refused() -> None:
+    for head in ({"step": "copies", "round_id": 2}, {"step": "range", "round_id": 1}):
+        keys = helper_answering(head, b"")
+        with exactly(OpeningRefused, "helper reply does not answer the copies step of round 1"):
+            _request(keys, {}, round_id=1)
+
+
+def test_a_helper_reply_whose_parts_do_not_add_up_is_refused() -> None:
+    for parts in ([1, 2], "4"):
+        keys = helper_answering({"step": "copies", "round_id": 1, "parts": parts}, b"abcd")
+        with exactly(OpeningRefused, "helper reply parts do not add up"):
+            _request(keys, {}, round_id=1)
+
+
+def test_a_helper_reply_is_cut_into_its_parts_in_order() -> None:
+    """Three parts are three consecutive slices; a reply naming no parts is one part."""
+    keys = helper_answering({"step": "copies", "round_id": 1, "parts": [1, 2, 3]}, b"abcdef")
+    assert _request(keys, {}, round_id=1)[1] == [b"a", b"bc", b"def"]
+    keys = helper_answering({"step": "copies", "round_id": 1}, b"abcdef")
+    assert _request(keys, {}, round_id=1)[1] == [b"abcdef"]
+
+
+def test_uploads_too_large_for_the_ring_are_refused_before_any_triple_is_dealt() -> None:
+    """``2^30`` values (a zero-memory broadcast; the second upload short, so no pair forms)."""
+    keys = server_keys()
+    huge = np.broadcast_to(np.zeros(1, dtype=np.uint64), (1 << 30,))
+    asked: list[bytes] = []
+
+    def dealer(request: bytes) -> tuple[bytes, bytes]:
+        asked.append(request)
+        return b"", b""
+
+    keys = replace(keys, dealer=dealer)
+    with exactly(ScoringInvalid, f"pair distances over {1 << 30} values could wrap the ring"):
+        run_copies(
+            keys,
+            uids=["u0", "u1"],
+            shares=[huge, np.zeros(2, dtype=np.uint64)],
+            tracker=tracker_with({}),
+            round_id=1,
+        )
+    assert asked == []
+
+
+def test_triples_dealt_for_another_count_are_refused() -> None:
+    """A dealer answering a request for 4 triples with 5 (validly tagged for the label)."""
+    keys = server_keys()
+    assert keys.signing_key is not None
+    five = keys.dealer(deal_request(round_id=1, tensor="t", count=5, signer=keys.signing_key))
+    keys = replace(keys, dealer=lambda request: five)
+    with pytest.raises(ShareTampered, match="share blob count 5 is not the expected count 4"):
+        _beaver(keys, 1, "t", 4)
+
+
+def flip_beaver_opening(channel: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    """A helper whose first copies reply carries one flipped bit in its Beaver opening."""
+
+    def helper(request: bytes) -> bytes:
+        head, payload = decode_frame(channel(request), HELPER_REPLY)
+        parts = head.get("parts")
+        if head.get("step") == "copies" and isinstance(parts, list) and len(parts) == 2:
+            middle = int(parts[0]) // 2
+            payload = payload[:middle] + bytes([payload[middle] ^ 1]) + payload[middle + 1 :]
+        return encode_frame(HELPER_REPLY, head, payload)
+
+    return helper
+
+
+def test_a_tampered_helper_opening_refuses_the_copies_step_by_name() -> None:
+    agg, handles = scored_round()
+    agg.keys = replace(agg.keys, helper=flip_beaver_opening(agg.keys.helper))
+    tag = "share blob authentication tag does not verify (tampered or wrong key)"
+    with exactly(AuthorityRequestMalformed, f"copies step refused: [CRYPTO_SHARE_TAMPERED] {tag}"):
+        agg.copies(handles, round_id=1)
