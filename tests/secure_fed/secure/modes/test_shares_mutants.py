@@ -228,3 +228,36 @@ def test_the_opened_counts_are_kept_in_this_sides_plan() -> None:
     handles = scored(dep, agg)
     counts = agg.copies(handles, round_id=1)
     assert counts == dict.fromkeys(IDS, 0) and agg._plans[1].copies == counts
+
+
+def rewriting_open_replies(agg: SharesAggregator, **fields: object) -> None:
+    """The helper's replies to the scoring's Beaver openings, with ``fields`` replaced."""
+    honest = agg.keys.helper
+
+    def helper(request: bytes) -> bytes:
+        head, payload = decode_frame(honest(request), HELPER_REPLY)
+        if "op_id" in head:
+            head = {**head, **fields}
+        return encode_frame(HELPER_REPLY, head, payload)
+
+    agg.keys = replace(agg.keys, helper=helper)
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"step": "final"}, r"helper reply does not match ranking operation r1-\w+-op1"),
+        ({"op_id": "r1-0-op9"}, r"helper reply does not match ranking operation r1-\w+-op1"),
+        ({"round_id": 2}, r"helper reply names another round than 1"),
+    ],
+)
+def test_a_helper_reply_to_another_step_operation_or_round_is_refused(
+    fields: dict[str, object], text: str
+) -> None:
+    dep = deployment()
+    agg = dep.aggregator(bound=BOUND)
+    agg.begin_round(plan())
+    handles = {p: agg.load(upload(dep, p, j)) for j, p in enumerate(IDS)}
+    rewriting_open_replies(agg, **fields)
+    with pytest.raises(OpeningRefused, match=rf"^\[SHARES_OPENING_REFUSED\] {text}$"):
+        agg.score(handles, round_id=1)
