@@ -13,6 +13,7 @@ the reason in full.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,17 @@ from privacy_ledger.audit.checkpoint import Checkpoint, sign_checkpoint, verify_
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.audit.models import TreeHeadRow
-from privacy_ledger.audit.verify.log import verify_log
+from privacy_ledger.audit.verify.log import stored_public_key, verify_log
 from privacy_ledger.db import create_ledger_engine, upgrade
-from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LedgerError, LogTampered
+from privacy_ledger.errors import (
+    AuditParameterInvalid,
+    HeadsInconsistent,
+    HeadTampered,
+    LedgerError,
+    LogKeyMismatch,
+    LogNotInitialized,
+    LogTampered,
+)
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
 from tests.privacy_ledger.audit.test_tamper import (
     Tamper,
@@ -259,3 +268,78 @@ def test_a_first_entry_that_links_nowhere_is_located_at_0(engine: Engine, log: A
     with pytest.raises(LogTampered) as info:
         verify_log(engine, public_key=log.public_key)
     assert info.value.entry_index == 0
+
+
+def test_a_database_without_the_audit_tables_or_their_state_row_is_named(
+    tmp_path: Path, log: AuditLog
+) -> None:
+    bare = create_ledger_engine(f"sqlite:///{tmp_path / 'bare.db'}")
+    try:
+        text_ = "log_state: audit tables missing; run the migrations"
+        _refused(bare, log, LogNotInitialized, text_)
+        upgrade(bare)
+        with bare.begin() as conn:
+            conn.execute(text("DELETE FROM log_state"))
+        _refused(bare, log, LogNotInitialized, "log_state: state row missing; run the migrations")
+    finally:
+        bare.dispose()
+
+
+def test_an_unreadable_stored_public_key_is_named(filled: Engine) -> None:
+    with filled.begin() as conn:
+        conn.execute(text("UPDATE log_state SET public_key_pem = :p"), {"p": b"not a key"})
+    pattern = (
+        r"^\[LEDGER_LOG_KEY_MISMATCH\] log_state: stored public key is unreadable "
+        r"\(\[CRYPTO_KEY_INVALID\] malformed PEM: expected exactly one -----BEGIN/END----- block\)$"
+    )
+    with pytest.raises(LogKeyMismatch, match=pattern):
+        stored_public_key(filled)
+
+
+def test_a_public_key_that_is_no_key_and_a_chunk_size_of_0_are_refused(
+    filled: Engine, log: AuditLog
+) -> None:
+    with pytest.raises(
+        AuditParameterInvalid,
+        match=r"^\[LEDGER_AUDIT_PARAMETER_INVALID\] "
+        r"public_key: must be a crypto\.sm\.SM2PublicKey$",
+    ):
+        verify_log(filled, public_key=log.public_key.to_pem())  # type: ignore[arg-type]
+    _refused(filled, log, AuditParameterInvalid, "chunk_size: 0 must be >= 1", chunk_size=0)
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "done"), [(1, list(range(1, SIZE + 1))), (6, [6, 12, 18, 20])]
+)
+def test_small_chunks_verify_every_entry_and_report_progress_after_each(
+    filled: Engine, log: AuditLog, chunk_size: int, done: list[int]
+) -> None:
+    whole = verify_log(filled, public_key=log.public_key)
+    calls: list[tuple[int, int]] = []
+    report = verify_log(
+        filled,
+        public_key=log.public_key,
+        chunk_size=chunk_size,
+        progress=lambda n, total: calls.append((n, total)),
+    )
+    assert report == whole
+    assert calls == [(n, SIZE) for n in done]
+
+
+def test_the_report_counts_heads_and_names_the_key(engine: Engine, log: AuditLog) -> None:
+    empty = verify_log(engine, public_key=log.public_key)
+    assert (empty.origin, empty.tree_size, empty.heads_checked) == (None, 0, 0)
+    assert (empty.latest_head_size, empty.unsigned_entries) == (0, 0)
+    fill(engine, log, 17)  # heads at 1, 9 and 17: the newest covers every entry
+    report = verify_log(engine, public_key=log.public_key)
+    assert (report.origin, report.tree_size, report.heads_checked) == (ORIGIN, 17, 3)
+    assert (report.latest_head_size, report.unsigned_entries) == (17, 0)
+    assert report.key_fingerprint == log.public_key.fingerprint()
+
+
+def test_a_verification_is_logged_with_its_counts(
+    filled: Engine, log: AuditLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="privacy_ledger.audit.verify.log"):
+        verify_log(filled, public_key=log.public_key)
+    assert caplog.messages[-1] == f"verified audit log: {SIZE} entries, 3 heads"

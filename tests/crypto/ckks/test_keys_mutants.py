@@ -1,0 +1,102 @@
+"""CKKS key handles at their limits: what surviving mutants left unchecked.
+
+``scripts/mutation crypto-ckks`` changed each of these and ``tests/crypto/ckks`` stayed
+green (docs/benchmarks.md, "Mutation testing"). The release count a restarted key
+authority restores decides how many more ciphertexts the epoch may decrypt: it must
+count exactly, refuse beyond the preset's ``max_decryptions`` without counting, and
+refuse a count that is no integer >= 0. A distributed public context may use its whole
+size limit. Every refusal is matched in full (code and text).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from crypto.ckks import KeyAuthorityKeys, PublicContext, generate_keys, resume_release_count
+from crypto.errors import (
+    ContextMismatch,
+    CryptoError,
+    KeyInvalid,
+    ParameterInvalid,
+    ReleaseLimitReached,
+)
+from crypto.sm import sm3_digest
+
+
+def _raises(error: type[CryptoError], text: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    with pytest.raises(error, match=rf"^\[{re.escape(error.code)}\] {re.escape(text)}$"):
+        call(*args, **kwargs)
+
+
+def test_a_restored_release_count_counts_up_to_the_limit_and_not_beyond() -> None:
+    keys = generate_keys("CKKS_AGGREGATION")  # its own handle: the count only grows
+    limit = keys.preset.max_decryptions
+    resume_release_count(keys, 0)
+    assert keys.releases == 0
+    resume_release_count(keys, limit - 1)
+    assert keys.releases == limit - 1
+    text = (
+        f"key epoch {keys.fingerprint.hex()[:16]} released {limit - 1} of the {limit} "
+        f"ciphertexts {keys.preset.name} is sized for; 2 more would lower its flooding "
+        f"below {keys.preset.guaranteed_bits:.0f} bits: rotate the keys"
+    )
+    _raises(ReleaseLimitReached, text, resume_release_count, keys, 2)
+    assert keys.releases == limit - 1  # nothing counted
+    resume_release_count(keys, 1)
+    assert keys.releases == limit
+
+
+@pytest.mark.parametrize("count", [-1, True, 1.0, "3"])
+def test_a_release_count_that_is_no_integer_of_at_least_0_is_refused(
+    agg_keys: KeyAuthorityKeys, count: Any
+) -> None:
+    text = f"count must be an integer >= 0, got {count!r}"
+    _raises(ParameterInvalid, text, resume_release_count, agg_keys, count)
+    assert agg_keys.releases == 0
+
+
+def test_a_release_count_for_something_else_than_keys_is_refused() -> None:
+    text = "keys must be KeyAuthorityKeys, not PublicContext"
+    public = generate_keys("CKKS_AGGREGATION").public_context
+    _raises(ParameterInvalid, text, resume_release_count, public, 1)
+
+
+def test_a_public_context_may_use_its_whole_size_limit(agg_keys: KeyAuthorityKeys) -> None:
+    data, fingerprint = agg_keys.public_context.data, agg_keys.fingerprint
+    loaded = PublicContext.from_bytes(
+        data, preset="CKKS_AGGREGATION", expected_fingerprint=fingerprint, max_bytes=len(data)
+    )
+    assert loaded.fingerprint == fingerprint
+    size = len(data) - 1
+    _raises(
+        KeyInvalid,
+        f"public context must be bytes of at most {size} bytes",
+        PublicContext.from_bytes,
+        data,
+        preset="CKKS_AGGREGATION",
+        expected_fingerprint=fingerprint,
+        max_bytes=size,
+    )
+    _raises(
+        ContextMismatch,
+        "public context does not match the expected SM3 fingerprint",
+        PublicContext.from_bytes,
+        data,
+        preset="CKKS_AGGREGATION",
+        expected_fingerprint=bytes(32),
+    )
+
+
+def test_bytes_with_the_announced_fingerprint_that_do_not_parse_name_the_failure() -> None:
+    garbage = b"not a TenSEAL context"
+    _raises(
+        KeyInvalid,
+        "public context does not parse: ValueError",
+        PublicContext.from_bytes,
+        garbage,
+        preset="CKKS_AGGREGATION",
+        expected_fingerprint=sm3_digest(garbage),
+    )
