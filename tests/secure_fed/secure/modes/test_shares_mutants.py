@@ -30,6 +30,7 @@ from secure_fed.secure.mode import AggregateHandle, UploadHandle
 from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment, SharesEncoder
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.wire import HELPER_REPLY, SHARES_UPLOAD, decode_frame, encode_frame
 from tests.secure_fed.secure.modes.test_share_range import crafted
@@ -261,3 +262,54 @@ def test_a_helper_reply_to_another_step_operation_or_round_is_refused(
     rewriting_open_replies(agg, **fields)
     with pytest.raises(OpeningRefused, match=rf"^\[SHARES_OPENING_REFUSED\] {text}$"):
         agg.score(handles, round_id=1)
+
+
+def evidence_round(
+    dep: SharesDeployment | None = None,
+) -> tuple[SharesAggregator, dict[str, UploadHandle], EvidenceSlice]:
+    dep = dep or deployment()
+    agg = dep.aggregator(bound=BOUND)
+    piece = EvidenceSlice(rows=tuple(range(N)), labels=(0,) * N)
+    agg.begin_round(plan(evidence=piece))
+    handles = {p: agg.load(upload(dep, p, j)) for j, p in enumerate(IDS)}
+    return agg, handles, piece
+
+
+def test_evidence_asked_before_the_scores_is_refused_by_this_sides_plan() -> None:
+    agg, handles, piece = evidence_round()
+    with exactly(OpeningRefused, "round 1, score: the plan allows 'ranking' now, not 'evidence'"):
+        agg.evidence(handles, piece.mask((N, C)), round_id=1)
+
+
+def rewriting_evidence_replies(agg: SharesAggregator, **fields: object) -> None:
+    """The helper's evidence replies, with ``fields`` replaced."""
+    honest = agg.keys.helper
+
+    def helper(request: bytes) -> bytes:
+        head, payload = decode_frame(honest(request), HELPER_REPLY)
+        if head.get("step") == "evidence":
+            head = {**head, **fields}
+        return encode_frame(HELPER_REPLY, head, payload)
+
+    agg.keys = replace(agg.keys, helper=helper)
+
+
+@pytest.mark.parametrize("fields", [{"round_id": 2}, {"step": "final"}])
+def test_a_helper_evidence_reply_of_another_round_or_step_is_refused(
+    fields: dict[str, object],
+) -> None:
+    agg, handles, piece = evidence_round()
+    agg.score(handles, round_id=1)
+    rewriting_evidence_replies(agg, **fields)
+    with exactly(OpeningRefused, "helper reply does not answer the evidence of round 1"):
+        agg.evidence(handles, piece.mask((N, C)), round_id=1)
+
+
+def test_both_servers_open_the_same_evidence_values() -> None:
+    """This side's sums travel as ring elements (``u8``): the helper opens the same values."""
+    dep = deployment()
+    agg, handles, piece = evidence_round(dep)
+    agg.score(handles, round_id=1)
+    values = agg.evidence(handles, piece.mask((N, C)), round_id=1)
+    helper = dep.helper.plans.tracker(1)
+    assert helper is not None and helper.evidence == values == agg._plans[1].evidence
