@@ -28,12 +28,13 @@ from secure_fed.errors import (
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import AggregateHandle, UploadHandle
 from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment, SharesEncoder
-from secure_fed.secure.release_plan import ReleasePlan
+from secure_fed.secure.release_plan import MIN_MOMENT_ROWS, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice
-from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis
 from secure_fed.wire import HELPER_REPLY, SHARES_UPLOAD, decode_frame, encode_frame
 from tests.secure_fed.secure.modes.test_share_range import crafted
+from tests.secure_fed.secure.test_equivalence import SCORE_RTOL
 
 N, C, BOUND = 24, 3, 8.0
 IDS = [f"p{j}" for j in range(4)]
@@ -313,3 +314,28 @@ def test_both_servers_open_the_same_evidence_values() -> None:
     values = agg.evidence(handles, piece.mask((N, C)), round_id=1)
     helper = dep.helper.plans.tracker(1)
     assert helper is not None and helper.evidence == values == agg._plans[1].evidence
+
+
+def test_scores_over_fewer_moment_samples_than_rows_match_the_plaintext_reference() -> None:
+    # the ranking pass and the moments read only the first ``moment_samples`` rows; a
+    # mutant that centred all rows there (``_diff(..., None)``) stayed green while every
+    # test scored with moment_samples >= N (the plan's floor is MIN_MOMENT_ROWS)
+    rows, samples = MIN_MOMENT_ROWS + 128, MIN_MOMENT_ROWS
+    config = ScoringConfig(moment_samples=samples)
+    dep = SecureDeployment.create(
+        mode="shares", shape=(rows, C), participant_ids=IDS, min_participants=3, scoring=config
+    )
+    preds = {p: np.random.default_rng(j).normal(0, 2, (rows, C)) for j, p in enumerate(IDS)}
+    preds["p3"][samples:] += 5.0  # rows past the samples differ: the ranking must ignore them
+    agg = dep.aggregator(bound=BOUND)
+    handles = {p: agg.load(dep.encoder(p, bound=BOUND).encode(m)) for p, m in preds.items()}
+    scores = agg.score(handles, round_id=1).scores
+    clipped = {p: np.clip(m, -BOUND, BOUND) for p, m in preds.items()}
+    ref = pooled_mahalanobis(
+        PlainBackend(clipped),
+        IDS,
+        num_samples=rows,
+        config=replace(config, min_subset=max(config.min_subset, 3)),
+    ).scores
+    for p in IDS:
+        assert scores[p] == pytest.approx(ref[p], rel=SCORE_RTOL)
