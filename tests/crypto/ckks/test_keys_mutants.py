@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from crypto.ckks import KeyAuthorityKeys, PublicContext, generate_keys, resume_release_count
+from crypto.ckks.keys import _TOKEN, _keys_from_context, _private_context, _public_ts
 from crypto.errors import (
     ContextMismatch,
     CryptoError,
@@ -99,4 +100,51 @@ def test_bytes_with_the_announced_fingerprint_that_do_not_parse_name_the_failure
         garbage,
         preset="CKKS_AGGREGATION",
         expected_fingerprint=sm3_digest(garbage),
+    )
+
+
+def test_handles_and_their_accessors_refuse_the_wrong_thing_by_name(
+    agg_keys: KeyAuthorityKeys,
+) -> None:
+    with pytest.raises(
+        TypeError, match=r"^use PublicContext\.from_bytes or KeyAuthorityKeys\.public_context$"
+    ):
+        PublicContext(object(), None, b"", agg_keys.preset)
+    with pytest.raises(
+        TypeError, match=r"^use crypto\.ckks\.generate_keys or import_secret_key_encrypted$"
+    ):
+        KeyAuthorityKeys(object(), _private_context(agg_keys), agg_keys.preset)
+    _raises(ParameterInvalid, "keys must be KeyAuthorityKeys, not str", _private_context, "k")
+    _raises(ParameterInvalid, "context must be PublicContext, not str", _public_ts, "c")
+    public_only = _public_ts(agg_keys.public_context)
+    text = "a key-authority context must hold the secret key"
+    _raises(KeyInvalid, text, KeyAuthorityKeys, _TOKEN, public_only, agg_keys.preset)
+
+
+def test_an_imported_key_set_checks_its_public_context(agg_keys: KeyAuthorityKeys) -> None:
+    ctx, preset = _private_context(agg_keys), agg_keys.preset
+    again = _keys_from_context(ctx, preset, agg_keys.public_context.data)
+    assert again.fingerprint == agg_keys.fingerprint
+    other = generate_keys("CKKS_AGGREGATION").public_context.data
+    text = "the secret key does not match the public context's public key"
+    _raises(KeyInvalid, text, _keys_from_context, ctx, preset, other)
+    _raises(
+        KeyInvalid,
+        "public context does not parse: ValueError",
+        _keys_from_context,
+        ctx,
+        preset,
+        b"x",
+    )
+    secret = bytes(ctx.serialize(save_secret_key=True))
+    text = "the public context of a key set must not carry a secret key"
+    _raises(KeyInvalid, text, _keys_from_context, ctx, preset, secret)
+    text = "a public context must not carry a secret key"
+    _raises(
+        KeyInvalid,
+        text,
+        PublicContext.from_bytes,
+        secret,
+        preset="CKKS_AGGREGATION",
+        expected_fingerprint=sm3_digest(secret),
     )
