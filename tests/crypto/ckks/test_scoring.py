@@ -79,3 +79,22 @@ def test_small_scores_get_the_noise_of_a_score_of_one(
     errors = [abs(r - expected) for r in released]
     assert max(errors) <= 5.5 * 2.0**-13 + 2.0**-15
     assert len(set(released)) == 3  # fresh noise per release
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_center_or_whitening_is_refused_whichever_the_other_is(
+    score_keys: KeyAuthorityKeys, bad: float
+) -> None:
+    # one finite argument must not vouch for the other: with ``and`` read as ``or`` a NaN
+    # whitening under a finite centre reached the encrypted score
+    up = pack_class_major(score_keys.public_context, np.zeros((4, 2)))
+    center, whitening = np.zeros((4, 2)), np.eye(2)
+    bad_center = center.copy()
+    bad_center[1, 0] = bad
+    bad_whitening = whitening.copy()
+    bad_whitening[0, 1] = bad
+    for mu, lt in ((bad_center, whitening), (center, bad_whitening)):
+        with pytest.raises(
+            ParameterInvalid, match=r"^\[[A-Z_]+\] center and whitening must be finite$"
+        ):
+            quadratic_score(up, mu, lt)
