@@ -9,10 +9,8 @@ shares arrive in, and the refusals of opened counts that are not counts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,9 +20,7 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     OpeningRefused,
     ScoringInvalid,
-    SecureFedError,
 )
-from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import UploadHandle
 from secure_fed.secure.modes.share_copies import (
     _beaver,
@@ -39,14 +35,14 @@ from secure_fed.secure.modes.share_copies import (
     run_copies,
     typical_distance,
 )
-from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment, SharesKeys
+from secure_fed.secure.modes.shares import SharesAggregator, SharesKeys
 from secure_fed.secure.parties.key_authority import deal_request
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.wire import HELPER_REPLY, decode_frame, encode_frame
+from tests.refusals import exactly
+from tests.secure_fed.secure.modes.shares_round import BOUND, IDS, C, N, deployment
 
 RING = 1 << 64
-N, C, BOUND = 24, 3, 8.0
-IDS = [f"p{j}" for j in range(4)]
 
 
 def ints(values: list[int]) -> np.ndarray:
@@ -56,19 +52,6 @@ def ints(values: list[int]) -> np.ndarray:
 
 def ring(values: list[int]) -> np.ndarray:
     return np.array(values, dtype=np.uint64)
-
-
-def exactly(kind: type[SecureFedError], text: str) -> Any:
-    """``pytest.raises`` for ``kind`` with exactly ``text`` after its code."""
-    return pytest.raises(kind, match=f"^{re.escape(f'[{kind.code}] {text}')}$")
-
-
-def deployment() -> SharesDeployment:
-    dep = SecureDeployment.create(
-        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=3
-    )
-    assert isinstance(dep, SharesDeployment)
-    return dep
 
 
 def server_keys() -> SharesKeys:

@@ -21,7 +21,6 @@ from secure_fed.errors import (
     AggregationInvalid,
     ModeSetupInvalid,
     OpeningRefused,
-    SecureFedError,
     UploadMalformed,
     UploadOutOfRange,
 )
@@ -33,25 +32,12 @@ from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig, pooled_mahalanobis
 from secure_fed.wire import HELPER_REPLY, SHARES_UPLOAD, decode_frame, encode_frame
+from tests.refusals import exactly
+from tests.secure_fed.secure.modes.shares_round import BOUND, IDS, C, N, deployment
 from tests.secure_fed.secure.modes.test_share_range import crafted
 from tests.secure_fed.secure.test_equivalence import SCORE_RTOL
 
-N, C, BOUND = 24, 3, 8.0
-IDS = [f"p{j}" for j in range(4)]
 LIMIT = 16 * N * C + (1 << 16)
-
-
-def exactly(kind: type[SecureFedError], text: str) -> Any:
-    """``pytest.raises`` for ``kind`` with exactly ``text`` after its code."""
-    return pytest.raises(kind, match=f"^{re.escape(f'[{kind.code}] {text}')}$")
-
-
-def deployment() -> SharesDeployment:
-    dep = SecureDeployment.create(
-        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=3
-    )
-    assert isinstance(dep, SharesDeployment)
-    return dep
 
 
 def matrix(seed: int) -> np.ndarray:

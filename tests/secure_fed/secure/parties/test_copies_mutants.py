@@ -13,7 +13,6 @@ Each refusal is typed, with its exact text, and refused openings are audited.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +26,6 @@ from crypto.shares.range_material import RangeMaterial
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     OpeningRefused,
-    ReleaseRefused,
     ServerRequestUnauthenticated,
     UploadOutOfRange,
 )
@@ -42,16 +40,12 @@ from secure_fed.wire import (
     HELPER_REQUEST,
     decode_frame,
 )
+from tests.refusals import exactly
 from tests.secure_fed.secure.modes.test_share_range import crafted
 from tests.secure_fed.secure.signed_requests import signed
 
 N, C, BOUND = 24, 3, 8.0
 IDS = ("a", "b", "c", "d")
-
-
-def exactly(kind: type[ReleaseRefused], text: str) -> Any:
-    """``pytest.raises`` for ``kind`` with exactly ``text`` after its code."""
-    return pytest.raises(kind, match=f"^{re.escape(f'[{kind.code}] {text}')}$")
 
 
 # -- the key authority deals comparison material -------------------------------------
