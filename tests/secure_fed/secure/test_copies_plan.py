@@ -166,6 +166,17 @@ def test_noise_below_zero_counts_as_a_copy_and_the_aggregator_sees_no_distance()
     assert adopt_counts(mine, reply) == gate.copies == mine.copies
 
 
+@pytest.mark.parametrize("garbage", [np.nan, np.inf, -np.inf])
+def test_a_distance_that_decrypts_to_no_number_is_never_a_copy(garbage: float) -> None:
+    # a NaN is not "below zero": clamping it with max(0, d) would make it an exact copy
+    tracker, _ = _scored()
+    values = dict.fromkeys(combinations(IDS, 2), 4.0)
+    values[("c", "d")] = garbage
+    for pair, d in values.items():
+        tracker.record(_pair(*pair), np.array([d]))
+    assert tracker.copies == dict.fromkeys(IDS, 0)
+
+
 def test_a_distance_is_one_scalar_of_exactly_two_participants() -> None:
     policy = ReleasePolicy(party="key_authority", min_participants=3, refusal=DecryptionRefused)
     assert policy.reason(_pair("a", "b")) is None
