@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -44,13 +44,26 @@ class Stopped(KeyboardInterrupt):
 
 
 @contextmanager
-def _stop_on_signals() -> Iterator[None]:
+def _stop_on_signals() -> Iterator[Callable[[], None]]:
+    """Raise :class:`Stopped` on ``SIGINT``/``SIGTERM``; yield a check that raises it again.
+
+    A signal that lands while a child process is forked runs its handler inside
+    an at-fork callback, where Python prints the exception and drops it; the
+    yielded check, called while waiting, raises it again.
+    """
+    caught: list[str] = []
+
     def handler(signum: int, _frame: FrameType | None) -> None:
-        raise Stopped(signal.Signals(signum).name)
+        caught.append(signal.Signals(signum).name)
+        raise Stopped(caught[0])
+
+    def check() -> None:
+        if caught:
+            raise Stopped(caught[0])
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield check
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
@@ -87,13 +100,15 @@ def local(
     )
     federation = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
     status = 1
-    with _stop_on_signals():
+    with _stop_on_signals() as stopped:
         try:
             _say(f"preparing {folder} (key ceremony, ledger, settings)")
             layout = federation.prepare()
             federation.start()
+            stopped()
             _say(f"services up; logs in {layout.run_dir / 'logs'}; API {layout.api.url}")
-            status = federation.run()
+            status = federation.run(poll=stopped)
+            stopped()
             stages = federation.round_stages()
             done = sum(stage == "published" for stage in stages.values())
             _say(f"run ended: {done} of {rounds} rounds published {stages}; logs/run.log")
@@ -105,6 +120,7 @@ def local(
                 while True:
                     assert federation.supervisor is not None
                     federation.supervisor.check()
+                    stopped()
                     time.sleep(1.0)
         except Stopped as stop:
             _say(f"{stop}: stopping every process")

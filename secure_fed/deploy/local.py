@@ -30,7 +30,7 @@ on the same machine, and the keys are unencrypted PEM files (0600). See
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,8 +263,10 @@ class LocalFederation:
                     f"{name} exited with {status}; end of {child.log_path}:\n{child.log_tail()}"
                 )
 
-    def run(self, *, timeout: float | None = None) -> int:
+    def run(self, *, timeout: float | None = None, poll: Callable[[], None] | None = None) -> int:
         """Start the run job and wait for it; return its exit status.
+
+        ``poll`` is called every half second while the run lasts (it may raise).
 
         Raises
         ------
@@ -273,7 +275,7 @@ class LocalFederation:
         """
         supervisor = self._supervisor()
         supervisor.start(self._run(self.prepare()))
-        return supervisor.wait(RUN, timeout=timeout)
+        return supervisor.wait(RUN, timeout=timeout, poll=poll)
 
     def round_stages(self) -> dict[str, str]:
         """Return the stage of every round stored in the ledger (``published``, ``aborted``...)."""

@@ -274,8 +274,13 @@ class Supervisor:
         for name in reversed(list(self.children)):
             self.stop(name)
 
-    def wait(self, name: str, timeout: float | None = None) -> int:
+    def wait(
+        self, name: str, timeout: float | None = None, poll: Callable[[], None] | None = None
+    ) -> int:
         """Wait for a job to end and return its exit status.
+
+        ``poll`` is called every half second while waiting; it may raise to stop
+        waiting (the command line re-raises a stop signal a fork swallowed).
 
         Raises
         ------
@@ -286,6 +291,8 @@ class Supervisor:
         deadline = None if timeout is None else time.monotonic() + timeout
         while child.alive():
             self.check()
+            if poll is not None:
+                poll()
             if deadline is not None and time.monotonic() > deadline:
                 raise ProcessFailed(f"{name} still running after {timeout:g} s")
             time.sleep(0.5)
