@@ -25,6 +25,8 @@ __all__ = [
     "ShareTampered",
     "EncodingOverflow",
     "SharesOutOfRange",
+    "ReleaseLimitReached",
+    "AggregateInconsistent",
 ]
 
 
@@ -112,3 +114,16 @@ class ReleaseLimitReached(CryptoError):
     """A key epoch released the decryptions its preset's noise flooding was sized for."""
 
     code = "CRYPTO_RELEASE_LIMIT_REACHED"
+
+
+class AggregateInconsistent(CryptoError):
+    """A publication is not the weighted sum of the values that were scored, or leaves the bound.
+
+    Raised by :func:`crypto.ckks.decrypt_checked_publication` before anything is released:
+    the publication epoch's weighted sum and the scoring epoch's weighted sum of the same
+    uploads with the same weights (the witness) differ beyond their stated CKKS and flooding
+    error, or a published value lies outside the preset's public input bound. The message
+    names neither values nor cells.
+    """
+
+    code = "CRYPTO_AGGREGATE_INCONSISTENT"

@@ -346,6 +346,18 @@ class KeyEpochExhausted(DecryptionRefused):
     code = "KEY_AUTHORITY_EPOCH_EXHAUSTED"
 
 
+class PublicationInconsistent(DecryptionRefused):
+    """The publication is not the weighted sum of the scored values, or has no witness.
+
+    With two key epochs the key authority releases a publication only when its
+    scoring-epoch witness (the same weighted sum of the same uploads' scored parts)
+    decrypts to the same values and every value is within the input bound. Nothing was
+    released; the round's publication stays unopened.
+    """
+
+    code = "KEY_AUTHORITY_PUBLICATION_INCONSISTENT"
+
+
 # --- DataError: a participant's data cannot be loaded or split ------------------------
 
 

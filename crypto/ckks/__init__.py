@@ -5,7 +5,12 @@ noise-flooding parameters.
 """
 
 from crypto.ckks.aggregate import quadratic_score, weighted_sum
-from crypto.ckks.authority import decrypt_aggregate, decrypt_score
+from crypto.ckks.authority import (
+    decrypt_aggregate,
+    decrypt_checked_publication,
+    decrypt_score,
+    publication_tolerance,
+)
 from crypto.ckks.export import export_secret_key_encrypted, import_secret_key_encrypted
 from crypto.ckks.keys import KeyAuthorityKeys, PublicContext, generate_keys, resume_release_count
 from crypto.ckks.packing import EncryptedMatrix, Layout, pack_class_major
@@ -30,6 +35,7 @@ __all__ = [
     "Layout",
     "PublicContext",
     "decrypt_aggregate",
+    "decrypt_checked_publication",
     "decrypt_score",
     "export_secret_key_encrypted",
     "generate_keys",
@@ -37,6 +43,7 @@ __all__ = [
     "import_secret_key_encrypted",
     "load_encrypted",
     "pack_class_major",
+    "publication_tolerance",
     "quadratic_score",
     "resume_release_count",
     "weighted_sum",

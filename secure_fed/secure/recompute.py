@@ -35,6 +35,7 @@ from privacy_ledger.audit import canonical
 from secure_fed.errors import SecureFedError
 from secure_fed.secure.ckks_claims import check_claim, evaluate
 from secure_fed.secure.modes.ckks_upload import epoch_part
+from secure_fed.secure.publication_check import WITNESS, ciphertext_sm3
 from secure_fed.secure.server_auth import request_message
 from secure_fed.wire import KEY_AUTHORITY_REQUEST
 
@@ -150,7 +151,8 @@ def _check(
     except (CryptoError, SecureFedError) as exc:  # e.g. an evidence slice outside the shape
         return f"the claim does not evaluate on the stored uploads: {exc}"
     digest = sm3_digest(matrix.to_bytes()).hex()
-    if not hmac.compare_digest(digest, request.ciphertext_sm3):
+    expected = ciphertext_sm3(header) if WITNESS in header else request.ciphertext_sm3
+    if not hmac.compare_digest(digest, expected):
         return "the decrypted ciphertext is not the one its claim recomputes to"
     return None
 

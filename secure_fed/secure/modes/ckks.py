@@ -74,6 +74,7 @@ from secure_fed.secure.parties.key_authority import (
     decryption_request,
     plan_request,
 )
+from secure_fed.secure.publication_check import WITNESS, witness_field
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
@@ -190,12 +191,19 @@ class _CkksUpload(UploadHandle):
 
 
 class _CkksAggregate(AggregateHandle):
-    __slots__ = ("claim", "ids", "matrix", "max_weight")
+    __slots__ = ("claim", "ids", "matrix", "max_weight", "witness")
 
     def __init__(
-        self, matrix: EncryptedMatrix, ids: list[str], max_weight: float, claim: dict[str, Any]
+        self,
+        matrix: EncryptedMatrix,
+        ids: list[str],
+        max_weight: float,
+        claim: dict[str, Any],
+        witness: EncryptedMatrix | None = None,
     ) -> None:
         self.matrix, self.ids, self.max_weight, self.claim = matrix, ids, max_weight, claim
+        #: The same claim under the scoring epoch (two epochs only): what was scored.
+        self.witness = witness
 
 
 def _decrypt(keys: CkksKeys, request: bytes) -> np.ndarray:
@@ -307,15 +315,20 @@ class CkksAggregator(PlannedAggregator):
     ) -> AggregateHandle:
         """Encrypted ``sum_k w_k X_k`` (weights renormalised to sum 1, zero weights dropped).
 
-        Computed on the publication ciphertexts when the deployment has that epoch.
+        Computed on the publication ciphertexts when the deployment has that epoch,
+        together with its witness: the same claim over the scoring ciphertexts, which
+        the key authority compares with the publication before releasing it
+        (:mod:`secure_fed.secure.publication_check`).
         """
         ids, w = normalized_weights(handles, weights)
         claim = {"op": "weighted_sum", "uploads": _digests(handles, ids), "weights": list(w)}
         pub = self.keys.publication_context
-        public = pub if pub is not None else self.keys.public_context
-        uploads = self._uploads(handles, publication=pub is not None)
-        matrix = evaluate_claim(claim, uploads, public)
-        return _CkksAggregate(matrix, ids, max(w), claim)
+        if pub is None:
+            matrix = evaluate_claim(claim, self._uploads(handles), self.keys.public_context)
+            return _CkksAggregate(matrix, ids, max(w), claim)
+        matrix = evaluate_claim(claim, self._uploads(handles, publication=True), pub)
+        witness = evaluate_claim(claim, self._uploads(handles), self.keys.public_context)
+        return _CkksAggregate(matrix, ids, max(w), claim, witness)
 
     def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
         """Ask the key authority to decrypt the aggregate (flooded, optional central DP).
@@ -335,17 +348,24 @@ class CkksAggregator(PlannedAggregator):
             weights=tuple(float(w) for w in aggregate.claim["weights"]),
         )
         tracker.require(ask, DecryptionRefused)
+        ciphertext = aggregate.matrix.to_bytes()
+        extra: dict[str, object] = {}
+        if aggregate.witness is not None:
+            witness = aggregate.witness.to_bytes()
+            extra[WITNESS] = witness_field(ciphertext, witness)
+            ciphertext += witness
         request = decryption_request(
             round_id=round_id,
             purpose="aggregate",
             participant_ids=aggregate.ids,
             shape=self.shape,
-            ciphertext=aggregate.matrix.to_bytes(),
+            ciphertext=ciphertext,
             signer=self.keys.signer,
             claim=aggregate.claim,
             bound=self.bound,
             max_weight=aggregate.max_weight,
             epoch=self._epoch(publication=True),
+            **extra,
         )
         values = _decrypt(self.keys, request)
         tracker.record(ask, None)

@@ -39,18 +39,20 @@ import numpy as np
 from crypto.ckks import (
     KeyAuthorityKeys,
     decrypt_aggregate,
+    decrypt_checked_publication,
     decrypt_score,
     generate_keys,
     load_encrypted,
 )
 from crypto.ckks.wire import claimed_kind
-from crypto.errors import CryptoError, ReleaseLimitReached
+from crypto.errors import AggregateInconsistent, CryptoError, ReleaseLimitReached
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
     KeyEpochExhausted,
+    PublicationInconsistent,
     ReleaseRefused,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
@@ -70,6 +72,7 @@ from secure_fed.secure.parties.central_dp import (
     add_central_noise,
     central_sensitivity,
 )
+from secure_fed.secure.publication_check import ciphertext_sm3, split_witness
 from secure_fed.secure.release_plan import PlanBook, ReleasePlan
 from secure_fed.secure.release_policy import (
     AGGREGATE_PURPOSES,
@@ -334,10 +337,11 @@ class KeyAuthority:
             a centre this authority did not release, or an exhausted key epoch.
         """
         verified = self._verify(request)
-        header, payload = verified.header, verified.payload
+        header = verified.header
         round_id, purpose, ids, shape = _parse_request(header)
         claim = check_claim(header.get("claim"), purpose=purpose, ids=ids)
         keys = self._epoch_named(header)
+        payload, witness = split_witness(header, verified.payload)
         signed = _signed_fields(verified, claim)
         self._emit("decryption.requested", round_id, purpose, shape, ids, signed=signed)
         try:
@@ -349,14 +353,23 @@ class KeyAuthority:
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
             step = self._release_step(ask)
             self._check_step_epoch(ask, step, keys)
+            self._check_witness(ask, step, witness)
         except ReleaseRefused as exc:
             self._journal(verified, claim, granted=False, reason=str(exc))
             raise
         try:
-            values = self._decrypt(payload, ask.value_kind, shape, keys)
+            if witness is not None:
+                values = self._decrypt_checked(payload, witness, shape, keys)
+            else:
+                values = self._decrypt(payload, ask.value_kind, shape, keys)
         except ReleaseLimitReached as exc:  # this request would cross the sized t
             self._journal(verified, claim, granted=False, reason=str(exc))
             self._deny(ask, str(exc), KeyEpochExhausted)
+            raise AssertionError from exc  # unreachable: _deny raises
+        except AggregateInconsistent as exc:  # released nothing: the publication is spent
+            self._journal(verified, claim, granted=False, reason=str(exc))
+            self.plans.observe(ask, None)  # the round's publication is spent, unopened
+            self._deny(ask, str(exc), PublicationInconsistent)
             raise AssertionError from exc  # unreachable: _deny raises
         if step == "moments":  # the plan's one covariance, as the C x C second moment
             values = self._moment_matrix(values, len(ids))
@@ -566,10 +579,50 @@ class KeyAuthority:
                 signed_header=verified.signed_header,
                 signature=verified.signature,
                 claim=claim,
-                ciphertext_sm3=str(auth["payload_sm3"]),
+                ciphertext_sm3=ciphertext_sm3(verified.header),
                 granted=granted,
                 reason=reason,
             )
+        )
+
+    def _check_witness(self, ask: ReleaseRequest, step: str, witness: bytes | None) -> None:
+        """Require the scoring-epoch witness on a two-epoch publication, and only there."""
+        if step == "publication" and self.publication_keys is not None and witness is None:
+            self._deny(
+                ask,
+                "the publication carries no witness of the scored values",
+                PublicationInconsistent,
+            )
+        if witness is not None and (step != "publication" or self.publication_keys is None):
+            self._deny(ask, "only a two-epoch publication carries a witness", DecryptionRefused)
+
+    def _decrypt_checked(
+        self, payload: bytes, witness: bytes, shape: tuple[int, int], keys: KeyAuthorityKeys
+    ) -> np.ndarray:
+        """Decrypt a publication and its witness; release it only if they agree."""
+        scoring = self._keys()
+        try:
+            matrices = [
+                load_encrypted(
+                    k.public_context, part, kind="aggregate", n_samples=shape[0], n_classes=shape[1]
+                )
+                for k, part in ((keys, payload), (scoring, witness))
+            ]
+        except CryptoError as exc:
+            raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
+        for k, matrix in zip((keys, scoring), matrices, strict=True):
+            limit = self.release_limit_of(k)
+            if k.releases + len(matrix.vectors) > limit:
+                raise ReleaseLimitReached(
+                    f"key epoch {k.fingerprint.hex()[:16]} released {k.releases} of "
+                    f"{limit} decryptions; {len(matrix.vectors)} more are asked: rotate the keys"
+                )
+        return decrypt_checked_publication(
+            keys,
+            matrices[0],
+            witness_keys=scoring,
+            witness=matrices[1],
+            min_contributors=self.min_participants,
         )
 
     def _decrypt(
@@ -842,7 +895,7 @@ def _signed_fields(verified: VerifiedRequest, claim: dict[str, object]) -> dict[
         "nonce": verified.nonce,
         "signed_header": verified.signed_header.decode("utf-8"),
         "signature": verified.signature.hex(),
-        "ciphertext_sm3": auth["payload_sm3"],
+        "ciphertext_sm3": ciphertext_sm3(verified.header),
         **({"epoch": verified.header["epoch"]} if "epoch" in verified.header else {}),
     }
 

@@ -20,12 +20,18 @@ import pytest
 from crypto.ckks import CKKS_PUBLICATION, generate_keys, pack_class_major
 from crypto.ckks.aggregate import weighted_sum
 from crypto.sm import SM2PublicKey
-from secure_fed.errors import AuthorityRequestMalformed, DecryptionRefused, UploadMalformed
+from secure_fed.errors import (
+    AuthorityRequestMalformed,
+    DecryptionRefused,
+    PublicationInconsistent,
+    UploadMalformed,
+)
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
 from secure_fed.secure.parties.key_authority import decryption_request
+from secure_fed.secure.publication_check import witness_field
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
@@ -76,6 +82,24 @@ def _signed(
     )
 
 
+def _with_witness(
+    dep: Any, round_id: int, claim: dict[str, Any], publication: Any, witness: Any, **kw: Any
+) -> bytes:
+    """A publication request carrying ``witness`` as the aggregator's reveal sends it."""
+    pub, wit = publication.to_bytes(), witness.to_bytes()
+    return decryption_request(
+        round_id=round_id,
+        purpose="aggregate",
+        participant_ids=[u[0] for u in claim["uploads"]],
+        shape=(N, C),
+        ciphertext=pub + wit,
+        signer=dep.server_keys().signer,
+        claim=claim,
+        witness=witness_field(pub, wit),
+        **kw,
+    )
+
+
 def test_a_ckks_round_publishes_from_the_publication_epoch() -> None:
     dep, sink = _deploy()
     ka = dep.authority
@@ -86,8 +110,10 @@ def test_a_ckks_round_publishes_from_the_publication_epoch() -> None:
     assert scoring_after_filter > 0 and ka.publication_keys.releases == 0
     aggregate = agg.weighted_sum(handles, dict.fromkeys(IDS, 0.25))
     out = agg.reveal(aggregate, round_id=1)
-    # the publication moved only the publication epoch's counter, by its ciphertexts
-    assert ka.keys.releases == scoring_after_filter
+    # the publication moved the publication epoch's counter by its ciphertexts, the scoring
+    # epoch's by its witness's (decrypted to be compared, never released, counted all the same)
+    assert aggregate.witness is not None
+    assert ka.keys.releases == scoring_after_filter + len(aggregate.witness.vectors)
     assert ka.publication_keys.releases == len(aggregate.matrix.vectors) >= 1
     assert aggregate.matrix.preset is CKKS_PUBLICATION
     expected = np.mean([data["preds"][p] for p in IDS], axis=0)
@@ -158,23 +184,39 @@ def test_recompute_catches_a_forged_publication_ciphertext() -> None:
     agg.reveal(honest, round_id=4)
     # a second round: the claim says equal weights, the ciphertext is mostly "a"'s upload
     agg5, handles5, data5 = _round(dep, 5, scored=False)
-    claim = agg5.weighted_sum(handles5, dict.fromkeys(IDS, 0.25)).claim
-    forged = weighted_sum([h.publication for h in handles5.values()], [0.97, 0.01, 0.01, 0.01])
-    ka.handle(_signed(dep, 5, "aggregate", claim, forged, epoch=ka.publication_fingerprint.hex()))
+    honest5 = agg5.weighted_sum(handles5, dict.fromkeys(IDS, 0.25))
+    claim, skew = honest5.claim, [0.97, 0.01, 0.01, 0.01]
+    forged = weighted_sum([h.publication for h in handles5.values()], skew)
+    pub = {"epoch": ka.publication_fingerprint.hex()}
+    # with the honest witness the forgery is refused before anything is released ...
+    assert honest5.witness is not None
+    with pytest.raises(PublicationInconsistent, match="not the weighted sum of the scored"):
+        ka.handle(_with_witness(dep, 5, claim, forged, honest5.witness, **pub))
+    assert not [e for e in sink.named("decryption.released") if e["round_id"] == 5]
+    # ... and the publication is spent: no second try in that round
+    with pytest.raises(DecryptionRefused):
+        ka.handle(_with_witness(dep, 5, claim, honest5.matrix, honest5.witness, **pub))
+    # a witness forged the same way passes the comparison (the aggregator forges both):
+    # the recomputation names it afterwards
+    agg6, handles6, data6 = _round(dep, 6, scored=False)
+    claim6 = agg6.weighted_sum(handles6, dict.fromkeys(IDS, 0.25)).claim
+    forged6 = weighted_sum([h.publication for h in handles6.values()], skew)
+    witness6 = weighted_sum([h.matrix for h in handles6.values()], skew)
+    ka.handle(_with_witness(dep, 6, claim6, forged6, witness6, **pub))
     requests = [
         SignedRequestEvidence.from_event(e)
         for e in sink.named("decryption.requested")
         if e.get("epoch") == ka.publication_fingerprint.hex()
     ]
-    assert [r.round_id for r in requests] == [4, 5]
+    assert [r.round_id for r in requests] == [4, 5, 5, 6]
     findings = recompute_requests(
-        requests,
-        uploads={4: data["raw"], 5: data5["raw"]},
+        [r for r in requests if r.round_id != 5],
+        uploads={4: data["raw"], 6: data6["raw"]},
         public=dep.publication_context,
         aggregator=SM2PublicKey.from_der(dep.server_keys().signer.identity.public_key.to_der()),
         shape=(N, C),
     )
-    assert [(f.round_id, f.purpose) for f in findings] == [(5, "aggregate")]
+    assert [(f.round_id, f.purpose) for f in findings] == [(6, "aggregate")]
     assert "not the one its claim recomputes to" in findings[0].problem
 
 
