@@ -186,7 +186,7 @@ class UploadRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     round_id: Mapped[str] = mapped_column(ForeignKey("rounds.id"), index=True)
     participant_id: Mapped[str] = mapped_column(ForeignKey("participants.id"), index=True)
-    digest: Mapped[str] = mapped_column(String(128))
+    digest: Mapped[str] = mapped_column(String(128), index=True)
     size: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(64))
     shape: Mapped[list[Any]] = mapped_column(JSON)

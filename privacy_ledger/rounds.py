@@ -208,6 +208,17 @@ class RoundStore:
         )
         self._add_to_round(round_id, row)
 
+    def rounds_with_upload(self, digest: str, prefix: str = "") -> list[str]:
+        """Return the ids (starting with ``prefix``) of the rounds that recorded this digest."""
+        digest = digest.lower() if isinstance(digest, str) else digest
+        with self._sessions() as session:
+            rows = session.execute(
+                select(UploadRow.round_id)
+                .where(UploadRow.digest == digest, UploadRow.round_id.startswith(prefix))
+                .distinct()
+            ).scalars()
+            return sorted(rows)
+
     def uploads(self, round_id: str) -> list[UploadRecord]:
         """Return the uploads of a round, in arrival order."""
         with self._sessions() as session:

@@ -35,6 +35,7 @@ from secure_fed.errors import (
     UploadLate,
     UploadMalformed,
     UploadPayloadReused,
+    UploadPayloadStale,
     UploadReplayed,
 )
 from secure_fed.federation.decisions import KeepAll, OutlierFilter, decide, decision_events
@@ -224,13 +225,14 @@ class RoundEngine:
         Checks, in order: size and framing, round id, stage, deadline, replay,
         duplicate, mode, schema contract, the payload's own ids (they must name
         the sender), payload reuse (a payload already accepted in the round,
-        under any sender), payload. A refused upload leaves the round untouched.
+        under any sender), a stale payload (one another round accepted), payload.
+        A refused upload leaves the round untouched.
 
         Raises
         ------
         UploadMalformed, StaleRound, RoundNotFound, RoundOutOfOrder, UploadLate,
         UploadReplayed, UploadDuplicate, SchemaUnknown, SchemaMajorMismatch,
-        OutputSpecMismatch, UploadBindingInvalid, UploadPayloadReused
+        OutputSpecMismatch, UploadBindingInvalid, UploadPayloadReused, UploadPayloadStale
         """
         state = self.state(round_id)
         header, payload = decode_upload(message, max_bytes=state.config.max_upload_bytes)
@@ -252,6 +254,7 @@ class RoundEngine:
             raise SchemaInvalid("upload schema_hash does not match the round's contract")
         self.registry.validate(header.schema, state.config.schema)
         self._check_payload_binding(state, header.participant_id, payload)
+        self._check_payload_fresh(state, payload)
         handle = self.aggregator.load(payload)
         state.uploads[header.participant_id] = UploadRecord(
             participant_id=header.participant_id,
@@ -285,6 +288,19 @@ class RoundEngine:
         if any(u.payload == payload for u in state.uploads.values()):
             raise UploadPayloadReused(
                 f"the payload from {sender!r} was already accepted in round {state.round_id}"
+            )
+
+    def _check_payload_fresh(self, state: RoundState, payload: bytes) -> None:
+        """Refuse a payload that another round accepted (replayed across rounds)."""
+        earlier = [
+            r
+            for r in self.store.rounds_with_payload(sm3_digest(payload).hex())
+            if r != state.round_id
+        ]
+        if earlier:
+            raise UploadPayloadStale(
+                f"the payload was already accepted in round {earlier[0]}; "
+                f"round {state.round_id} needs a fresh upload"
             )
 
     def close(self, round_id: int) -> RoundState:

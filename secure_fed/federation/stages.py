@@ -298,3 +298,6 @@ class RoundStore(Protocol):
 
     def last_round_id(self) -> int | None:
         """Return the highest stored round id, or None when empty."""
+
+    def rounds_with_payload(self, digest: str) -> list[int]:
+        """Return the stored rounds that accepted an upload whose payload has this SM3 digest."""

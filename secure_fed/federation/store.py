@@ -121,6 +121,13 @@ class LedgerRoundStore:
         ids = self._ids()
         return ids[-1][0] if ids else None
 
+    def rounds_with_payload(self, digest: str) -> list[int]:
+        """Return the rounds of this namespace whose recorded uploads include this digest."""
+        prefix = f"{self.namespace}:"
+        return sorted(
+            int(rid[len(prefix) :]) for rid in self.rounds.rounds_with_upload(digest, prefix)
+        )
+
 
 class JsonFileRoundStore:
     """One JSON file per round in a folder, written atomically (temp file + rename)."""
@@ -128,6 +135,7 @@ class JsonFileRoundStore:
     def __init__(self, *, directory: Path | str) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._terminal: dict[int, set[str]] = {}
 
     def _path(self, round_id: int) -> Path:
         return self.directory / f"round-{round_id:08d}.json"
@@ -160,3 +168,23 @@ class JsonFileRoundStore:
         """Highest stored round id."""
         ids = self._ids()
         return ids[-1] if ids else None
+
+    def rounds_with_payload(self, digest: str) -> list[int]:
+        """Return the stored rounds whose accepted uploads include a payload of this SM3.
+
+        Reads every round file once; a terminal round's digests are kept in memory
+        afterwards (they cannot change), an open round's are read again each time.
+        """
+        found = []
+        for rid in self._ids():
+            digests = self._terminal.get(rid)
+            if digests is None:
+                state = self.load(rid)
+                if state is None:
+                    continue
+                digests = {sm3_digest(u.payload).hex() for u in state.uploads.values()}
+                if state.stage in _TERMINAL:
+                    self._terminal[rid] = digests
+            if digest in digests:
+                found.append(rid)
+        return found

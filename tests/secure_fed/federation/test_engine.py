@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crypto.sm.sm3 import sm3_digest
 from privacy_ledger.budget.participants import ParticipantRegistry
 from privacy_ledger.db import create_ledger_engine, upgrade
 from secure_fed.errors import (
@@ -22,6 +23,7 @@ from secure_fed.errors import (
     UploadLate,
     UploadMalformed,
     UploadParticipantUnknown,
+    UploadPayloadStale,
     UploadReplayed,
 )
 from secure_fed.federation.engine import RoundEngine
@@ -330,8 +332,8 @@ def test_restart_after_deadline_aborts_or_completes(
     assert fresh.state(1).stage is Stage.ABORTED and "only 1" in (fresh.state(1).reason or "")
     fresh.open(make_config(2, deadline=4000.0))
     fresh.start_collecting(2)
-    for i, pid in enumerate("ab"):
-        fresh.submit(make_upload(pid, honest(i), round_id=2), round_id=2)
+    for i, pid in enumerate("ab"):  # fresh predictions: round 1's payload would be stale
+        fresh.submit(make_upload(pid, honest(i + 10), round_id=2), round_id=2)
     clock.now = 5000.0
     again = _engine(tmp_path, registry, clock, store_kind)
     assert again.recover() == {2: "resumed:filtering"}
@@ -402,3 +404,24 @@ def test_filter_must_decide_for_every_scored_upload(
     with pytest.raises(OutlierConfigInvalid, match=r"decided for \['b', 'c'\], but round 1 scored"):
         eng.filter(1)
     assert eng.state(1).stage is Stage.FILTERING
+
+
+def test_a_payload_another_round_accepted_is_stale_on_both_stores(
+    tmp_path: Path, registry: SchemaRegistry, clock: Clock, store_kind: str
+) -> None:
+    """The store answers which rounds accepted a payload, also after the engine restarted."""
+    eng = _engine(tmp_path, registry, clock, store_kind)
+    eng.open(make_config(1))
+    eng.start_collecting(1)
+    eng.submit(make_upload("a", honest(1)), round_id=1)
+    digest = sm3_digest(eng.state(1).uploads["a"].payload).hex()
+    assert eng.store.rounds_with_payload(digest) == [1]
+    assert eng.store.rounds_with_payload("ab" * 32) == []
+    fresh = _engine(tmp_path, registry, clock, store_kind)
+    fresh.open(make_config(2, deadline=4000.0))
+    fresh.start_collecting(2)
+    with pytest.raises(UploadPayloadStale, match="accepted in round 1"):
+        fresh.submit(make_upload("b", honest(1), round_id=2), round_id=2)
+    assert fresh.state(2).uploads == {}
+    fresh.submit(make_upload("b", honest(2), round_id=2), round_id=2)  # the round goes on
+    assert sorted(fresh.state(2).uploads) == ["b"]
