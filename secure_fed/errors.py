@@ -199,6 +199,16 @@ class UploadPayloadReused(UploadRejected):
     code = "UPLOAD_PAYLOAD_REUSED"
 
 
+class UploadPayloadStale(UploadRejected):
+    """A payload that an earlier round accepted is submitted again, under any sender.
+
+    Refused at submission, before the mode parses it; the round goes on with the
+    others (and with the sender's fresh upload).
+    """
+
+    code = "UPLOAD_PAYLOAD_STALE"
+
+
 class UploadReceiptMissing(UploadRejected):
     """An upload carries no budget receipt where the aggregator requires one."""
 

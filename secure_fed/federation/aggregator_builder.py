@@ -137,7 +137,8 @@ def build_aggregator(
     policy = OutlierPolicy(
         dof=num_classes - 1,
         min_keep=config.quorum(),
-        config=OutlierConfig(exclude=config.exclude_outliers),
+        # ckks: nobody sees one upload's values, so the score is the only range evidence
+        config=OutlierConfig(exclude=config.exclude_outliers, hard_exclusion=config.mode == "ckks"),
     )
     engine = RoundEngine(
         store=store,

@@ -32,7 +32,8 @@ hold it next to the aggregator. It allows, per round and in this order:
 6. ``publication``: exactly ONE first-order release, the weighted sum over
    the accepted set ``A``: ``A`` inside the roster, ``|A| >= min_participants``,
    at most a minority excluded, and every excluded participant's final score
-   above the plan's exclusion floor; every weight at least the codec's
+   above the plan's exclusion floor or negative (no honest squared distance is:
+   :func:`~secure_fed.secure.scoring.outlier.impossible_score`); every weight at least the codec's
    resolution (a weight that rounds to zero is refused, not treated as an
    exclusion) and at most ``max_weight``.
 
@@ -67,7 +68,7 @@ from secure_fed.secure.scoring.mahalanobis import (
     pooled_covariance,
     whitening,
 )
-from secure_fed.secure.scoring.outlier import OutlierConfig
+from secure_fed.secure.scoring.outlier import OutlierConfig, impossible_score
 
 __all__ = [
     "STEPS",
@@ -451,7 +452,12 @@ class PlanTracker:
         assert self.roster is not None
         if len(excluded) > (len(self.roster) - 1) // 2:
             return f"{len(excluded)} excluded of {len(self.roster)}: at most a minority"
-        low = sorted(p for p in excluded if self.final_scores[p] <= self.plan.exclude_above)
+        low = sorted(
+            p
+            for p in excluded
+            if self.final_scores[p] <= self.plan.exclude_above
+            and not impossible_score(self.final_scores[p])  # a negative squared distance
+        )
         if low:
             return f"{low} scored below the exclusion floor and must be published"
         return None

@@ -41,12 +41,14 @@ from secure_fed.secure.audit import AuditSink, MemoryAuditSink
 
 __all__ = [
     "ACTIONS",
+    "IMPOSSIBLE_SCORE_SLACK",
     "AuditSink",
     "Decision",
     "MemoryAuditSink",
     "OutlierConfig",
     "OutlierPolicy",
     "excluded_ids",
+    "impossible_score",
 ]
 
 _log = logging.getLogger(__name__)
@@ -78,12 +80,22 @@ class OutlierConfig:
         heterogeneity is not mistaken for poisoning; False uses the model's cuts
         as they are.
     exclude
-        When False, never exclude: everything above the down-weight threshold is
-        down-weighted (factor ``min_factor`` at and above the exclusion threshold).
+        When False, never exclude on the chi-square cuts: everything above the
+        down-weight threshold is down-weighted (factor ``min_factor`` at and above the
+        exclusion threshold), except what ``hard_exclusion`` excludes.
         The federation's default: predictions of weak, structurally different
         honest models can be as far from the consensus as poisoned ones (see
         docs/secure-aggregation.md for the false positives measured on
         heterogeneous DP-trained models).
+    hard_exclusion
+        When True, a raw score above ``hard_factor`` times the exclusion threshold is
+        excluded even with ``exclude`` False. For modes where the score is the only
+        evidence of a participant's range (``ckks``: nobody sees one upload's values),
+        so a value far out of range is left out, not merely down-weighted.
+
+    A score below ``-IMPOSSIBLE_SCORE_SLACK`` (a squared distance cannot be negative;
+    in ckks mode a value beyond the ciphertext's headroom wraps its score) is excluded
+    whatever the configuration, and ignored by the round's dispersion.
     """
 
     exclude_quantile: float = 0.999
@@ -93,6 +105,7 @@ class OutlierConfig:
     min_factor: float = 0.05
     dispersion: bool = True
     exclude: bool = True
+    hard_exclusion: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -103,6 +116,7 @@ class OutlierConfig:
             ("min_factor", 0 < self.min_factor <= 1),
             ("dispersion", isinstance(self.dispersion, bool)),
             ("exclude", isinstance(self.exclude, bool)),
+            ("hard_exclusion", isinstance(self.hard_exclusion, bool)),
         ]
         for name, ok in checks:
             if not ok:
@@ -119,6 +133,15 @@ class OutlierConfig:
 
 
 ACTIONS = ("keep", "downweight", "exclude")
+
+#: How far below 0 a decrypted squared distance may fall through flooding and encoding
+#: noise alone (CKKS floods a score near 0 by about 1.2e-4; 7 sigma is 8.5e-4).
+IMPOSSIBLE_SCORE_SLACK = 1e-2
+
+
+def impossible_score(score: float) -> bool:
+    """Return True for a finite score no honest upload can have (below ``-slack``)."""
+    return math.isfinite(score) and score < -IMPOSSIBLE_SCORE_SLACK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,23 +232,32 @@ class OutlierPolicy:
         the filtering stage) starts from the history before that round, so a
         round enters the EMA once.
 
+        A score no honest upload can have (:func:`impossible_score`: a negative squared
+        distance) is excluded, kept out of the history and of the dispersion, and logged.
+
         Raises
         ------
         OutlierConfigInvalid
-            If a score is negative or not finite.
+            If a score is not a finite number.
         StaleRound
             If ``round_id`` is older than the last round decided.
         """
         for pid, s in scores.items():
-            if not (isinstance(s, int | float) and math.isfinite(s) and s >= 0):
-                raise OutlierConfigInvalid(f"score of {pid!r} must be finite and >= 0, got {s!r}")
+            if not (isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)):
+                raise OutlierConfigInvalid(f"score of {pid!r} must be a finite number, got {s!r}")
         if self._round is not None and round_id < self._round:
             raise StaleRound(f"round {round_id} is older than the last decided round {self._round}")
         if round_id != self._round:
             self._before, self._round = dict(self.history), round_id
         self.history = dict(self._before)
-        scale = self.dispersion(scores)
-        out = {pid: self._decide(pid, float(scores[pid]), scale) for pid in sorted(scores)}
+        valid = {p: s for p, s in scores.items() if not impossible_score(s)}
+        scale = self.dispersion(valid)
+        out = {
+            pid: self._decide(pid, float(scores[pid]), scale)
+            if pid in valid
+            else self._impossible(pid, float(scores[pid]), round_id)
+            for pid in sorted(scores)
+        }
         self._cap(out)
         for d in out.values():
             _log.info(
@@ -239,6 +271,24 @@ class OutlierPolicy:
             )
         return out
 
+    def _impossible(self, pid: str, score: float, round_id: int) -> Decision:
+        _log.warning(
+            "round %d: %s scored %r, which no honest upload can (out of range): excluded",
+            round_id,
+            pid,
+            score,
+        )
+        low, high = self.low, self.high
+        return Decision(
+            participant_id=pid,
+            score=score,
+            smoothed=score,
+            action="exclude",
+            factor=0.0,
+            downweight_threshold=low,
+            exclude_threshold=high,
+        )
+
     def _cap(self, out: dict[str, Decision]) -> None:
         """Exclude at most a minority, and never below ``min_keep`` (highest scores go first).
 
@@ -246,8 +296,9 @@ class OutlierPolicy:
         takeover by whoever controls the majority; the others are down-weighted
         to ``min_factor`` instead.
         """
-        excluded = sorted(
-            (d for d in out.values() if d.excluded), key=lambda d: (-d.score, d.participant_id)
+        excluded = sorted(  # an impossible score goes first: no honest upload has one
+            (d for d in out.values() if d.excluded),
+            key=lambda d: (not impossible_score(d.score), -d.score, d.participant_id),
         )
         limit = max(0, min((len(out) - 1) // 2, len(out) - self.min_keep))
         for d in excluded[limit:]:
@@ -277,7 +328,9 @@ class OutlierPolicy:
         old = self.history.get(pid)
         smoothed = score if old is None else cfg.ema * old + (1 - cfg.ema) * score
         self.history[pid] = smoothed
-        if score > cfg.hard_factor * high or (smoothed > high and score > high):
+        if cfg.hard_exclusion and score > cfg.hard_factor * high:
+            action, factor = "exclude", 0.0
+        elif score > cfg.hard_factor * high or (smoothed > high and score > high):
             action, factor = ("exclude", 0.0) if cfg.exclude else ("downweight", cfg.min_factor)
         elif smoothed > low:
             # a high history alone (this round's score below the exclusion threshold) keeps

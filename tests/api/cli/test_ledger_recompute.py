@@ -34,6 +34,7 @@ from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
 from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
+from secure_fed.secure.publication_check import witness_field
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.wire import KEY_AUTHORITY_REQUEST, decode_frame
 from tests.secure_fed.federation.helpers import (
@@ -74,9 +75,15 @@ def _one_hot(
     return forged.to_bytes()
 
 
-def _skewed_publication(dep: CkksDeployment, payloads: dict[str, bytes], ids: list[str]) -> bytes:
-    """The publication epoch's sum weighted 0.97 on the first id (the claim says otherwise)."""
-    pub = dep.publication_context
+def _skewed_publication(
+    dep: CkksDeployment, payloads: dict[str, bytes], ids: list[str], *, witness: bool = False
+) -> bytes:
+    """The publication epoch's sum weighted 0.97 on the first id (the claim says otherwise).
+
+    ``witness``: the same skewed sum under the scoring epoch (an aggregator forging both, so
+    the key authority's comparison passes and only the recomputation names it).
+    """
+    pub = dep.public_context if witness else dep.publication_context
     assert pub is not None
     ups = [
         load_encrypted(
@@ -101,15 +108,18 @@ def _forging(
         assert isinstance(claim, dict)
         if target == "publication" and header["purpose"] == "aggregate":
             ids = [u[0] for u in claim["uploads"]]
+            publication = _skewed_publication(dep, payloads, ids)
+            witness = _skewed_publication(dep, payloads, ids, witness=True)
             forged = decryption_request(
                 round_id=int(str(header["round_id"])),
                 purpose="aggregate",
                 participant_ids=ids,
                 shape=(N_PUB, C),
-                ciphertext=_skewed_publication(dep, payloads, ids),
+                ciphertext=publication + witness,
                 signer=keys.signer,
                 claim=claim,
                 epoch=header["epoch"],
+                witness=witness_field(publication, witness),
             )
             return dep.authority.handle(forged)
         step = "final" if target == "score" else target

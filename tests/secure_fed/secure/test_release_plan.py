@@ -141,6 +141,18 @@ def test_at_most_a_minority_is_excluded() -> None:
     assert tracker.reason(_publication(("a", "b", "c"), (0.4, 0.3, 0.3))) is None
 
 
+def test_a_negative_final_score_may_be_excluded_a_small_one_may_not() -> None:
+    """No honest squared distance is negative (in ckks a value beyond the headroom wraps its
+    score): the gatekeeper lets the filter exclude it; a small honest score stays published."""
+    tracker = PlanTracker(plan=replace(PLAN, min_participants=2))
+    tracker.roster, tracker.phase = IDS, "publication"
+    weights = (0.25,) * 4
+    for score, allowed in ((-7.4e6, True), (-0.5, True), (-0.001, False), (3.0, False)):
+        tracker.final_scores = {**dict.fromkeys(IDS, 3.0), "e": score}
+        reason = tracker.reason(_publication(("a", "b", "c", "d"), weights))
+        assert (reason is None) is allowed, (score, reason)
+
+
 def test_the_weight_cap_is_enforced() -> None:
     tracker = PlanTracker(plan=replace(PLAN, scored=False, max_weight=0.4))
     assert "cap" in str(tracker.reason(_publication(("a", "b", "c"), (0.5, 0.25, 0.25))))

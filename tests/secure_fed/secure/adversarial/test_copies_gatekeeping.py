@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crypto.ckks import EncryptedMatrix
+from crypto.ckks import EncryptedMatrix, Layout
 from secure_fed.errors import AuthorityRequestMalformed, DecryptionRefused, ServerRequestReplayed
 from secure_fed.federation.decisions import KeepAll
 from secure_fed.secure.audit import MemoryAuditSink
@@ -185,7 +185,10 @@ def test_three_uploads_of_one_matrix_share_one_weight_as_in_plaintext(tmp_path: 
     # each pair is one decrypted ciphertext of the scoring epoch, counted against its t
     distance_rows = [r for r in run.authority.log if r.purpose == "distance" and r.released]
     assert len(distance_rows) == K * (K - 1) // 2
-    assert run.authority.keys.releases - releases == len(distance_rows)  # publication: own epoch
+    # the publication is under its own epoch; its witness (the same sum, compared before
+    # release, never released) is decrypted under this one and counted too
+    witness = Layout(n_samples=N, n_classes=C, slots=run.authority.keys.preset.slots).count
+    assert run.authority.keys.releases - releases == len(distance_rows) + witness
     released = [e for e in run.sink.named("decryption.released") if e.get("step") == "copies"]
     assert [e["copies"] for e in released] == [copies]
 

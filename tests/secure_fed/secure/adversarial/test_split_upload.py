@@ -157,14 +157,14 @@ def test_a_split_upload_is_refused_before_release(tmp_path, attack: str) -> None
     assert not _released(sink, 1)
 
 
-@pytest.mark.parametrize("value", [1e3, 1e4, 1e5])
+@pytest.mark.parametrize("value", [1e3, 1e4, 1e5, 1e6])
 def test_an_out_of_range_cell_in_both_parts_never_leaves_the_bound(tmp_path, value: float) -> None:  # type: ignore[no-untyped-def]
     """Consistent but out of range: excluded by its score, or refused; never published beyond B.
 
     Measured: 1e3 and 1e4 are excluded by the filter; at 1e5 the score can wrap small and
     the upload joins the publication, whose publication-epoch sum then wraps while the
-    witness does not: refused. (At 1e6 a wrapped score can come out negative and stop the
-    filter: docs/audit/threat-model.md, not yet prevented.)
+    witness does not: refused. At 1e6 a wrapped score can come out negative: excluded (it
+    used to stop the round's filter with ``OUTLIER_CONFIG_INVALID``).
     """
     sink = MemoryAuditSink()
     h = _harness(tmp_path, sink)

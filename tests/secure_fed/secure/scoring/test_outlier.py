@@ -6,6 +6,7 @@ from scipy.stats import chi2
 from privacy_ledger.errors import UnknownEventType
 from secure_fed.errors import OutlierConfigInvalid, StaleRound
 from secure_fed.secure.scoring.outlier import (
+    IMPOSSIBLE_SCORE_SLACK,
     Decision,
     MemoryAuditSink,
     OutlierConfig,
@@ -126,10 +127,40 @@ def test_config_is_validated(field: str, value: float) -> None:
 def test_bad_scores_and_dof_are_refused() -> None:
     with pytest.raises(OutlierConfigInvalid, match="dof"):
         OutlierPolicy(dof=0)
-    with pytest.raises(OutlierConfigInvalid, match="'a'"):
-        OutlierPolicy(dof=3).decide({"a": -1.0}, round_id=1)
-    with pytest.raises(OutlierConfigInvalid, match="'a'"):
-        OutlierPolicy(dof=3).decide({"a": float("nan")}, round_id=1)
+    for bad in (float("nan"), float("inf"), "3", True):
+        with pytest.raises(OutlierConfigInvalid, match="'a'"):
+            OutlierPolicy(dof=3).decide({"a": bad}, round_id=1)  # type: ignore[dict-item]
+
+
+def test_a_negative_score_is_excluded_and_moves_nothing_else() -> None:
+    """A squared distance below 0 (a ckks value beyond the headroom wraps its score) is no
+    honest upload's: excluded whatever the configuration, never the round's stall (it
+    raised before), and left out of the dispersion and the history."""
+    honest = {"a": 40.0, "b": 42.0, "c": 44.0, "d": 41.0}
+    reference = OutlierPolicy(dof=3, config=OutlierConfig(exclude=False)).decide(honest, round_id=1)
+    for score in (-7.4e6, -1.0, -0.011):
+        policy = OutlierPolicy(dof=3, config=OutlierConfig(exclude=False), min_keep=4)
+        out = policy.decide({**honest, "x": score}, round_id=1)
+        assert out["x"].action == "exclude" and out["x"].factor == 0.0
+        assert {p: out[p] for p in honest} == reference  # dispersion unchanged
+        assert "x" not in policy.history
+    # within the noise allowance a slightly negative score is an ordinary (tiny) score
+    near = OutlierPolicy(dof=3).decide({**honest, "x": -IMPOSSIBLE_SCORE_SLACK / 2}, round_id=1)
+    assert near["x"].action == "keep"
+
+
+def test_hard_exclusion_excludes_a_gross_score_when_exclusion_is_off() -> None:
+    """The ckks mode's rule: the score is the only range evidence, so a score above
+    ``hard_factor`` times the exclusion threshold is excluded even with exclusion off;
+    between the threshold and that, it is down-weighted as before."""
+    honest = {"a": 2.0, "b": 2.5, "c": 3.0, "d": 2.2, "e": 2.8}
+    cfg = OutlierConfig(exclude=False, hard_exclusion=True)
+    high = OutlierPolicy(dof=3, config=cfg).high
+    for score, action in ((cfg.hard_factor * high * 1.01, "exclude"), (high * 1.5, "downweight")):
+        out = OutlierPolicy(dof=3, config=cfg).decide({**honest, "x": score}, round_id=1)
+        assert out["x"].action == action
+        off = OutlierPolicy(dof=3, config=OutlierConfig(exclude=False))
+        assert off.decide({**honest, "x": score}, round_id=1)["x"].action == "downweight"
 
 
 def test_memory_sink_refuses_unregistered_events() -> None:
