@@ -137,8 +137,7 @@ def build_aggregator(
     policy = OutlierPolicy(
         dof=num_classes - 1,
         min_keep=config.quorum(),
-        # ckks: nobody sees one upload's values, so the score is the only range evidence
-        config=OutlierConfig(exclude=config.exclude_outliers, hard_exclusion=config.mode == "ckks"),
+        config=OutlierConfig(exclude=config.exclude_outliers),
     )
     engine = RoundEngine(
         store=store,

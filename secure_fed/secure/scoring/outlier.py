@@ -82,16 +82,11 @@ class OutlierConfig:
     exclude
         When False, never exclude on the chi-square cuts: everything above the
         down-weight threshold is down-weighted (factor ``min_factor`` at and above the
-        exclusion threshold), except what ``hard_exclusion`` excludes.
+        exclusion threshold).
         The federation's default: predictions of weak, structurally different
         honest models can be as far from the consensus as poisoned ones (see
         docs/secure-aggregation.md for the false positives measured on
         heterogeneous DP-trained models).
-    hard_exclusion
-        When True, a raw score above ``hard_factor`` times the exclusion threshold is
-        excluded even with ``exclude`` False. For modes where the score is the only
-        evidence of a participant's range (``ckks``: nobody sees one upload's values),
-        so a value far out of range is left out, not merely down-weighted.
 
     A score below ``-IMPOSSIBLE_SCORE_SLACK`` (a squared distance cannot be negative;
     in ckks mode a value beyond the ciphertext's headroom wraps its score) is excluded
@@ -105,7 +100,6 @@ class OutlierConfig:
     min_factor: float = 0.05
     dispersion: bool = True
     exclude: bool = True
-    hard_exclusion: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -116,7 +110,6 @@ class OutlierConfig:
             ("min_factor", 0 < self.min_factor <= 1),
             ("dispersion", isinstance(self.dispersion, bool)),
             ("exclude", isinstance(self.exclude, bool)),
-            ("hard_exclusion", isinstance(self.hard_exclusion, bool)),
         ]
         for name, ok in checks:
             if not ok:
@@ -328,9 +321,7 @@ class OutlierPolicy:
         old = self.history.get(pid)
         smoothed = score if old is None else cfg.ema * old + (1 - cfg.ema) * score
         self.history[pid] = smoothed
-        if cfg.hard_exclusion and score > cfg.hard_factor * high:
-            action, factor = "exclude", 0.0
-        elif score > cfg.hard_factor * high or (smoothed > high and score > high):
+        if score > cfg.hard_factor * high or (smoothed > high and score > high):
             action, factor = ("exclude", 0.0) if cfg.exclude else ("downweight", cfg.min_factor)
         elif smoothed > low:
             # a high history alone (this round's score below the exclusion threshold) keeps

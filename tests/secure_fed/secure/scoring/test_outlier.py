@@ -149,20 +149,6 @@ def test_a_negative_score_is_excluded_and_moves_nothing_else() -> None:
     assert near["x"].action == "keep"
 
 
-def test_hard_exclusion_excludes_a_gross_score_when_exclusion_is_off() -> None:
-    """The ckks mode's rule: the score is the only range evidence, so a score above
-    ``hard_factor`` times the exclusion threshold is excluded even with exclusion off;
-    between the threshold and that, it is down-weighted as before."""
-    honest = {"a": 2.0, "b": 2.5, "c": 3.0, "d": 2.2, "e": 2.8}
-    cfg = OutlierConfig(exclude=False, hard_exclusion=True)
-    high = OutlierPolicy(dof=3, config=cfg).high
-    for score, action in ((cfg.hard_factor * high * 1.01, "exclude"), (high * 1.5, "downweight")):
-        out = OutlierPolicy(dof=3, config=cfg).decide({**honest, "x": score}, round_id=1)
-        assert out["x"].action == action
-        off = OutlierPolicy(dof=3, config=OutlierConfig(exclude=False))
-        assert off.decide({**honest, "x": score}, round_id=1)["x"].action == "downweight"
-
-
 def test_memory_sink_refuses_unregistered_events() -> None:
     with pytest.raises(UnknownEventType, match="outlier.decision"):
         MemoryAuditSink().record("outlier.guess", {})
