@@ -36,6 +36,7 @@ from secure_fed.errors import AuthorityRequestMalformed, KeyAuthorityConfigInval
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.parties.nonces import NonceStore
+from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.server_auth import ServerIdentity
 
 __all__ = ["RELEASES_FILE", "KeyAuthorityParty", "load_key_authority"]
@@ -172,7 +173,7 @@ def _released(state: Path) -> dict[str, int]:
 def load_key_authority(
     directory: Path, *, audit: AuditSink | None, state_dir: Path
 ) -> KeyAuthorityParty:
-    """Load the key authority's directory; its nonces and release counts live in ``state_dir``.
+    """Load the key authority's directory; nonces, release counts and plans live in ``state_dir``.
 
     Raises
     ------
@@ -187,6 +188,7 @@ def load_key_authority(
         "audit": audit,
         "aggregator": ServerIdentity("aggregator", manifest.aggregator_key),
         "nonces": NonceStore(state / "keyauthority-nonces.db"),
+        "plan_journal": PlanJournal(state / "keyauthority-plans.db"),
         "enrolled": frozenset(manifest.participant_ids),
         "upload_shape": manifest.shape,
     }

@@ -76,6 +76,7 @@ from secure_fed.secure.mode import SecureAggregator, UploadEncoder
 from secure_fed.secure.parties.helper import HelperParty
 from secure_fed.secure.parties.nonces import NonceStore
 from secure_fed.secure.parties.registry import HelperRegistry
+from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 
@@ -336,7 +337,7 @@ def load_participant(directory: Path) -> ParticipantKeys:
 
 
 def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) -> HelperParty:
-    """Load the helper's directory; its triple registry and nonce record live in ``state_dir``.
+    """Load the helper's directory; its triple registry, nonces and plans live in ``state_dir``.
 
     Raises
     ------
@@ -358,6 +359,7 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
         registry=HelperRegistry(state / "helper-registry.db"),
         request_key=ChannelKey(name="aggregator", key=read_secret(directory / "request.secret")),
         nonces=NonceStore(state / "helper-nonces.db"),
+        plan_journal=PlanJournal(state / "helper-plans.db"),
     )
 
 

@@ -60,6 +60,7 @@ import numpy as np
 
 from crypto.shares import RING_WEIGHTS
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused, ScoringInvalid
+from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice, near_duplicates
 from secure_fed.secure.scoring.mahalanobis import (
@@ -578,12 +579,41 @@ class PlanBook:
     enrolled
         Participants the gatekeeper knows (``None``: the key authority, which
         learns them from the plan's first roster).
+    journal
+        Where every installed plan and observed release is written before the
+        gatekeeper answers (:class:`~secure_fed.secure.plan_journal.PlanJournal`);
+        replayed here at start, so a restarted gatekeeper resumes each round's state
+        machine where it was. ``None``: memory only (a party that never restarts).
+
+    Raises
+    ------
+    ModeSetupInvalid
+        If the journal holds an altered or invalid plan.
     """
 
     min_participants: int
     enrolled: frozenset[str] | None = None
     shape: tuple[int, int] | None = None
     trackers: dict[int, PlanTracker] = field(default_factory=dict)
+    journal: PlanJournal | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.journal is None:
+            return
+        for round_id, data in self.journal.plans():
+            self.trackers[round_id] = PlanTracker(
+                plan=ReleasePlan.from_bytes(data), enrolled=self.enrolled
+            )
+        replayed = 0
+        for request, values in self.journal.releases():
+            tracker = self.trackers.get(request.round_id)
+            if tracker is not None:
+                tracker.record(request, values)
+                replayed += 1
+        if self.trackers:
+            _log.info(
+                "plan journal: %d plans and %d releases replayed", len(self.trackers), replayed
+            )
 
     def install(self, plan: ReleasePlan) -> PlanTracker:
         """Fix ``plan`` for its round: once, before anything of that round is opened.
@@ -608,6 +638,8 @@ class PlanBook:
         if reason is not None:
             raise ModeSetupInvalid(f"release plan of round {plan.round_id} refused: {reason}")
         tracker = PlanTracker(plan=plan, enrolled=self.enrolled)
+        if self.journal is not None:  # written before the plan is in force or answered
+            self.journal.record_plan(plan.round_id, plan.to_bytes())
         self.trackers[plan.round_id] = tracker
         _log.info("release plan installed for round %d", plan.round_id)
         return tracker
@@ -636,7 +668,9 @@ class PlanBook:
         return tracker.reason(request)
 
     def observe(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
-        """Advance the round's tracker on a release."""
+        """Advance the round's tracker on a release (journalled first, when there is one)."""
         tracker = self.trackers.get(request.round_id)
         if tracker is not None:
+            if self.journal is not None:
+                self.journal.record_release(request, values)
             tracker.record(request, values)

@@ -97,6 +97,7 @@ from secure_fed.secure.modes.share_range import (
     compare_spec,
 )
 from secure_fed.secure.parties.registry import HelperRegistry
+from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.release_plan import PlanBook, PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import (
     DecryptionRecord,
@@ -221,6 +222,11 @@ class HelperParty:
         Where the request verifiers keep served nonces and rounds
         (:class:`~secure_fed.secure.parties.nonces.NonceStore`: a restart refuses
         a replay too); ``None`` keeps them in memory.
+    plan_journal
+        Where every installed plan and release is written before it is answered
+        (:class:`~secure_fed.secure.plan_journal.PlanJournal`): a restarted party
+        resumes each round's plan, refuses another plan for it and never opens a
+        round's publication twice; ``None`` keeps them in memory.
     """
 
     shape: tuple[int, int]
@@ -233,6 +239,7 @@ class HelperParty:
     registry: HelperRegistry = field(default_factory=HelperRegistry)
     request_key: ChannelKey | None = field(default=None, repr=False)
     nonces: FreshnessStore | None = field(default=None, repr=False)
+    plan_journal: PlanJournal | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
@@ -257,6 +264,7 @@ class HelperParty:
             min_participants=self.min_participants,
             enrolled=frozenset(self.secrets),
             shape=(self.shape[0], self.shape[1]),
+            journal=self.plan_journal,
         )
         self.policy = ReleasePolicy(
             party="helper",
@@ -350,7 +358,13 @@ class HelperParty:
             fresh = plan.round_id not in self.plans.trackers
             fixed = self.plans.install(plan).plan
         except ModeSetupInvalid as exc:
-            raise AuthorityRequestMalformed(f"release plan refused: {exc}") from exc
+            refused = AuthorityRequestMalformed(f"release plan refused: {exc}")
+            if self.audit is not None:
+                self.audit.record(
+                    "access.denied",
+                    {"party": "helper", "op": "plan", "code": refused.code, "reason": str(exc)},
+                )
+            raise refused from exc
         if fresh:  # a resent identical plan changes nothing and is not recorded again
             auth = header.get("auth")
             signed = {k: auth.get(k) for k in ("signer", "nonce")} if isinstance(auth, dict) else {}

@@ -52,6 +52,7 @@ from secure_fed.errors import (
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
     KeyEpochExhausted,
+    ModeSetupInvalid,
     PublicationInconsistent,
     ReleaseRefused,
     ServerRequestReplayed,
@@ -72,6 +73,7 @@ from secure_fed.secure.parties.central_dp import (
     add_central_noise,
     central_sensitivity,
 )
+from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.publication_check import ciphertext_sm3, split_witness
 from secure_fed.secure.release_plan import PlanBook, ReleasePlan
 from secure_fed.secure.release_policy import (
@@ -177,6 +179,11 @@ class KeyAuthority:
         Where the request verifiers keep served nonces and rounds
         (:class:`~secure_fed.secure.parties.nonces.NonceStore`: a restart refuses
         a replay too); ``None`` keeps them in memory.
+    plan_journal
+        Where every installed plan and release is written before it is answered
+        (:class:`~secure_fed.secure.plan_journal.PlanJournal`): a restarted party
+        resumes each round's plan, refuses another plan for it and never opens a
+        round's publication twice; ``None`` keeps them in memory.
     """
 
     min_participants: int
@@ -192,6 +199,7 @@ class KeyAuthority:
     enrolled: frozenset[str] | None = None
     upload_shape: tuple[int, int] | None = None
     nonces: FreshnessStore | None = field(default=None, repr=False)
+    plan_journal: PlanJournal | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
@@ -229,7 +237,10 @@ class KeyAuthority:
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
         self.plans = PlanBook(
-            min_participants=self.min_participants, enrolled=self.enrolled, shape=self.upload_shape
+            min_participants=self.min_participants,
+            enrolled=self.enrolled,
+            shape=self.upload_shape,
+            journal=self.plan_journal,
         )
         self.policy = ReleasePolicy(
             party="key_authority",
@@ -444,7 +455,11 @@ class KeyAuthority:
             self._denied(exc, op="plan")
             raise
         fresh = plan.round_id not in self.plans.trackers
-        fixed = self.plans.install(plan).plan
+        try:
+            fixed = self.plans.install(plan).plan
+        except ModeSetupInvalid as exc:
+            self._plan_denied(plan.round_id, exc)
+            raise
         if fresh:  # a resent identical plan changes nothing and is not recorded again
             signed = {
                 "signer": verified.signer,
@@ -459,6 +474,21 @@ class KeyAuthority:
                 request=signed,
             )
         return fixed.to_bytes()
+
+    def _plan_denied(self, round_id: int, exc: ModeSetupInvalid) -> None:
+        """Audit a refused plan (another plan for a round, or one outside the bounds)."""
+        _log.warning("key authority refused the plan of round %d: %s", round_id, exc)
+        if self.audit is not None:
+            self.audit.record(
+                "access.denied",
+                {
+                    "party": "key_authority",
+                    "op": "plan",
+                    "round_id": round_id,
+                    "code": exc.code,
+                    "reason": str(exc),
+                },
+            )
 
     def _moment_matrix(self, values: np.ndarray, count: int) -> np.ndarray:
         pairs = values.size

@@ -85,6 +85,13 @@ class Service:
                     time.sleep(0.2)
         raise RuntimeError(f"{self.party} did not answer /healthz in {STARTUP_SECONDS} s")
 
+    def kill(self) -> None:
+        """SIGKILL the process (no cleanup, as a crash or an OOM kill would)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

@@ -269,3 +269,55 @@ def test_an_insecure_dev_service_serves_plain_http(shares_keys: Path, tmp_path: 
     finally:
         service.stop()
     assert _audited(tmp_path / "dev" / "audit.db", '"tls":"insecure-dev"')
+
+
+@pytest.mark.slow
+def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
+    ckks_keys: Path, tmp_path: Path
+) -> None:
+    """SIGKILL the real key authority after the round's scores, restart it on its state:
+    the round publishes once; the same plan is resumed, another plan for the round is
+    refused, and after a second kill a second publication of the round is refused."""
+    from dataclasses import replace
+
+    from secure_fed.deploy.keys import load_participant
+    from secure_fed.errors import DecryptionRefused, SecureFedError
+    from tests.secure_fed.deploy.loaded import LoadedDeployment
+    from tests.secure_fed.secure.helpers import BOUND, Harness, population
+
+    service = Service("keyauthority", ckks_keys / "keyauthority", tmp_path / "state").start()
+    try:
+        tls = _aggregator_tls(ckks_keys)
+        agg = load_aggregator(
+            ckks_keys / "aggregator", authority=remote_authority(service.url, tls=tls)
+        )
+        ids = agg.participant_ids
+        parts = {p: load_participant(ckks_keys / "participants" / p) for p in ids}
+        h = Harness(LoadedDeployment(agg, parts), tmp_path, ids=ids, min_participants=2, audit=None)
+        preds = dict(zip(ids, population(len(ids), *agg.shape, seed=9).values(), strict=True))
+        h.engine.open(h.config(1))
+        h.engine.start_collecting(1)
+        for pid in ids:
+            h.verifier.accept(h.envelope(pid, preds[pid], 1), round_id=1)
+        h.engine.close(1)
+        h.engine.filter(1)  # the scores are released: the plan is past its scoring steps
+        service.kill()
+        service.start()
+        h.engine.publish(1)  # the resumed plan allows the one publication
+        weights = dict(h.engine.state(1).weights)
+        service.kill()
+        service.start()
+        # a restarted aggregator: the same plan is resumed, another one is refused
+        again = agg.aggregator(bound=BOUND)
+        plan = h.engine._release_plan(h.config(1))
+        again.begin_round(plan)
+        with pytest.raises(SecureFedError, match="already has a release plan"):
+            agg.aggregator(bound=BOUND).begin_round(replace(plan, max_weight=0.9))
+        handles = {p: again.load(h.engine.state(1).uploads[p].payload) for p in ids}
+        skewed = dict(zip(sorted(weights), (0.9, 0.05, 0.05), strict=True))
+        with pytest.raises(DecryptionRefused):
+            again.reveal(again.weighted_sum(handles, skewed), round_id=1)
+    finally:
+        service.stop()
+    assert _audited(tmp_path / "state" / "audit.db", "already has a release plan")
+    assert (tmp_path / "state" / "keyauthority-plans.db").exists()
