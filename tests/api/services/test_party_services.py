@@ -321,3 +321,39 @@ def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
         service.stop()
     assert _audited(tmp_path / "state" / "audit.db", "already has a release plan")
     assert (tmp_path / "state" / "keyauthority-plans.db").exists()
+
+
+@pytest.mark.slow
+def test_a_helper_killed_after_a_publication_refuses_another_plan_for_the_round(
+    shares_keys: Path, tmp_path: Path
+) -> None:
+    """SIGKILL the real helper after round 1 published, restart it on its state: another
+    plan for the round is refused (without the plan book the restarted helper had none and
+    installed it). The second publication's refusal is tested in process
+    (tests/secure_fed/secure/adversarial/test_plan_journal.py)."""
+    from dataclasses import replace
+
+    from secure_fed.errors import SecureFedError
+    from tests.secure_fed.secure.helpers import BOUND
+
+    authority = Service("keyauthority", shares_keys / "keyauthority", tmp_path / "ka").start()
+    helper = Service("helper", shares_keys / "helper", tmp_path / "helper").start()
+    try:
+        tls = _aggregator_tls(shares_keys)
+        agg = load_aggregator(
+            shares_keys / "aggregator",
+            authority=remote_authority(authority.url, tls=tls),
+            helper=remote_helper(helper.url, tls=tls),
+        )
+        run_round(agg, shares_keys, tmp_path / "round")  # round 1 publishes
+        helper.kill()
+        helper.start()
+        again = agg.aggregator(bound=BOUND)
+        the_plan = plan(1, agg.shape, min_participants=2, scored=True)
+        with pytest.raises(SecureFedError, match="already has a release plan"):
+            again.begin_round(replace(the_plan, max_weight=0.75))
+    finally:
+        helper.stop()
+        authority.stop()
+    assert _audited(tmp_path / "helper" / "audit.db", "already has a release plan")
+    assert (tmp_path / "helper" / "helper-plans.db").exists()
