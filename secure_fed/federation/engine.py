@@ -292,11 +292,8 @@ class RoundEngine:
 
     def _check_payload_fresh(self, state: RoundState, payload: bytes) -> None:
         """Refuse a payload that another round accepted (replayed across rounds)."""
-        earlier = [
-            r
-            for r in self.store.rounds_with_payload(sm3_digest(payload).hex())
-            if r != state.round_id
-        ]
+        digest = sm3_digest(payload).hex()
+        earlier = self.store.rounds_with_payload(digest, other_than=state.round_id)
         if earlier:
             raise UploadPayloadStale(
                 f"the payload was already accepted in round {earlier[0]}; "

@@ -299,5 +299,5 @@ class RoundStore(Protocol):
     def last_round_id(self) -> int | None:
         """Return the highest stored round id, or None when empty."""
 
-    def rounds_with_payload(self, digest: str) -> list[int]:
-        """Return the stored rounds that accepted an upload whose payload has this SM3 digest."""
+    def rounds_with_payload(self, digest: str, *, other_than: int) -> list[int]:
+        """Return the stored rounds but ``other_than`` that accepted a payload of this SM3."""

@@ -121,12 +121,11 @@ class LedgerRoundStore:
         ids = self._ids()
         return ids[-1][0] if ids else None
 
-    def rounds_with_payload(self, digest: str) -> list[int]:
-        """Return the rounds of this namespace whose recorded uploads include this digest."""
+    def rounds_with_payload(self, digest: str, *, other_than: int) -> list[int]:
+        """Return the rounds but ``other_than`` whose recorded uploads include this digest."""
         prefix = f"{self.namespace}:"
-        return sorted(
-            int(rid[len(prefix) :]) for rid in self.rounds.rounds_with_upload(digest, prefix)
-        )
+        found = (int(r[len(prefix) :]) for r in self.rounds.rounds_with_upload(digest, prefix))
+        return sorted(r for r in found if r != other_than)
 
 
 class JsonFileRoundStore:
@@ -169,14 +168,16 @@ class JsonFileRoundStore:
         ids = self._ids()
         return ids[-1] if ids else None
 
-    def rounds_with_payload(self, digest: str) -> list[int]:
-        """Return the stored rounds whose accepted uploads include a payload of this SM3.
+    def rounds_with_payload(self, digest: str, *, other_than: int) -> list[int]:
+        """Return the stored rounds but ``other_than`` that accepted a payload of this SM3.
 
         Reads every round file once; a terminal round's digests are kept in memory
         afterwards (they cannot change), an open round's are read again each time.
         """
         found = []
         for rid in self._ids():
+            if rid == other_than:  # the asking round's own file is not read
+                continue
             digests = self._terminal.get(rid)
             if digests is None:
                 state = self.load(rid)

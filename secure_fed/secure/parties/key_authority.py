@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from crypto.ckks import (
+    EncryptedMatrix,
     KeyAuthorityKeys,
     decrypt_aggregate,
     decrypt_checked_publication,
@@ -597,8 +598,6 @@ class KeyAuthority:
         granted: bool,
         reason: str | None = None,
     ) -> None:
-        auth = verified.header["auth"]
-        assert isinstance(auth, dict)
         self.requests.append(
             SignedRequestRecord(
                 round_id=verified.round_id,
@@ -631,34 +630,20 @@ class KeyAuthority:
     ) -> np.ndarray:
         """Decrypt a publication and its witness; release it only if they agree."""
         scoring = self._keys()
-        try:
-            matrices = [
-                load_encrypted(
-                    k.public_context, part, kind="aggregate", n_samples=shape[0], n_classes=shape[1]
-                )
-                for k, part in ((keys, payload), (scoring, witness))
-            ]
-        except CryptoError as exc:
-            raise AuthorityRequestMalformed(f"ciphertext refused: {exc}") from exc
-        for k, matrix in zip((keys, scoring), matrices, strict=True):
-            limit = self.release_limit_of(k)
-            if k.releases + len(matrix.vectors) > limit:
-                raise ReleaseLimitReached(
-                    f"key epoch {k.fingerprint.hex()[:16]} released {k.releases} of "
-                    f"{limit} decryptions; {len(matrix.vectors)} more are asked: rotate the keys"
-                )
+        publication = self._load_counted(payload, "aggregate", shape, keys)
+        scored = self._load_counted(witness, "aggregate", shape, scoring)
         return decrypt_checked_publication(
             keys,
-            matrices[0],
+            publication,
             witness_keys=scoring,
-            witness=matrices[1],
+            witness=scored,
             min_contributors=self.min_participants,
         )
 
-    def _decrypt(
+    def _load_counted(
         self, payload: bytes, kind: str, shape: tuple[int, int], keys: KeyAuthorityKeys
-    ) -> np.ndarray:
-        """Parse and decrypt, under ``keys``, a ciphertext whose kind the policy accepted."""
+    ) -> EncryptedMatrix:
+        """Parse ``payload`` under ``keys``; refuse it if its ciphertexts would cross the limit."""
         try:
             matrix = load_encrypted(
                 keys.public_context,
@@ -675,6 +660,13 @@ class KeyAuthority:
                 f"key epoch {keys.fingerprint.hex()[:16]} released {keys.releases} of "
                 f"{limit} decryptions; {len(matrix.vectors)} more are asked: rotate the keys"
             )
+        return matrix
+
+    def _decrypt(
+        self, payload: bytes, kind: str, shape: tuple[int, int], keys: KeyAuthorityKeys
+    ) -> np.ndarray:
+        """Parse and decrypt, under ``keys``, a ciphertext whose kind the policy accepted."""
+        matrix = self._load_counted(payload, kind, shape, keys)
         if kind == "score":
             return np.array([decrypt_score(keys, matrix)])
         return decrypt_aggregate(keys, matrix, min_contributors=self.min_participants)
@@ -917,8 +909,6 @@ def _float(value: object) -> float:
 
 def _signed_fields(verified: VerifiedRequest, claim: dict[str, object]) -> dict[str, object]:
     """Audit fields of a signed request: enough to check the signature and recompute."""
-    auth = verified.header["auth"]
-    assert isinstance(auth, dict)
     return {
         "request_sm3": verified.request_sm3,
         "signer": verified.signer,

@@ -415,8 +415,9 @@ def test_a_payload_another_round_accepted_is_stale_on_both_stores(
     eng.start_collecting(1)
     eng.submit(make_upload("a", honest(1)), round_id=1)
     digest = sm3_digest(eng.state(1).uploads["a"].payload).hex()
-    assert eng.store.rounds_with_payload(digest) == [1]
-    assert eng.store.rounds_with_payload("ab" * 32) == []
+    assert eng.store.rounds_with_payload(digest, other_than=2) == [1]
+    assert eng.store.rounds_with_payload(digest, other_than=1) == []
+    assert eng.store.rounds_with_payload("ab" * 32, other_than=2) == []
     fresh = _engine(tmp_path, registry, clock, store_kind)
     fresh.open(make_config(2, deadline=4000.0))
     fresh.start_collecting(2)
