@@ -175,12 +175,22 @@ def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> Non
     assert all(gate.epsilon_spent(p, ASSET_ID) > 0 for p in ids)
 
 
-def test_central_dp_options_are_validated_and_reach_the_config() -> None:
+@pytest.mark.parametrize("earlier_demo_in_cwd", [False, True])
+def test_central_dp_options_are_validated_and_reach_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier_demo_in_cwd: bool
+) -> None:
+    """Whatever the working directory holds (the README's demo leaves secure-fed-work/demo)."""
+    monkeypatch.chdir(tmp_path)
+    if earlier_demo_in_cwd:
+        earlier = tmp_path / "secure-fed-work" / "demo"
+        earlier.mkdir(parents=True)
+        (earlier / "results.json").write_text("{}", encoding="utf-8")
     with pytest.raises(FederationConfigInvalid, match=r"central_dp.*\['ckks'\]"):
         FederationConfig(mode="plaintext", central_dp=1.0)
     with pytest.raises(FederationConfigInvalid, match="central_dp"):
         FederationConfig(mode="ckks", central_dp=0.0)
-    assert DemoConfig(central_dp=1.5).federation_config().central_dp == 1.5
+    out = tmp_path / "elsewhere"
+    assert DemoConfig(central_dp=1.5, out=out).federation_config().central_dp == 1.5
     result = CliRunner().invoke(app, ["demo", "--help"])
     assert result.exit_code == 0 and "--central-dp" in result.output
 
