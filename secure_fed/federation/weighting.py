@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,7 @@ from secure_fed.secure.release_plan import WEIGHT_FLOOR
 MIN_WEIGHT = 2 * WEIGHT_FLOOR
 
 __all__ = [
+    "MAX_COUNT",
     "MIN_WEIGHT",
     "DynamicWeighting",
     "WeightTerms",
@@ -84,15 +86,31 @@ def base_shares(ids: list[str], registered: Mapping[str, int]) -> dict[str, floa
     Raises
     ------
     WeightingInvalid
-        If some but not all of ``ids`` are registered.
+        If ``ids`` is empty, some but not all of them are registered, or a count
+        is not an integer in ``[1, 2^53]``.
     """
+    if not ids:
+        raise WeightingInvalid("no participant to share the weight")
     known = [p for p in ids if p in registered]
     if not known:
         return {p: 1.0 / len(ids) for p in ids}
     if len(known) != len(ids):
         raise WeightingInvalid(f"no registered sample count for {sorted(set(ids) - set(known))}")
-    total = float(sum(registered[p] for p in ids))
+    for pid in ids:
+        _check_count(pid, registered[pid])
+    total = sum(registered[p] for p in ids)  # exact integers: no overflow, no rounding
     return {p: registered[p] / total for p in ids}
+
+
+#: Largest registered sample count (2^53: every count is exact as a float).
+MAX_COUNT = 2**53
+
+
+def _check_count(pid: str, n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_COUNT:
+        raise WeightingInvalid(
+            f"registered sample count of {pid!r} must be in [1, 2^53], got {n!r}"
+        )
 
 
 def merits(
@@ -101,14 +119,62 @@ def merits(
     """Return ``r`` (the ``quantile``) and ``clip(exp(alpha (c_k - r) / |r|), floor, 1)`` each.
 
     Relative to the reference's size, so the merit does not depend on the logit
-    scale of the task (``|r|`` at least ``1e-6``).
+    scale of the task (``|r|`` at least ``1e-6``). Computed without overflow for
+    any finite input: at or above the reference the merit is 1 (the clip's upper
+    side, so ``exp`` is never evaluated there), below it the exponent is clamped
+    at ``-700``; a reference near 0 therefore gives 1 or the floor, never an
+    ``OverflowError``.
+
+    Raises
+    ------
+    WeightingInvalid
+        If ``correctness`` is empty or holds a non-finite value, ``alpha`` is not
+        a finite number ``>= 0``, ``floor`` is outside ``(0, 1]`` or ``quantile``
+        outside ``[0, 1]``.
     """
-    reference = float(np.quantile(list(correctness.values()), quantile))
+    if not correctness:
+        raise WeightingInvalid("no evidence to rank")
+    for pid, c in correctness.items():
+        if not math.isfinite(c):
+            raise WeightingInvalid(f"correctness of {pid!r} must be finite, got {c!r}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise WeightingInvalid(f"alpha must be a finite number >= 0, got {alpha!r}")
+    if not (math.isfinite(floor) and 0 < floor <= 1):
+        raise WeightingInvalid(f"floor must be in (0, 1], got {floor!r}")
+    reference = _quantile(list(correctness.values()), quantile)
     scale = max(abs(reference), 1e-6)
-    return reference, {
-        p: min(1.0, max(floor, math.exp(max(-700.0, alpha * (c - reference) / scale))))
-        for p, c in correctness.items()
-    }
+    out = {}
+    for p, c in correctness.items():
+        if c >= reference or alpha == 0:
+            out[p] = 1.0
+            continue
+        with np.errstate(over="ignore"):  # c - r may overflow to -inf: the floor then
+            exponent = float(np.float64(alpha) * ((np.float64(c) - reference) / scale))
+        out[p] = min(1.0, max(floor, math.exp(max(-700.0, exponent))))
+    return reference, out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """``np.quantile(values, q)`` (linear), finite for finite values of any size.
+
+    Interpolating between ``-1e308`` and ``1e308`` overflows; the values are then
+    scaled by their largest magnitude first (the result stays in their range).
+
+    Raises
+    ------
+    WeightingInvalid
+        If ``q`` is outside ``[0, 1]``.
+    """
+    if not (math.isfinite(q) and 0 <= q <= 1):
+        raise WeightingInvalid(f"quantile must be in [0, 1], got {q!r}")
+    arr = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        direct = float(np.quantile(arr, q))
+    if math.isfinite(direct):
+        return min(max(direct, float(arr.min())), float(arr.max()))
+    top = float(np.abs(arr).max())
+    scaled = float(np.quantile(arr / top, q)) * top
+    return min(max(scaled, float(arr.min())), float(arr.max()))
 
 
 def _check_factors(factors: Mapping[str, float]) -> None:
@@ -123,17 +189,30 @@ def apply_factors(dynamic: Mapping[str, float], factors: Mapping[str, float]) ->
     Raises
     ------
     WeightingInvalid
-        If the ids differ, a factor is outside ``(0, 1]`` or a weight is not positive.
+        If there are no ids or they differ, a factor is outside ``(0, 1]`` or a
+        weight is not positive and finite.
     """
     if set(dynamic) != set(factors):
         raise WeightingInvalid("dynamic weights and factors name different participants")
+    if not dynamic:
+        raise WeightingInvalid("no participant to weigh")
     _check_factors(factors)
     for pid in factors:
         if not (math.isfinite(dynamic[pid]) and dynamic[pid] > 0):
             raise WeightingInvalid(f"weight of {pid!r} must be > 0, got {dynamic[pid]!r}")
-    scaled = {pid: factors[pid] * w for pid, w in dynamic.items()}
-    total = sum(scaled.values())
-    return {pid: w / total for pid, w in scaled.items()}
+    return _normalised({pid: math.log(factors[pid]) + math.log(w) for pid, w in dynamic.items()})
+
+
+def _normalised(logs: Mapping[str, float]) -> dict[str, float]:
+    """``exp(l_k) / sum_j exp(l_j)`` from finite logs, without overflow or a zero total.
+
+    The largest term is 1 after the shift, so the total is in ``[1, n]``; a term
+    more than ~745 below the largest is 0.
+    """
+    top = max(logs.values())
+    terms = {p: math.exp(max(-745.0, v - top)) for p, v in logs.items()}
+    total = math.fsum(terms.values())
+    return {p: w / total for p, w in terms.items()}
 
 
 def check_cap(cap: float, participants: int) -> None:
@@ -191,6 +270,8 @@ def cap_weights(weights: Mapping[str, float], cap: float) -> dict[str, float]:
             raise WeightingInvalid(f"weight of {pid!r} must be > 0, got {w!r}")
     if len(weights) * cap <= 1 + 1e-12:
         return {pid: 1.0 / len(weights) for pid in weights}
+    top = max(weights.values())  # ratios only matter: no sum overflows, no tiny total
+    weights = {p: w / top for p, w in weights.items()}
     capped: set[str] = set()
     while True:
         free = {p: w for p, w in weights.items() if p not in capped}
@@ -291,10 +372,7 @@ class DynamicWeighting:
         if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
             raise WeightingInvalid(f"min_merit must be in (0, 1], got {self.min_merit!r}")
         for pid, n in self.registered.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise WeightingInvalid(
-                    f"registered sample count of {pid!r} must be >= 1, got {n!r}"
-                )
+            _check_count(pid, n)
 
     def smooth(self, evidence: Mapping[str, float]) -> dict[str, float]:
         """Fold this round's evidence into the EMA history; return the smoothed values.
@@ -309,12 +387,22 @@ class DynamicWeighting:
         for pid, e in evidence.items():
             if not math.isfinite(e):
                 raise WeightingInvalid(f"evidence of {pid!r} must be finite, got {e!r}")
+            if pid in self.history and not math.isfinite(self.history[pid]):
+                raise WeightingInvalid(
+                    f"history of {pid!r} must be finite, got {self.history[pid]!r}"
+                )
         out = {
-            p: self.beta * self.history[p] + (1 - self.beta) * e if p in self.history else e
+            p: self._ema(self.history[p], e) if p in self.history else e
             for p, e in evidence.items()
         }
         self.history.update(out)
         return out
+
+    def _ema(self, previous: float, e: float) -> float:
+        """``beta * previous + (1 - beta) * e``, kept between the two (no rounding to inf)."""
+        with np.errstate(over="ignore"):
+            mixed = float(np.float64(self.beta) * previous + (1 - self.beta) * np.float64(e))
+        return min(max(mixed, min(previous, e)), max(previous, e))
 
     def _closeness(
         self, factors: Mapping[str, float], smoothed: Mapping[str, float] | None
@@ -327,7 +415,7 @@ class DynamicWeighting:
         """
         if not smoothed:
             return dict(factors)
-        cut = self.gate * float(np.quantile(list(smoothed.values()), self.gate_quantile))
+        cut = self.gate * _quantile(list(smoothed.values()), self.gate_quantile)
         return {p: 1.0 if smoothed[p] >= cut else f for p, f in factors.items()}
 
     def weigh(
@@ -372,8 +460,16 @@ class DynamicWeighting:
             else None
         )
         applied = self._closeness(factors, smoothed)
-        raw = {p: base[p] * (merit[p] if merit else 1.0) * applied[p] / (1 + dup[p]) for p in ids}
-        shares = apply_factors(raw, dict.fromkeys(ids, 1.0))
+        # in logs: b_k m_k g_k u_k of tiny terms would underflow to a zero weight
+        shares = _normalised(
+            {
+                p: math.log(base[p])
+                + math.log(merit[p] if merit else 1.0)
+                + math.log(applied[p])
+                - math.log1p(dup[p])
+                for p in ids
+            }
+        )
         # a weight the shares codec would round to zero is refused by the release plan
         weights = cap_weights({p: max(w, MIN_WEIGHT) for p, w in shares.items()}, max_weight)
         return {
@@ -400,17 +496,50 @@ def sharpen_logits(logits: np.ndarray, *, temperature: float) -> np.ndarray:
     Raises
     ------
     WeightingInvalid
-        If ``temperature`` is outside ``(0, 1]``.
+        If ``temperature`` is outside ``(0, 1]``, the logits are not a finite
+        non-empty matrix (:func:`softmax_entropy`) or their quotient overflows.
     """
-    if not (math.isfinite(temperature) and 0 < temperature <= 1):
+    if not (math.isfinite(temperature) and 0 < temperature <= 1 and np.float32(temperature) > 0):
         raise WeightingInvalid(f"temperature must be in (0, 1], got {temperature!r}")
-    return np.asarray(logits, dtype=np.float32) / np.float32(temperature)
+    z = _finite_logits(logits, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        out = z / np.float32(temperature)
+    if not np.isfinite(out).all():
+        raise WeightingInvalid(f"logits / {temperature!r} overflow float32")
+    return out
+
+
+def _finite_logits(logits: object, *, dtype: type[np.floating[Any]]) -> np.ndarray:
+    """``logits`` as a 2-D array of ``dtype`` with at least one row and column, all finite.
+
+    Raises
+    ------
+    WeightingInvalid
+        If it is not one (ragged, wrong rank, empty, non-numeric, NaN or infinite).
+    """
+    try:
+        with np.errstate(over="ignore"):
+            z = np.asarray(logits, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise WeightingInvalid(f"logits must be a numeric matrix: {exc}") from None
+    if z.ndim != 2 or 0 in z.shape:
+        raise WeightingInvalid(f"logits must be a non-empty (rows, classes) matrix, got {z.shape}")
+    if not np.isfinite(z).all():
+        raise WeightingInvalid("logits must be finite")
+    return z
 
 
 def softmax_entropy(logits: np.ndarray) -> float:
-    """Mean Shannon entropy (nats) of ``softmax(logits)`` over rows."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=1, keepdims=True)
+    """Mean Shannon entropy (nats) of ``softmax(logits)`` over rows.
+
+    Raises
+    ------
+    WeightingInvalid
+        If ``logits`` is not a non-empty 2-D matrix of finite numbers.
+    """
+    z = _finite_logits(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a gap beyond the float range is -inf: probability 0
+        z = z - z.max(axis=1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(axis=1, keepdims=True)
     return float(-(p * np.log(np.clip(p, 1e-300, None))).sum(axis=1).mean())
