@@ -67,6 +67,9 @@ def _settings(config: Path | None, **overrides: object) -> ApiSettings:
 
 
 def _require_sqlite_file(url: str) -> None:
+    from api.cli.common import check_database_url
+
+    check_database_url(url)
     if url.startswith("sqlite:///") and ":memory:" not in url:
         path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
         if not path.is_file():
@@ -95,7 +98,10 @@ def serve(
     }
     settings = _settings(config, **overrides)
     _require_sqlite_file(settings.resolved_database_url())
+    from api.cli.common import ensure_port_free
     from api.rest.context import build_context
+
+    ensure_port_free(settings.api_host, settings.api_port)  # before keys load or schema moves
 
     build_context(settings).close()  # keys load, schema migrates: fail here, once
     _serve(settings, config)

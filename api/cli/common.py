@@ -9,7 +9,9 @@ error, never a new empty ledger. Every failure is a typed
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +23,9 @@ from api.cli.errors import (
     DatabaseMissing,
     FileTooLarge,
     FileUnreadable,
+    OptionInvalid,
     PassphraseUnavailable,
+    PortInUse,
     SettingsInvalid,
 )
 
@@ -38,6 +42,8 @@ __all__ = [
     "passphrase",
     "read_limited",
     "load_private_key",
+    "check_database_url",
+    "ensure_port_free",
 ]
 
 DB_HELP = (
@@ -92,6 +98,7 @@ def open_engine(db: str | None, *, writable: bool) -> Engine:
         As described above; ``DatabaseUrlInvalid`` for an unsupported URL.
     """
     url, defaulted = database_url(db)
+    check_database_url(url)
     path = _sqlite_file(url)
     if path is not None and not writable and not path.is_file():
         raise DatabaseMissing(f"no ledger database at {path} ({url})")
@@ -104,6 +111,71 @@ def open_engine(db: str | None, *, writable: bool) -> Engine:
     from privacy_ledger.db import create_ledger_engine  # after the checks: alembic is slow
 
     return create_ledger_engine(url)
+
+
+def check_database_url(url: str) -> None:
+    """Refuse the PostgreSQL URLs SQLAlchemy cannot open here, before it tries.
+
+    ``postgres://`` (the scheme of Heroku-style URLs) is no SQLAlchemy dialect, and
+    the only PostgreSQL driver installed is psycopg 3: ``postgresql://`` and
+    ``postgresql+psycopg://`` work, ``postgresql+psycopg2://`` and the like do not.
+    The message never repeats the URL (it may carry a password).
+
+    Raises
+    ------
+    DatabaseUrlInvalid
+        ``LEDGER_DATABASE_URL_INVALID``, naming the scheme to write instead.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    dialect, _, driver = scheme.partition("+")
+    if dialect not in ("postgres", "postgresql") or (
+        dialect == "postgresql" and driver in ("", "psycopg")
+    ):
+        return
+    from privacy_ledger.errors import DatabaseUrlInvalid
+
+    why = (
+        "SQLAlchemy has no 'postgres' dialect"
+        if dialect == "postgres"
+        else f"driver {driver!r} is not installed (psycopg 3 is)"
+    )
+    raise DatabaseUrlInvalid(
+        f"url: a {scheme}:// URL cannot be opened: {why}; write postgresql+psycopg:// "
+        "with the same user, host and database"
+    )
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let go, so a busy port is a typed error before serving.
+
+    ``SO_REUSEADDR`` is set as uvicorn sets it, so a port a stopped server left in
+    ``TIME_WAIT`` counts as free.
+
+    Raises
+    ------
+    PortInUse
+        Another process listens on ``host:port``.
+    OptionInvalid
+        ``--host`` does not resolve or is not an address of this machine, or the port
+        is out of range or privileged.
+    """
+    if not 0 <= port <= 65535:
+        raise OptionInvalid(f"--port must be in [0, 65535], got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise OptionInvalid(f"--host {host!r} does not resolve: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"cannot listen on {host}:{port}: address already in use") from None
+            raise OptionInvalid(
+                f"cannot listen on --host {host} --port {port}: {exc.strerror or exc}"
+            ) from None
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -26,12 +26,27 @@ import click
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from api.cli.errors import describe
+from api.cli.errors import UsageInvalid, describe
 
 __all__ = ["CliCommand", "CliGroup", "LazyCommand", "LazyGroup", "lazy_group"]
 
-# Click's own control flow (exit, abort, usage errors) passes through untouched.
+# Click's own control flow (exit, abort) passes through untouched; its usage errors
+# become CLI_USAGE_INVALID (``_usage_error``), except "no arguments: show the help".
 _CONTROL = (click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
+
+
+def _usage_error(exc: click.UsageError) -> typer.Exit:
+    """Print a parser error as the two coded lines; return the exit to raise."""
+    path = exc.ctx.command_path if exc.ctx is not None else "secure-fed"
+    typed = UsageInvalid(exc.format_message(), hint=f"run '{path} --help' for its options")
+    typer.echo(f"error: {typed}", err=True)
+    typer.echo(f"hint: {typed.hint}", err=True)
+    return typer.Exit(typed.exit_code)
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    return isinstance(exc, click.UsageError) and not isinstance(exc, no_args)
 
 
 def _untyped_flags(params: list[Any]) -> list[Any]:
@@ -125,10 +140,23 @@ class LazyGroup(CliGroup):
             self.add_command(lazy.load(args[0]), args[0])
         return super().resolve_command(ctx, args)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Parse the root's own options; a parser error is two coded lines, exit 2."""
+        try:
+            return list(super().parse_args(ctx, args))
+        except click.UsageError as exc:
+            if not _is_usage_error(exc):
+                raise
+            raise _usage_error(exc) from None
+
     def invoke(self, ctx: Any) -> Any:
         """Run the command; print a failure as two lines (traceback with ``--debug``)."""
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            if not _is_usage_error(exc):
+                raise
+            raise _usage_error(exc) from None
         except _CONTROL:
             raise
         except Exception as exc:

@@ -94,6 +94,10 @@ def local(
     from secure_fed.deploy.local import LocalFederation
     from secure_fed.deploy.local_files import LocalOptions
 
+    if db is not None:
+        from api.cli.common import check_database_url
+
+        check_database_url(db)
     folder = run_dir or Path(tempfile.mkdtemp(prefix="secure-fed-local-"))
     options = LocalOptions(
         participants=participants, mode=mode, rounds=rounds, run_dir=folder, database_url=db

@@ -32,6 +32,8 @@ __all__ = [
     "WriteFailed",
     "IoFailed",
     "OptionInvalid",
+    "UsageInvalid",
+    "PortInUse",
     "NoBudget",
     "AuditLogEmpty",
     "AuditOriginMissing",
@@ -163,6 +165,23 @@ class OptionInvalid(CliError):
     """An option value is malformed (the message names the option)."""
 
     code = "CLI_OPTION_INVALID"
+
+
+class UsageInvalid(CliError):
+    """The option parser refused the command line; the message is the parser's own.
+
+    A value of the wrong type (``--epsilon abc``), a missing or unknown option, an
+    unknown command.
+    """
+
+    code = "CLI_USAGE_INVALID"
+
+
+class PortInUse(CliError):
+    """A service cannot listen: another process already holds the address and port."""
+
+    code = "CLI_PORT_IN_USE"
+    default_hint = "stop the process that listens there, or choose another --port"
 
 
 class NoBudget(CliError):

@@ -141,10 +141,14 @@ def _party_app(
 
 def _serve(party: str, keys: Path, state: Path, o: _ServeOptions) -> None:
     """Open ``party``'s audit log, build its app, record the start, serve until stopped."""
+    from api.cli.common import check_database_url, ensure_port_free
     from api.services.run import party_audit, record_started, serve_app
     from secure_fed.deploy.tls import private_dir
 
     tls = _tls(o.tls_cert, o.tls_key, o.client_ca, o.insecure_dev, o.client_name, o.host)
+    if o.audit_db is not None:
+        check_database_url(o.audit_db)
+    ensure_port_free(o.host, o.port)  # before service.started is recorded
     audit = party_audit(keys, private_dir(state), party=party, database_url=o.audit_db)
     app, manifest = _party_app(party, keys, state, o, tls, audit)
     record_started(audit, party=party, manifest=manifest, host=o.host, port=o.port, tls=tls)

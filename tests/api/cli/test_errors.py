@@ -8,9 +8,11 @@ that is not a database, a database that is not a ledger.
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,114 @@ def test_untranslated_exceptions_are_named_as_bugs() -> None:
     assert "--debug" in hint and status == 1
     error, _, status = describe(PermissionError(13, "Permission denied", "/etc/x"))
     assert error == "error: [CLI_IO_FAILED] /etc/x: Permission denied" and status == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("postgres://fed:secret@127.0.0.1:1/ledger", "no 'postgres' dialect"),
+        ("postgresql+psycopg2://fed:secret@127.0.0.1:1/ledger", "driver 'psycopg2'"),
+    ],
+)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["budget", "show", "--participant", "hospital-1"],
+        ["ledger", "verify"],
+        ["api", "token", "list"],
+        ["deploy", "local", "--exit"],
+    ],
+)
+def test_a_postgres_url_sqlalchemy_cannot_open_is_url_invalid(
+    args: list[str], url: str, why: str
+) -> None:
+    error, hint = _two_lines(_run(*args, "--db", url), "LEDGER_DATABASE_URL_INVALID", 2)
+    assert why in error and "write postgresql+psycopg://" in error
+    assert "postgresql+psycopg://user@host/db" in hint
+    assert "secret" not in error + hint  # the URL's password is never echoed
+
+
+def test_a_postgres_url_in_the_settings_is_url_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECURE_FED_DATABASE_URL", "postgres://fed@127.0.0.1:1/ledger")
+    for args in (["budget", "show", "--participant", "h1"], ["api"]):
+        _two_lines(_run(*args), "LEDGER_DATABASE_URL_INVALID", 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment", "command"),
+    [
+        (["demo", "--epsilon", "abc"], "Invalid value for '--epsilon': 'abc'", "secure-fed demo"),
+        (["demo", "--rounds", "x"], "Invalid value for '--rounds'", "secure-fed demo"),
+        (["budget", "show"], "Missing option '--participant'", "secure-fed budget show"),
+        (["ledger", "verify", "--bogus"], "No such option '--bogus'", "secure-fed ledger verify"),
+        (["--bogus"], "No such option '--bogus'", "secure-fed"),
+        (["nosuch"], "No such command 'nosuch'", "secure-fed"),
+    ],
+)
+def test_a_parser_error_is_a_coded_usage_error(
+    args: list[str], fragment: str, command: str
+) -> None:
+    error, hint = _two_lines(_run(*args), "CLI_USAGE_INVALID", 2)
+    assert fragment in error
+    assert hint == f"hint: run '{command} --help' for its options"
+
+
+def test_no_arguments_still_show_the_help() -> None:
+    result = _run("budget")
+    assert "Usage:" in result.output and "CLI_USAGE_INVALID" not in result.output
+
+
+def test_the_installed_command_prints_a_parser_error_as_two_lines() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from api.cli import main; main()", "demo", "--epsilon", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: [CLI_USAGE_INVALID] Invalid value for '--epsilon'")
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another socket of this process listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_a_busy_port_stops_the_api_before_it_touches_the_ledger(
+    busy_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    ledger.touch()
+    monkeypatch.setenv("SECURE_FED_DATABASE_URL", f"sqlite:///{ledger}")
+    error, hint = _two_lines(_run("api", "--port", str(busy_port)), "CLI_PORT_IN_USE", 2)
+    assert f"127.0.0.1:{busy_port}" in error and "already in use" in error
+    assert "--port" in hint
+    assert ledger.stat().st_size == 0  # no schema migrated, no key loaded
+
+
+@pytest.mark.parametrize("party", ["helper", "keyauthority"])
+def test_a_busy_port_stops_a_party_service_before_its_audit_log(
+    party: str, busy_port: int, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    args = [party, "serve", "--keys", str(tmp_path / "keys"), "--state", str(state)]
+    error, _ = _two_lines(
+        _run(*args, "--insecure-dev", "--port", str(busy_port)), "CLI_PORT_IN_USE", 2
+    )
+    assert str(busy_port) in error
+    assert not state.exists()  # no audit log opened, no service.started recorded
+
+
+def test_a_host_that_does_not_resolve_is_an_option_error(tmp_path: Path) -> None:
+    args = ["helper", "serve", "--keys", str(tmp_path), "--state", str(tmp_path / "s")]
+    error, _ = _two_lines(
+        _run(*args, "--insecure-dev", "--host", "localhost", "--port", "70000"),
+        "CLI_OPTION_INVALID",
+        2,
+    )
+    assert "--port" in error
