@@ -10,12 +10,18 @@ upload it holds.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from secure_fed.errors import SecureFedError
 from secure_fed.federation.engine import RoundEngine
@@ -45,8 +51,9 @@ class EngineMachine(RuleBasedStateMachine):
         registry = SchemaRegistry()
         for version in ("1.0.0", "1.1.0", "1.0.3", "2.0.0"):
             registry.register(schema(version=version))
+        self.folder = Path(tempfile.mkdtemp(prefix="rounds-"))  # removed by teardown()
         self.engine = RoundEngine(
-            store=JsonFileRoundStore(directory=Path(tempfile.mkdtemp(prefix="rounds-"))),
+            store=JsonFileRoundStore(directory=self.folder),
             aggregator=InsecurePlaintextAggregator(shape=(N_PUB, C), bound=BOUND),
             mode="plaintext",
             registry=registry,
@@ -127,6 +134,24 @@ class EngineMachine(RuleBasedStateMachine):
         for round_id in self.published:
             assert self.engine.state(round_id).stage is Stage.PUBLISHED
 
+    def teardown(self) -> None:
+        """Remove this run's round store (one per example: dozens per session)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
 
 TestEngineSequences = EngineMachine.TestCase
 TestEngineSequences.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+
+
+def test_every_run_removes_its_round_store() -> None:
+    made: list[Path] = []
+
+    class Recording(EngineMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self.folder)
+
+    run_state_machine_as_test(
+        Recording, settings=settings(max_examples=3, stateful_step_count=5, deadline=None)
+    )
+    assert made and not [f for f in made if f.exists()]

@@ -26,14 +26,19 @@ IDS = ["a", "b", "c"]
 PROPERTY = settings(max_examples=30, deadline=None)
 
 
-def _check(corrupt: Callable[[bytes], bytes]) -> None:
+def _check(corrupt: Callable[[bytes], bytes]) -> Path:
+    """Run one corruption in a scratch round store; return its (removed) folder."""
+    with tempfile.TemporaryDirectory(prefix="envelope-") as scratch:
+        _check_in(Path(scratch), corrupt)
+    return Path(scratch)
+
+
+def _check_in(folder: Path, corrupt: Callable[[bytes], bytes]) -> None:
     sink = MemoryAuditSink()
     dep = SecureDeployment.create(
         mode="plaintext", shape=(N, C), participant_ids=IDS, min_participants=2, audit=sink
     )
-    h = Harness(
-        dep, Path(tempfile.mkdtemp(prefix="envelope-")), ids=IDS, min_participants=2, audit=sink
-    )
+    h = Harness(dep, folder, ids=IDS, min_participants=2, audit=sink)
     h.engine.open(h.config(1))
     h.engine.start_collecting(1)
     envelope = h.envelope("a", population(1, N, C)["p00"], 1)
@@ -67,3 +72,10 @@ def test_any_truncation_is_refused(keep: float) -> None:
 @given(extra=st.binary(min_size=1, max_size=64))
 def test_any_appended_bytes_are_refused(extra: bytes) -> None:
     _check(lambda env: env + extra)
+
+
+def test_each_example_removes_its_scratch_folder() -> None:
+    """Hypothesis runs _check ~90 times per session: none may leave a folder in /tmp."""
+    used = _check(lambda env: env + b"x")
+    assert used.name.startswith("envelope-")
+    assert not used.exists()
