@@ -81,8 +81,8 @@ def decision_events(
     Each carries the decision (score, EMA, thresholds, action, factor), the
     declared sample count (recorded, never used) and the weight terms that were
     applied: base share, evidence, its EMA, merit, copies count, the outlier
-    factor as applied (1 when the evidence reached the gate) and the published
-    weight. ``terms`` is None when the round aborted
+    factor as applied (the policy's factor: evidence never waives it) and the
+    published weight. ``terms`` is None when the round aborted
     at the filter: nothing was aggregated and every weight is null. Otherwise an
     excluded participant has weight 0. ``max_weight`` is the round's public cap
     on one weight (every recorded weight is at most it).

@@ -8,9 +8,9 @@ reward being right", and docs/federation.md, section 5):
     c_k^(t)  = beta * c_k^(t-1) + (1 - beta) * e_k^(t)             (EMA of the evidence)
     r        = quantile_q(c)                  (q = 1/4: the lower quartile)
     m_k      = clip(exp(alpha * (c_k - r) / |r|), m_min, 1)        (merit, at most 1)
-    g_k      = 1 if c_k >= gate * median_j c_j else f_k            (closeness factor)
+    f_k      = the outlier policy's factor, in (0, 1]              (closeness factor)
     u_k      = 1 / (1 + copies_k)                                  (near-duplicates share)
-    v_k      = b_k * m_k * g_k * u_k
+    v_k      = b_k * m_k * f_k * u_k
     W_k      = min(w_max, lambda * v_k), sum_k W_k = 1             (capped, published)
 
 over the participants that were not excluded. ``n_k`` is the sample count an
@@ -32,11 +32,11 @@ evidence (overconfident logits) pushes fewer honest participants below it.
 (FoolsGold, Fung et al. 2020): a group that sends one matrix shares one weight.
 ``f_k`` in ``(0, 1]`` is the outlier policy's factor: closeness to the consensus
 can only lower a weight, never raise it (excluded participants have weight 0),
-and it lowers only participants whose evidence is below ``gate`` times the
-median: an architecture that predicts differently but is right at least as
-often as the median keeps its base share (with ``gate = 1``, the default).
-Without evidence (a mode or a task without a labeled slice) every merit is 1 and
-every outlier factor applies.
+and it always applies, whatever the evidence. The evidence covers a labeled
+slice of about a hundred rows of the public set, the outlier score all of it: a
+participant right on the slice and poisoned elsewhere has top evidence, and a
+waiver of the factor for good evidence would give it back its full base share.
+Without evidence (a mode or a task without a labeled slice) every merit is 1.
 
 Bound on a group ``G``: ``W_G <= sum_{k in G} b_k / sum_j b_j m_j u_j f_j``
 whatever ``G`` uploads, since every factor of ``G`` is at most 1; the denominator
@@ -300,8 +300,7 @@ class WeightTerms:
     copies
         Other uploads that are near-duplicates of this one (0 when not measured).
     factor
-        ``g_k``, the outlier policy's factor as applied (1 when the evidence
-        reached the gate).
+        ``f_k``, the outlier policy's factor as applied (always the policy's).
     weight
         ``W_k``, the published weight, at most ``max_weight``.
     max_weight
@@ -336,12 +335,9 @@ class DynamicWeighting:
         EMA coefficient of the evidence in ``[0, 1)``; 0 disables smoothing.
     min_merit
         Smallest merit ``m_min`` in ``(0, 1]``.
-    gate
-        Outlier factors apply only below ``gate`` x the ``gate_quantile`` of the
-        evidence (>= 0; a huge value applies them to everybody).
-    quantile, gate_quantile
-        Quantiles of the smoothed evidence that give the merit's reference
-        (default the lower quartile) and the gate's (default the median).
+    quantile
+        Quantile of the smoothed evidence that gives the merit's reference
+        (default the lower quartile).
     registered
         Sample count an administrator registered per participant (not a header's
         claim); empty: equal base shares.
@@ -352,9 +348,7 @@ class DynamicWeighting:
     alpha: float = 1.0
     beta: float = 0.5
     min_merit: float = 0.05
-    gate: float = 1.0
     quantile: float = 0.25
-    gate_quantile: float = 0.5
     registered: dict[str, int] = field(default_factory=dict)
     history: dict[str, float] = field(default_factory=dict)
 
@@ -363,12 +357,8 @@ class DynamicWeighting:
             raise WeightingInvalid(f"alpha must be in [0, 100], got {self.alpha!r}")
         if not (math.isfinite(self.beta) and 0 <= self.beta < 1):
             raise WeightingInvalid(f"beta must be in [0, 1), got {self.beta!r}")
-        for name in ("quantile", "gate_quantile"):
-            q = getattr(self, name)
-            if not (math.isfinite(q) and 0 <= q <= 1):
-                raise WeightingInvalid(f"{name} must be in [0, 1], got {q!r}")
-        if not (math.isfinite(self.gate) and self.gate >= 0):
-            raise WeightingInvalid(f"gate must be a finite number >= 0, got {self.gate!r}")
+        if not (math.isfinite(self.quantile) and 0 <= self.quantile <= 1):
+            raise WeightingInvalid(f"quantile must be in [0, 1], got {self.quantile!r}")
         if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
             raise WeightingInvalid(f"min_merit must be in (0, 1], got {self.min_merit!r}")
         for pid, n in self.registered.items():
@@ -403,20 +393,6 @@ class DynamicWeighting:
         with np.errstate(over="ignore"):
             mixed = float(np.float64(self.beta) * previous + (1 - self.beta) * np.float64(e))
         return min(max(mixed, min(previous, e)), max(previous, e))
-
-    def _closeness(
-        self, factors: Mapping[str, float], smoothed: Mapping[str, float] | None
-    ) -> dict[str, float]:
-        """Return the outlier factors that apply: only to evidence below ``gate`` x the median.
-
-        A participant at least that right keeps its base share however far it
-        sits from the consensus (a different architecture predicts differently).
-        Without evidence every factor applies.
-        """
-        if not smoothed:
-            return dict(factors)
-        cut = self.gate * _quantile(list(smoothed.values()), self.gate_quantile)
-        return {p: 1.0 if smoothed[p] >= cut else f for p, f in factors.items()}
 
     def weigh(
         self,
@@ -459,13 +435,12 @@ class DynamicWeighting:
             if smoothed
             else None
         )
-        applied = self._closeness(factors, smoothed)
         # in logs: b_k m_k g_k u_k of tiny terms would underflow to a zero weight
         shares = _normalised(
             {
                 p: math.log(base[p])
                 + math.log(merit[p] if merit else 1.0)
-                + math.log(applied[p])
+                + math.log(factors[p])
                 - math.log1p(dup[p])
                 for p in ids
             }
@@ -479,7 +454,7 @@ class DynamicWeighting:
                 correctness=smoothed[p] if smoothed is not None else None,
                 merit=merit[p] if merit else 1.0,
                 copies=dup[p],
-                factor=applied[p],
+                factor=factors[p],
                 weight=weights[p],
                 max_weight=max_weight,
             )

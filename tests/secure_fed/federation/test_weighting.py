@@ -12,6 +12,7 @@ from secure_fed.federation.weighting import (
     sharpen_logits,
     softmax_entropy,
 )
+from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
 
 
 def test_alpha_zero_is_equal_weighting() -> None:
@@ -110,8 +111,6 @@ def test_inputs_validated() -> None:
         wt.weigh({"a": 1.0, "b": 1.0}, copies={"a": 2, "b": 0})
     with pytest.raises(WeightingInvalid, match="quantile"):
         DynamicWeighting(quantile=1.5)
-    with pytest.raises(WeightingInvalid, match="gate must"):
-        DynamicWeighting(gate=float("inf"))
     with pytest.raises(WeightingInvalid, match="min_merit"):
         DynamicWeighting(min_merit=0.0)
     with pytest.raises(WeightingInvalid, match="registered sample count of 'a'"):
@@ -128,16 +127,39 @@ def test_factor_only_lowers_the_weight() -> None:
     assert sum(t.weight for t in terms.values()) == pytest.approx(1.0)
 
 
-def test_closeness_lowers_only_below_the_median_evidence() -> None:
-    """A participant far from the consensus but right keeps its share; a wrong one does not."""
+def test_closeness_lowers_the_weight_whatever_the_evidence() -> None:
+    """Being right on the labeled slice does not cancel the outlier factor.
+
+    An upload right on the ~100 slice rows and poisoned on the rest has the top
+    evidence; it used to keep its full base share (the factor was waived at or
+    above the median evidence). The factor now always applies; the evidence
+    only sets the merit.
+    """
     factors = {"a": 1.0, "b": 1.0, "far_right": 0.1, "far_wrong": 0.1}
     evidence = {"a": 2.0, "b": 2.0, "far_right": 2.5, "far_wrong": 1.9}
     terms = DynamicWeighting(beta=0.0).weigh(factors, evidence=evidence)
-    assert terms["far_right"].factor == 1.0 and terms["far_wrong"].factor == 0.1
-    assert terms["far_right"].weight == pytest.approx(terms["a"].weight)
-    assert terms["far_wrong"].weight < 0.1 * terms["a"].weight
-    strict = DynamicWeighting(beta=0.0, gate=1e9).weigh(factors, evidence=evidence)
-    assert strict["far_right"].factor == 0.1
+    assert terms["far_right"].factor == terms["far_wrong"].factor == 0.1
+    assert terms["far_right"].weight == pytest.approx(0.1 * terms["a"].weight)
+    assert terms["far_wrong"].weight < terms["far_right"].weight
+
+
+def test_a_flagged_participant_with_the_top_evidence_keeps_its_downweight() -> None:
+    """The real outlier policy flags one upload; its slice evidence is the best of all."""
+    policy = OutlierPolicy(dof=9, config=OutlierConfig(exclude=False, dispersion=False))
+    scores = {"h1": 8.0, "h2": 9.0, "h3": 10.0, "h4": 9.5, "slice_gamer": 60.0}
+    decisions = policy.decide(scores, round_id=1)
+    assert decisions["slice_gamer"].action == "downweight"
+    f = decisions["slice_gamer"].factor
+    assert 0 < f < 1 and all(decisions[p].factor == 1.0 for p in ("h1", "h2", "h3", "h4"))
+    evidence = {"h1": 2.0, "h2": 2.1, "h3": 1.9, "h4": 2.0, "slice_gamer": 9.0}
+    terms = DynamicWeighting(beta=0.0).weigh(
+        {p: d.factor for p, d in decisions.items()}, evidence=evidence
+    )
+    gamer = terms["slice_gamer"]
+    assert gamer.factor == f and gamer.merit == 1.0
+    honest = sum(t.base * t.merit for p, t in terms.items() if p != "slice_gamer")
+    assert gamer.weight == pytest.approx(gamer.base * f / (honest + gamer.base * f))
+    assert gamer.weight < min(t.weight for p, t in terms.items() if p != "slice_gamer")
 
 
 @pytest.mark.parametrize(

@@ -165,25 +165,32 @@ def test_no_upload_lifts_a_group_above_its_base_share_bound(
     assert float(np.median([weights.get(p, 0.0) / _share([p]) for p in honest])) >= 0.5
 
 
-@pytest.mark.parametrize(
-    "kind", [k for k in [*COLLUSION_REGISTRY, *ATTACK_REGISTRY] if k != "scaling"]
-)
+@pytest.mark.parametrize("kind", [*COLLUSION_REGISTRY, *ATTACK_REGISTRY])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_colluders_hold_at_most_their_sample_share(kind: str, seed: int, tmp_path: object) -> None:
-    """The target (share + 2 points) for every attack but ``scaling`` (measured miss below)."""
+    """The target (share + 2 points) for every attack, ``scaling`` included (see below)."""
     weights = published_weights(_attacked(kind, honest_predictions(seed)), tmp_path)
     held = sum(weights.get(p, 0.0) for p in COLLUDERS)
     assert held <= _share(COLLUDERS) + 0.02, f"{kind}: {held:.3f} vs share {_share(COLLUDERS):.3f}"
 
 
-def test_overconfident_colluders_gain_only_what_weaker_honest_participants_lose(
+def test_overconfident_colluders_keep_the_outlier_factor_despite_top_evidence(
     tmp_path: object,
 ) -> None:
-    """Scaled (overconfident, right) logits reach merit 1; the excess over the share is the
-    honest mass lost below the lower quartile, measured at +2.1 points here (docs/benchmarks.md)."""
-    weights = published_weights(_attacked("scaling", honest_predictions(1)), tmp_path)
+    """Scaled (overconfident, right) logits reach merit 1 but sit far from the consensus.
+
+    While evidence at or above the median waived the outlier factor they held their
+    share + 2.1 points (the honest mass lost below the lower quartile); the factor
+    now applies whatever the evidence, and they hold less than their share.
+    """
+    audit = MemoryAuditSink()
+    weights = published_weights(_attacked("scaling", honest_predictions(1)), tmp_path, audit)
     held = sum(weights.get(p, 0.0) for p in COLLUDERS)
-    assert _share(COLLUDERS) < held <= _share(COLLUDERS) + 0.03
+    assert held < _share(COLLUDERS)
+    events = {str(e["participant_id"]): e for e in audit.named("outlier.decision")}
+    for pid in COLLUDERS:
+        assert events[pid]["merit"] == 1.0  # being right on the slice still counts
+        assert events[pid]["applied_factor"] == events[pid]["factor"] < 1
 
 
 def test_a_group_sending_one_matrix_shares_one_weight(tmp_path: object) -> None:

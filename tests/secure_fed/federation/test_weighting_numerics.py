@@ -204,6 +204,8 @@ def test_weigh_raises_only_the_typed_error_and_publishes_a_capped_distribution(
         assert max(weights.values()) <= cap * (1 + 1e-9)
         assert all(math.isfinite(v) for v in wt.history.values())
         assert all(math.isfinite(t.merit) and 0 < t.merit <= 1 for t in terms.values())
+        # the outlier factor is applied as the policy gave it, whatever the evidence
+        assert {p: t.factor for p, t in terms.items()} == factors
 
 
 @PROPERTY
