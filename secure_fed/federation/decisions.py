@@ -11,7 +11,8 @@ A round goes scores -> decisions -> weights along one path:
    coming from the evidence of correctness (docs/federation.md, section 5);
 4. :func:`decision_events` describes, per participant, the decision together
    with the weight that was applied; the engine writes them as
-   ``outlier.decision`` audit events once the weights exist.
+   ``outlier.decision`` audit events once the weights exist;
+   :class:`DecisionRecorder` keeps a copy of them for the per-round tables.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import Protocol
 
 from secure_fed.errors import OutlierConfigInvalid
 from secure_fed.federation.weighting import WeightTerms
+from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.scoring.outlier import Decision
 
-__all__ = ["KeepAll", "OutlierFilter", "decide", "decision_events"]
+__all__ = ["DecisionRecorder", "KeepAll", "OutlierFilter", "decide", "decision_events"]
 
 
 class OutlierFilter(Protocol):
@@ -107,3 +109,29 @@ def decision_events(
             }
         )
     return events
+
+
+class DecisionRecorder:
+    """Audit sink that forwards every event and keeps each round's ``outlier.decision``.
+
+    The per-round tables (terminal, ``report.html``) show how each weight was
+    formed; the terms exist only in these events, so a federation hands the
+    engine this recorder around its real sink and reads :meth:`of_round`. An
+    event the inner sink refuses (raises) is not kept.
+    """
+
+    def __init__(self, inner: AuditSink) -> None:
+        self.inner = inner
+        self._rounds: dict[int, dict[str, dict[str, object]]] = {}
+
+    def record(self, event: str, details: Mapping[str, object]) -> None:
+        """Forward ``event``; keep a copy of an ``outlier.decision``'s details."""
+        self.inner.record(event, details)
+        if event == "outlier.decision":
+            rid, pid = details.get("round_id"), details.get("participant_id")
+            if isinstance(rid, int) and isinstance(pid, str):
+                self._rounds.setdefault(rid, {})[pid] = dict(details)
+
+    def of_round(self, round_id: int) -> dict[str, dict[str, object]]:
+        """Return the last ``outlier.decision`` details of each participant of ``round_id``."""
+        return {pid: dict(d) for pid, d in self._rounds.get(round_id, {}).items()}

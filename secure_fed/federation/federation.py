@@ -41,6 +41,7 @@ from secure_fed.federation.config import (
     PlannedParticipant,
     plan_participants,
 )
+from secure_fed.federation.decisions import DecisionRecorder
 from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.observer import (
@@ -75,7 +76,14 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class ParticipantRound:
-    """One participant's row of the per-round table."""
+    """One participant's row of the per-round table.
+
+    ``decision`` and ``factor`` are the outlier policy's; ``base_share``,
+    ``merit``, ``copies``, ``applied_factor`` and ``max_weight`` are the weight
+    terms the engine applied (None when nothing was weighed: an excluded
+    upload, an aborted round), ``weight`` the published weight. The thresholds
+    and ``smoothed_score`` are the policy's (None for a filter without them).
+    """
 
     participant_id: str
     architecture: str
@@ -89,6 +97,14 @@ class ParticipantRound:
     decision: str | None = None
     factor: float | None = None
     upload: str = "none"
+    base_share: float | None = None
+    merit: float | None = None
+    copies: int | None = None
+    applied_factor: float | None = None
+    max_weight: float | None = None
+    downweight_threshold: float | None = None
+    exclude_threshold: float | None = None
+    smoothed_score: float | None = None
     balanced_accuracy_federated: float | None = None
     macro_f1_federated: float | None = None
     roc_auc_federated: float | None = None
@@ -229,6 +245,8 @@ class Federation:
         if config.private and isinstance(budget, PrivacyLedger):
             self.receipts = ReceiptIssuer(ledger=budget, key=SM2PrivateKey.generate(), clock=clock)
         parts = private_parts(task, config)
+        # the engine's audit events, with a copy of the weight terms for the round tables
+        self.decisions = DecisionRecorder(self.audit)
         # base shares: the row counts the operator assigned, never an upload's own claim
         rows = {p.participant_id: len(idx) for p, idx in zip(plan, parts, strict=True)}
         built = build_aggregator(
@@ -240,7 +258,7 @@ class Federation:
             params=self.deployment.params,
             participant_keys={p: k.public_key for p, k in signing_keys.items()},
             store=store,
-            audit=self.audit,
+            audit=self.decisions,
             receipt_key=None if self.receipts is None else self.receipts.public_key,
             evidence=self.evidence,
             clock=clock,
@@ -411,11 +429,13 @@ class Federation:
 
     def _result(self, rid: int, reason: str | None, seconds: float) -> RoundResult:
         state = self.engine.state(rid)
+        terms = self.decisions.of_round(rid) if state.stage.value == "published" else {}
         t = self.task
         rows = []
         for m in self.members:
             pid = m.participant.participant_id
             decision = state.decisions.get(pid, {})
+            applied = terms.get(pid, {})
             fed = evaluate_scores(m.participant.model, t.test_x, t.test_y)
             local = (
                 evaluate_scores(m.twin_model, t.test_x, t.test_y)
@@ -437,6 +457,14 @@ class Federation:
                     decision=_optional_str(decision.get("action")),
                     factor=_optional_float(decision.get("factor")),
                     upload=m.upload,
+                    base_share=_optional_float(applied.get("base_share")),
+                    merit=_optional_float(applied.get("merit")),
+                    copies=_optional_int(applied.get("copies")),
+                    applied_factor=_optional_float(applied.get("applied_factor")),
+                    max_weight=_optional_float(applied.get("max_weight")),
+                    downweight_threshold=_optional_float(decision.get("downweight_threshold")),
+                    exclude_threshold=_optional_float(decision.get("exclude_threshold")),
+                    smoothed_score=_optional_float(decision.get("smoothed")),
                 )
             )
         return RoundResult(
@@ -474,3 +502,7 @@ def _optional_str(value: object) -> str | None:
 
 def _optional_float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

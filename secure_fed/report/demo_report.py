@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from secure_fed.report.charts import CHARTS, has_values, line_chart
+from secure_fed.report.weights import (
+    applied_decision,
+    cap_text,
+    copies_text,
+    is_downweighted,
+    product,
+    threshold_text,
+)
 
 __all__ = ["render_demo_report", "write_demo_report"]
 
@@ -36,6 +44,9 @@ def render_demo_report(results: dict[str, Any]) -> str:
     )
     env.filters["pct"] = _pct
     env.filters["num"] = _num
+    for helper in (applied_decision, cap_text, copies_text, is_downweighted, product):
+        env.filters[helper.__name__] = helper
+    env.filters["threshold_text"] = threshold_text
     rounds = results.get("rounds", [])
     charts = [
         {

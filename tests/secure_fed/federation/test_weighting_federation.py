@@ -62,3 +62,24 @@ def test_without_a_slice_every_merit_is_one(tmp_path: Path) -> None:
     fed.run()
     events = fed.audit.named("outlier.decision")  # type: ignore[attr-defined]
     assert all(e["evidence"] is None and e["merit"] == 1.0 for e in events)
+
+
+def test_every_round_row_carries_the_weight_terms_the_engine_applied(tmp_path: Path) -> None:
+    """The round table (terminal, results.json, report.html) reads the audited terms."""
+    fed = _fed(tmp_path)
+    (result,) = fed.run()
+    assert isinstance(fed.audit, MemoryAuditSink)
+    events = {str(e["participant_id"]): e for e in fed.audit.named("outlier.decision")}
+    assert {r.participant_id for r in result.rows} == set(events)
+    for row in result.rows:
+        e = events[row.participant_id]
+        assert (row.base_share, row.merit, row.copies) == (
+            e["base_share"],
+            e["merit"],
+            e["copies"],
+        )
+        assert row.applied_factor == e["applied_factor"] == e["factor"] == row.factor
+        assert row.max_weight == e["max_weight"] and row.weight == e["weight"]
+        assert row.smoothed_score == e["smoothed"]
+        assert row.downweight_threshold == e["downweight_threshold"]
+    assert fed.decisions.of_round(2) == {}
