@@ -73,6 +73,7 @@ class DemoResults:
     """What the demo did: per-round tables, budgets, privacy terms, ledger head, files."""
 
     config: dict[str, object]
+    data: dict[str, object] = field(default_factory=dict)
     rounds: list[RoundResult] = field(default_factory=list)
     budgets: dict[str, dict[str, float]] = field(default_factory=dict)
     privacy: dict[str, object] = field(default_factory=dict)
@@ -101,6 +102,7 @@ class DemoResults:
         """JSON-ready form (what ``results.json`` and ``--json`` contain)."""
         return {
             "config": self.config,
+            "data": self.data,
             "rounds": [asdict(r) for r in self.rounds],
             "final_mean_accuracy": self.final(),
             "final_mean_metrics": self.final_metrics(),
@@ -226,8 +228,12 @@ def run_demo(
         on_stage=on_stage,
         insecure_noise=config.reproducible,
     )
+    options = {k: _jsonable(v) for k, v in asdict(config).items()}
+    if config.data is not None or config.participant_tables:
+        options["dataset"] = None  # --dataset's default did not run; "data" names the tables
     results = DemoResults(
-        config={**{k: _jsonable(v) for k, v in asdict(config).items()}, "task": task.name},
+        config={**options, "task": task.name},
+        data=config.data_source(),
         ledger_url=url,
         results_path=str(out / "results.json"),
         report_path=str(out / "report.html"),

@@ -54,6 +54,8 @@ class DemoConfig:
     attacks, but not the DP noise, which comes from ``secrets``.
     ``logit_adjustment`` (default on) is ``FederationConfig.logit_adjustment``: the
     logit-adjusted DP-SGD and distillation losses that keep minority classes.
+    ``id_column`` and ``drop_columns`` name columns of the user's tables that are not
+    features (row identifiers, which must be distinct, and any others).
     """
 
     rounds: int = 5
@@ -74,6 +76,8 @@ class DemoConfig:
     participant_ids: tuple[str, ...] | None = None
     architectures: tuple[str, ...] | None = None
     logit_adjustment: bool = True
+    id_column: str | None = None
+    drop_columns: tuple[str, ...] = ()
 
     def validate(self) -> AttackSpec | None:
         """Check every option and the output folder; return the parsed attack.
@@ -162,12 +166,54 @@ class DemoConfig:
         label = self.label_column or ""
         if self.participant_tables:
             paths = [path for _, path in self.participant_tables]
-            return task_from_participant_tables(paths, label_column=label, seed=self.seed)
+            return task_from_participant_tables(
+                paths,
+                label_column=label,
+                seed=self.seed,
+                id_column=self.id_column,
+                drop_columns=self.drop_columns,
+            )
         if self.data is not None:
             return task_from_table(
-                self.data, label_column=label, participants=self.participants, seed=self.seed
+                self.data,
+                label_column=label,
+                participants=self.participants,
+                seed=self.seed,
+                id_column=self.id_column,
+                drop_columns=self.drop_columns,
             )
         return load_task(self.dataset, seed=self.seed)
+
+    def data_source(self) -> dict[str, object]:
+        """Describe what the run learns from (``results.json``): a built-in dataset or tables.
+
+        Tables are named by path, file name, size and SHA-256 (``sha256sum`` checks
+        it), with the label, id and dropped columns; a built-in dataset by its name.
+        """
+        import hashlib
+
+        if self.data is None and not self.participant_tables:
+            return {"kind": "built-in", "dataset": self.dataset}
+        named = [(None, self.data)] if self.data is not None else list(self.participant_tables)
+        files: list[dict[str, object]] = []
+        for participant, path in named:
+            assert path is not None
+            digest = hashlib.sha256()
+            with Path(path).open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            entry: dict[str, object] = {"path": str(path), "name": Path(path).name}
+            if participant is not None:
+                entry["participant"] = participant
+            entry.update(bytes=Path(path).stat().st_size, sha256=digest.hexdigest())
+            files.append(entry)
+        return {
+            "kind": "table" if self.data is not None else "participant tables",
+            "files": files,
+            "label_column": self.label_column,
+            "id_column": self.id_column,
+            "drop_columns": list(self.drop_columns),
+        }
 
     def _check_data(self) -> None:
         if self.data is not None and self.participant_tables:
@@ -184,11 +230,32 @@ class DemoConfig:
             raise FederationConfigInvalid(
                 "label_column: --label-column applies to --data or --participant tables only"
             )
+        self._check_columns(own)
         tables = len(self.participant_tables)
         if tables and tables != self.participants:
             raise FederationConfigInvalid(
                 f"participants must be {tables}, the number of --participant tables, "
                 f"got {self.participants}"
+            )
+
+    def _check_columns(self, own: bool) -> None:
+        named = [*([self.id_column] if self.id_column is not None else []), *self.drop_columns]
+        if named and not own:
+            raise FederationConfigInvalid(
+                "id_column: --id-column and --drop-columns apply to --data or --participant "
+                "tables only"
+            )
+        if any(not name for name in named):
+            raise FederationConfigInvalid("drop_columns: column names must not be empty")
+        if self.label_column in named:
+            raise FederationConfigInvalid(
+                f"label_column: {self.label_column!r} is the label; it cannot also be "
+                "--id-column or in --drop-columns"
+            )
+        repeated = sorted({n for n in named if named.count(n) > 1})
+        if repeated:
+            raise FederationConfigInvalid(
+                f"drop_columns: {repeated!r} named twice (--id-column is left out already)"
             )
 
     def _check_ids(self) -> None:

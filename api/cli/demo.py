@@ -309,6 +309,21 @@ def demo(
         str | None,
         typer.Option(metavar="NAME", help="Label column of the --data / --participant tables."),
     ] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Column of row identifiers in the --data / --participant tables: not a "
+            "feature; its values must be distinct within a table.",
+        ),
+    ] = None,
+    drop_columns: Annotated[
+        str | None,
+        typer.Option(
+            metavar="A,B,...",
+            help="Columns of the --data / --participant tables that are not features.",
+        ),
+    ] = None,
     participant: Annotated[
         list[str] | None, typer.Option(metavar="ID=FILE", help=_PARTICIPANT_HELP)
     ] = None,
@@ -339,6 +354,8 @@ def demo(
         participants=participants if participants is not None else len(tables) or 4,
         data=data,
         label_column=label_column,
+        id_column=id_column,
+        drop_columns=_names(drop_columns) or (),
         participant_tables=tables,
         participant_ids=_names(participant_ids),
         architectures=_names(architectures),

@@ -75,7 +75,13 @@ def _check_classes(y: np.ndarray, source: str) -> None:
 
 
 def task_from_table(
-    path: str | Path, *, label_column: str, participants: int, seed: int
+    path: str | Path,
+    *,
+    label_column: str,
+    participants: int,
+    seed: int,
+    id_column: str | None = None,
+    drop_columns: Sequence[str] = (),
 ) -> TaskData:
     """Load one table to be split among ``participants`` (20% public, 20% test, 60% private).
 
@@ -90,6 +96,9 @@ def task_from_table(
         :data:`MIN_PRIVATE_ROWS`).
     seed
         Seed of the split permutation.
+    id_column, drop_columns
+        Columns that are not features: row identifiers (distinct) and any others
+        (see :func:`secure_fed.learning.tabular.load_tabular`).
 
     Returns
     -------
@@ -106,7 +115,9 @@ def task_from_table(
         The private part cannot give every participant :data:`MIN_PRIVATE_ROWS` rows.
     """
     p = Path(path)
-    x, y = frame_to_arrays(read_table(p), label_column, p.name)
+    x, y = frame_to_arrays(
+        read_table(p), label_column, p.name, id_column=id_column, drop_columns=drop_columns
+    )
     _check_classes(y, p.name)
     needed = _rows_needed(MIN_PRIVATE_ROWS * participants)
     if len(y) < needed:
@@ -118,12 +129,15 @@ def task_from_table(
     return assemble_task(p.stem, x, y, pub=pub, test=test, priv=priv, standardize=True)
 
 
-def _read_all(paths: Sequence[Path], label_column: str) -> list[Any]:
+def _read_all(
+    paths: Sequence[Path], label_column: str, id_column: str | None, drop_columns: Sequence[str]
+) -> list[Any]:
     """Read and check every table; the columns must be those of the first table."""
     frames: list[Any] = []
     for p in paths:
         frame = read_table(p)
-        frame_to_arrays(frame, label_column, p.name)  # typed errors naming this file
+        # typed errors naming this file; ids must be distinct within each table
+        frame_to_arrays(frame, label_column, p.name, id_column=id_column, drop_columns=drop_columns)
         if frames:
             first, here = list(frames[0].columns), list(frame.columns)
             missing = [c for c in first if c not in here]
@@ -145,7 +159,12 @@ def _read_all(paths: Sequence[Path], label_column: str) -> list[Any]:
 
 
 def task_from_participant_tables(
-    paths: Sequence[str | Path], *, label_column: str, seed: int
+    paths: Sequence[str | Path],
+    *,
+    label_column: str,
+    seed: int,
+    id_column: str | None = None,
+    drop_columns: Sequence[str] = (),
 ) -> TaskData:
     """Load one table per participant (no re-split); hold out public and test rows from each.
 
@@ -158,6 +177,9 @@ def task_from_participant_tables(
     seed
         Table ``i`` is permuted with seed ``seed + i`` before its 20% public and
         20% test rows are held out.
+    id_column, drop_columns
+        Columns that are not features, as in :func:`task_from_table` (ids must be
+        distinct within each table; two participants may use the same id).
 
     Returns
     -------
@@ -178,9 +200,13 @@ def task_from_participant_tables(
     import pandas as pd
 
     files = [Path(p) for p in paths]
-    frames = _read_all(files, label_column)
+    frames = _read_all(files, label_column, id_column, drop_columns)
+    not_features = [*([id_column] if id_column is not None else []), *drop_columns]
     x, y = frame_to_arrays(
-        pd.concat(frames, ignore_index=True), label_column, "the participants' tables"
+        pd.concat(frames, ignore_index=True),
+        label_column,
+        "the participants' tables",
+        drop_columns=not_features,
     )
     _check_classes(y, "the participants' tables together")
     pubs, tests, privs, parts = [], [], [], []

@@ -8,6 +8,7 @@ the user's participant ids and every metric (ROC AUC: the task is binary).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -45,6 +46,14 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _frame(40, 6).to_csv(d / "small.csv", index=False)
     _frame(90, 7).rename(columns={"debt": "loans"}).to_csv(d / "renamed.csv", index=False)
     (d / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    gaps = _frame(300, 8).astype({"debt": object})
+    gaps.loc[[41, 77], "debt"] = "n/a"
+    gaps.to_csv(d / "gaps.csv", index=False)
+    ids = _frame(300, 9)
+    ids.insert(0, "patient", [f"p{i:03d}" for i in range(300)])
+    ids["note"] = "free text"
+    ids.to_csv(d / "semi.csv", sep=";", index=False)  # a ;-separated export with an id column
+    ids.assign(patient="p000").to_csv(d / "dupids.csv", sep=";", index=False)
     return d
 
 
@@ -154,6 +163,44 @@ CASES = [
         + ["--participants", "3", "--label-column", "default"],
         "the number of --participant tables",
     ),
+    (
+        ["--data", "{d}/all.csv", "--label-column", "Default"],
+        "[LEARNING_LABEL_COLUMN_MISSING] label column 'Default' not in all.csv (did you mean "
+        "'default'?)",
+    ),
+    (
+        ["--data", "{d}/all.csv", "--label-column", "defualt"],
+        "(did you mean 'default'?)",
+    ),
+    (
+        ["--data", "{d}/gaps.csv", "--label-column", "default"],
+        "[LEARNING_NON_NUMERIC_DATA] column 'debt' of gaps.csv has a missing value (empty, NaN, "
+        "n/a, NA...) at data row 42, line 43 (2 row(s) in all)",
+    ),
+    (
+        ["--data", "{d}/semi.csv", "--label-column", "default"],
+        "non-numeric feature columns in semi.csv: patient, note; column 'patient' holds 'p000'",
+    ),
+    (
+        ["--data", "{d}/semi.csv", "--label-column", "default", "--id-column", "patient"],
+        "[LEARNING_NON_NUMERIC_DATA] non-numeric feature columns in semi.csv: note;",
+    ),
+    (
+        ["--data", "{d}/semi.csv", "--label-column", "default", "--id-column", "patients"]
+        + ["--drop-columns", "note"],
+        "[LEARNING_TABULAR_INVALID] --id-column 'patients' is not a column of semi.csv (did you "
+        "mean 'patient'?)",
+    ),
+    (
+        ["--data", "{d}/dupids.csv", "--label-column", "default", "--id-column", "patient"]
+        + ["--drop-columns", "note"],
+        "id column 'patient' of dupids.csv repeats 'p000'",
+    ),
+    (
+        ["--data", "{d}/semi.csv", "--label-column", "default", "--drop-columns", "note,default"],
+        "[FEDERATION_CONFIG_INVALID] label_column: 'default' is the label",
+    ),
+    (["--id-column", "patient"], "[FEDERATION_CONFIG_INVALID] id_column"),
 ]
 
 SCRIPT = """
@@ -205,3 +252,39 @@ def test_bad_table_or_option_fails_with_its_code(
     assert case[1] in lines[0], lines
     assert stdout == ""
     assert not (Path(str(refused["out"])) / f"d{k}").exists()  # nothing written
+
+
+def test_a_semicolon_table_with_id_and_dropped_columns_runs_and_is_named(
+    tables: Path, tmp_path: Path
+) -> None:
+    data = _run_json(
+        [
+            "--data", str(tables / "semi.csv"),
+            "--label-column", "default",
+            "--id-column", "patient",
+            "--drop-columns", "note",
+            "--participants", "2",
+            "--architectures", "logreg",
+            "--out", str(tmp_path / "semi"),
+        ]
+    )  # fmt: skip
+    written = json.loads((tmp_path / "semi" / "results.json").read_text(encoding="utf-8"))
+    for results in (data, written):
+        config = results["config"]
+        assert isinstance(config, dict)
+        assert config["dataset"] is None and config["task"] == "semi"  # not "digits"
+        assert config["id_column"] == "patient" and config["drop_columns"] == ["note"]
+        source = results["data"]
+        assert isinstance(source, dict) and source["kind"] == "table"
+        assert source["label_column"] == "default" and source["id_column"] == "patient"
+        [entry] = source["files"]
+        assert entry["name"] == "semi.csv" and entry["path"] == str(tables / "semi.csv")
+        digest = hashlib.sha256((tables / "semi.csv").read_bytes()).hexdigest()
+        assert entry["sha256"] == digest and entry["bytes"] == (tables / "semi.csv").stat().st_size
+    assert len(_rows(data)) == 2
+
+
+def test_a_built_in_run_names_its_dataset() -> None:
+    from secure_fed.demo import DemoConfig
+
+    assert DemoConfig(dataset="digits").data_source() == {"kind": "built-in", "dataset": "digits"}

@@ -164,3 +164,38 @@ def test_unreadable_files(tmp_path: Path, name: str, content: bytes | None, erro
         path.write_bytes(content)
     with pytest.raises(error, match=name.split(".")[0]):
         task_from_table(path, label_column="outcome", participants=2, seed=0)
+
+
+def test_id_and_dropped_columns_are_left_out_of_one_table(tmp_path: Path) -> None:
+    frame = _frame(200).assign(note="text")
+    frame.insert(0, "patient", [f"p{i}" for i in range(200)])
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, sep=";", index=False)  # a ;-separated export
+    task = task_from_table(
+        path,
+        label_column="outcome",
+        participants=2,
+        seed=0,
+        id_column="patient",
+        drop_columns=["note"],
+    )
+    assert task.input_shape == (3,)
+    plain = task_from_table(
+        _csv(tmp_path, "plain.csv", _frame(200)), label_column="outcome", participants=2, seed=0
+    )
+    np.testing.assert_allclose(task.private_x, plain.private_x, rtol=1e-6)
+
+
+def test_participant_tables_may_share_ids_but_not_repeat_one(tmp_path: Path) -> None:
+    frames = [_frame(100, seed=1), _frame(80, seed=2)]
+    for frame in frames:
+        frame.insert(0, "record", range(len(frame)))  # both tables count from 0
+    paths = [_csv(tmp_path, f"p{k}.csv", f) for k, f in enumerate(frames)]
+    task = task_from_participant_tables(paths, label_column="outcome", seed=0, id_column="record")
+    assert task.input_shape == (3,) and task.parts is not None
+    frames[1].loc[5, "record"] = 7
+    repeated = _csv(tmp_path, "p1.csv", frames[1])
+    with pytest.raises(TabularDataInvalid, match="p1.csv repeats '7' at data row 6, line 7 and"):
+        task_from_participant_tables(
+            [paths[0], repeated], label_column="outcome", seed=0, id_column="record"
+        )
