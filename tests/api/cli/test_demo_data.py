@@ -288,3 +288,23 @@ def test_a_built_in_run_names_its_dataset() -> None:
     from secure_fed.demo import DemoConfig
 
     assert DemoConfig(dataset="digits").data_source() == {"kind": "built-in", "dataset": "digits"}
+
+
+def test_participant_tables_are_named_with_their_participants(tables: Path) -> None:
+    from secure_fed.demo import DemoConfig
+
+    config = DemoConfig(
+        participants=2,
+        label_column="default",
+        participant_tables=(("north", tables / "north.csv"), ("south", tables / "south.parquet")),
+    )
+    source = config.data_source()
+    assert source["kind"] == "participant tables" and source["id_column"] is None
+    files = source["files"]
+    assert isinstance(files, list)
+    assert [(f["participant"], f["name"]) for f in files] == [
+        ("north", "north.csv"),
+        ("south", "south.parquet"),
+    ]
+    digest = hashlib.sha256((tables / "south.parquet").read_bytes()).hexdigest()
+    assert files[1]["sha256"] == digest
