@@ -4,7 +4,9 @@ Loads a built-in task, registers every participant and its epsilon budget in
 a SQLite privacy ledger inside the working folder (round state lives in the
 same database), runs
 :class:`~secure_fed.federation.federation.Federation` for the requested rounds, and
-writes ``results.json`` next to the ledger. The round loop is the
+writes ``results.json`` next to the ledger. The run writes into a new sibling
+folder and swaps it in only when it has succeeded (:func:`run_demo`), so a
+failed or interrupted run leaves the previous one as it was. The round loop is the
 federation's (:meth:`~secure_fed.federation.federation.Federation.run`); this
 module only configures it, calls it and reports. The command line
 (``api/cli/demo.py``) only parses options and renders progress and tables.
@@ -12,12 +14,17 @@ module only configures it, calls it and reports. The command line
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import re
+import secrets
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
@@ -27,7 +34,7 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog
 from privacy_ledger.audit.models import TreeHeadRow
 from privacy_ledger.budget.service import PrivacyLedger
-from secure_fed.demo_options import DEMO_FILES, DemoConfig
+from secure_fed.demo_options import DEMO_FILES, MANIFEST, DemoConfig
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
 from secure_fed.federation.federation import Federation, RoundResult
 from secure_fed.federation.observer import StageObserver
@@ -40,7 +47,7 @@ __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 _log = logging.getLogger(__name__)
 
 
-def _demo_audit_log(out: Path, passphrase: bytes | None) -> AuditLog:
+def _demo_audit_log(out: Path, passphrase: bytes | None, *, name: str) -> AuditLog:
     """Create the demo's audit log with a fresh SM2 tree-head signing key.
 
     The signing key is written (mode 0600) as encrypted PKCS#8 under
@@ -58,7 +65,7 @@ def _demo_audit_log(out: Path, passphrase: bytes | None) -> AuditLog:
     key_path.write_bytes(pem)
     key_path.chmod(0o600)
     (out / "log-public-key.pem").write_bytes(key.public_key.to_pem())
-    return AuditLog(signer=key, origin=f"secure-fed-demo/{out.name}")
+    return AuditLog(signer=key, origin=f"secure-fed-demo/{name}")
 
 
 #: What results.json says about the DP noise, by ``DemoConfig.reproducible``.
@@ -82,6 +89,9 @@ class DemoResults:
     ledger_url: str = ""
     results_path: str = ""
     report_path: str = ""
+    #: Where the previous contents of the folder were kept (``""``: none kept), and why.
+    kept_aside: str = ""
+    kept_because: list[str] = field(default_factory=list)
 
     def final(self) -> dict[str, float | None]:
         """Mean honest accuracy (federated, local-only) after the last round."""
@@ -127,13 +137,117 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def _prepare_out(out: Path) -> None:
-    """Remove an earlier run's files (``validate`` refused them without --overwrite)."""
-    for name in DEMO_FILES:
-        target = out / name
-        if target.exists():
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+_SIDECARS = ("ledger.db-wal", "ledger.db-shm", "ledger.db-journal")
+
+
+def _staging_pattern(out: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(out.name)}\.partial-(\d+)-[0-9a-f]+")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _staging_dir(out: Path) -> Path:
+    """Create the run's own sibling folder; remove those of earlier runs that died.
+
+    Its name, ``.<out>.partial-<pid>-<random>``, is the demo's alone; one whose
+    process no longer exists is what a crash left behind, removed here so that it
+    never blocks (or pollutes) a later run.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pattern = _staging_pattern(out)
+    for candidate in out.parent.iterdir():
+        match = pattern.fullmatch(candidate.name)
+        if match and candidate.is_dir() and not _alive(int(match[1])):
+            _log.info("removing %s, left by a demo run that did not finish", candidate)
+            shutil.rmtree(candidate, ignore_errors=True)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(6)}"
+    staging.mkdir()
+    return staging
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_manifest(staging: Path) -> None:
+    """Record every file the run wrote with its SHA-256 (what ``--overwrite`` may remove)."""
+    files = {p.name: _digest(p) for p in sorted(staging.iterdir()) if p.is_file()}
+    (staging / MANIFEST).write_text(json.dumps({"files": files}, indent=2), encoding="utf-8")
+
+
+def _not_ours(out: Path) -> list[str]:
+    """List what in ``out`` the previous run did not write or changed since (empty: all ours).
+
+    The previous run's manifest names its files and their digests: a ledger that
+    gained API tokens, participants or budgets after the demo no longer matches
+    it, and neither does any file the demo did not write.
+    """
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not an object")
+    except (OSError, ValueError, TypeError, KeyError):
+        return [f"no readable {MANIFEST}: not known to be a finished demo run"]
+    reasons = []
+    for path in sorted(out.iterdir()):
+        if path.name == MANIFEST:
+            continue
+        if path.name in _SIDECARS and path.is_file() and path.stat().st_size == 0:
+            continue
+        if path.name not in files or not path.is_file():
+            reasons.append(f"{path.name} was not written by the demo")
+        elif _digest(path) != files[path.name]:
+            reasons.append(f"{path.name} changed after the demo wrote it")
+    return reasons
+
+
+def _aside(out: Path, label: str) -> Path:
+    """Return a free sibling name ``<out>.<label>-<UTC time>`` (``-2``, ``-3``... if taken)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = out.with_name(f"{out.name}.{label}-{stamp}")
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = out.with_name(f"{out.name}.{label}-{stamp}-{n}")
+    return candidate
+
+
+def _swap_in(staging: Path, out: Path) -> tuple[Path | None, list[str]]:
+    """Rename the finished run to ``out``; return where the previous contents were kept.
+
+    A previous run whose every file is the demo's own, unchanged, is renamed
+    aside and removed only after the swap; anything else in ``out`` is kept
+    aside as ``<out>.kept-<UTC time>`` and never deleted.
+    """
+    if not out.exists():
+        staging.rename(out)
+        return None, []
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+        staging.rename(out)
+        return None, []
+    reasons = _not_ours(out)
+    aside = _aside(out, "kept" if reasons else "previous")
+    out.rename(aside)
+    try:
+        staging.rename(out)
+    except BaseException:
+        aside.rename(out)
+        raise
+    if reasons:
+        _log.warning("previous contents of %s kept as %s: %s", out, aside, "; ".join(reasons))
+        return aside, reasons
+    shutil.rmtree(aside)
+    return None, []
 
 
 def _register(ledger: PrivacyLedger, fed_config: FederationConfig) -> None:
@@ -194,6 +308,13 @@ def run_demo(
 ) -> DemoResults:
     """Run the demo federation; write ``results.json`` and ``report.html`` into ``config.out``.
 
+    Every file is written into a new sibling folder, renamed to ``config.out``
+    only once the run has succeeded; a failed or interrupted run (also by
+    ``KeyboardInterrupt``) removes its own folder and leaves ``config.out`` as it
+    was. A previous run in ``config.out`` is removed after the swap only when
+    its manifest (``.secure-fed-demo.json``) still matches every file in it;
+    otherwise the old folder is kept aside (``DemoResults.kept_aside``).
+
     Parameters
     ----------
     config
@@ -213,45 +334,72 @@ def run_demo(
     started = time.perf_counter()
     fed_config = config.federation_config()
     out = Path(config.out)
-    _prepare_out(out)
+    staging = _staging_dir(out)
+    try:
+        results = _run_into(
+            config, fed_config, staging, out, on_round, on_stage, key_passphrase, started
+        )
+        _write_manifest(staging)
+        kept, reasons = _swap_in(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    results.kept_aside = "" if kept is None else str(kept)
+    results.kept_because = reasons
+    _log.info("demo finished in %.1f s; results in %s", results.wall_seconds, out)
+    return results
+
+
+def _run_into(
+    config: DemoConfig,
+    fed_config: FederationConfig,
+    staging: Path,
+    out: Path,
+    on_round: Callable[[RoundResult], None] | None,
+    on_stage: StageObserver | None,
+    key_passphrase: bytes | None,
+    started: float,
+) -> DemoResults:
+    """Run the federation with every file in ``staging``; name ``out`` in what it writes."""
     url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
-    audit = _demo_audit_log(out, key_passphrase)
+    audit = _demo_audit_log(staging, key_passphrase, name=out.name)
     task = config.load_data()
-    ledger = PrivacyLedger.from_url(url, audit=audit)
-    _register(ledger, fed_config)
-    federation = Federation(
-        config=fed_config,
-        task=task,
-        budget=ledger,
-        store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
-        audit=LedgerAuditSink(engine=ledger.engine, log=audit),
-        on_stage=on_stage,
-        insecure_noise=config.reproducible,
-    )
-    options = {k: _jsonable(v) for k, v in asdict(config).items()}
-    if config.data is not None or config.participant_tables:
-        options["dataset"] = None  # --dataset's default did not run; "data" names the tables
-    results = DemoResults(
-        config={**options, "task": task.name},
-        data=config.data_source(),
-        ledger_url=url,
-        results_path=str(out / "results.json"),
-        report_path=str(out / "report.html"),
-        privacy={
-            "accountant": "rdp (Opacus RDP accountant; the ledger recomputes every charge)",
-            "delta": fed_config.delta,
-            "epsilon_budget": fed_config.epsilon,
-            "secure_noise": not config.reproducible,
-            "noise": NOISE[config.reproducible],
-        },
-    )
-    results.rounds = federation.run(on_round=on_round)
-    results.budgets = _budgets(ledger, fed_config)
-    results.ledger = _signed_head(ledger, audit, out)
-    ledger.engine.dispose()
+    ledger = PrivacyLedger.from_url(f"sqlite:///{(staging / 'ledger.db').as_posix()}", audit=audit)
+    try:
+        _register(ledger, fed_config)
+        federation = Federation(
+            config=fed_config,
+            task=task,
+            budget=ledger,
+            store=LedgerRoundStore(engine=ledger.engine, namespace="demo"),
+            audit=LedgerAuditSink(engine=ledger.engine, log=audit),
+            on_stage=on_stage,
+            insecure_noise=config.reproducible,
+        )
+        options = {k: _jsonable(v) for k, v in asdict(config).items()}
+        if config.data is not None or config.participant_tables:
+            options["dataset"] = None  # --dataset's default did not run; "data" names the tables
+        results = DemoResults(
+            config={**options, "task": task.name},
+            data=config.data_source(),
+            ledger_url=url,
+            results_path=str(out / "results.json"),
+            report_path=str(out / "report.html"),
+            privacy={
+                "accountant": "rdp (Opacus RDP accountant; the ledger recomputes every charge)",
+                "delta": fed_config.delta,
+                "epsilon_budget": fed_config.epsilon,
+                "secure_noise": not config.reproducible,
+                "noise": NOISE[config.reproducible],
+            },
+        )
+        results.rounds = federation.run(on_round=on_round)
+        results.budgets = _budgets(ledger, fed_config)
+        results.ledger = _signed_head(ledger, audit, out)
+    finally:
+        ledger.engine.dispose()
     results.wall_seconds = time.perf_counter() - started
     data = results.to_dict()
-    (out / "results.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-    write_demo_report(data, out / "report.html")
-    _log.info("demo finished in %.1f s; results in %s", results.wall_seconds, out)
+    (staging / "results.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    write_demo_report(data, staging / "report.html")
     return results

@@ -29,10 +29,14 @@ if TYPE_CHECKING:
 #: Participant ids the privacy ledger accepts (``privacy_ledger.budget.participants``).
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
-__all__ = ["DEMO_FILES", "DemoConfig"]
+__all__ = ["DEMO_FILES", "MANIFEST", "DemoConfig"]
+
+#: The file naming every other file a finished run wrote, with its SHA-256.
+MANIFEST = ".secure-fed-demo.json"
 
 #: Files the demo owns inside its working folder.
 DEMO_FILES = (
+    MANIFEST,
     "ledger.db",
     "ledger.db-wal",
     "ledger.db-shm",
@@ -302,12 +306,28 @@ class DemoConfig:
             )
 
     def _check_out(self) -> None:
+        """Refuse a folder holding a finished run or other files, unless ``overwrite``.
+
+        A folder with demo files but no ``results.json`` is what an interrupted
+        run of an earlier version left: it does not block (the run keeps it aside).
+        """
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise FederationConfigInvalid(f"out {str(out)!r} exists and is not a folder")
-        existing = [name for name in DEMO_FILES if (out / name).exists()]
-        if existing and not self.overwrite:
+        if self.overwrite or not out.is_dir():
+            return
+        names = sorted(p.name for p in out.iterdir())
+        existing = [name for name in DEMO_FILES if name in names]
+        if "results.json" in names:
             raise FederationConfigInvalid(
                 f"out folder {str(out)!r} already holds a demo run ({', '.join(existing)}); "
                 "pass --overwrite to replace it or choose another --out"
+            )
+        others = [name for name in names if name not in DEMO_FILES]
+        if others:
+            shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+            raise FederationConfigInvalid(
+                f"out folder {str(out)!r} holds files that are not a demo run ({shown}); "
+                "choose another --out, or pass --overwrite to keep them aside in a "
+                "timestamped sibling folder"
             )

@@ -289,7 +289,14 @@ def demo(
         Path | None,
         typer.Option(metavar="DIR", help="Working folder (ledger, results.json, report.html)."),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an earlier demo run in --out.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace an earlier demo run in --out once the new run has succeeded; "
+            "anything the demo did not write (or changed since) is kept aside in a "
+            "timestamped sibling folder, never deleted.",
+        ),
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print only the results JSON on stdout.")
     ] = False,
@@ -424,6 +431,12 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
                     out.print(line, style="yellow", soft_wrap=True)
 
         results = run_demo(config, on_round=on_round, on_stage=on_stage, key_passphrase=passphrase)
+    if results.kept_aside:
+        typer.echo(
+            f"notice: the previous contents of {config.out} were kept, not deleted, as "
+            f"{results.kept_aside} ({'; '.join(results.kept_because)})",
+            err=True,
+        )
     if as_json:
         typer.echo(json.dumps(results.to_dict(), indent=2))
         return
