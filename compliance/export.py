@@ -54,11 +54,15 @@ class ExportResult:
         Its format (``json``, ``html`` or ``pdf``).
     meta
         The report metadata (scope, verification, cited head, section counts).
+    disagreements
+        The cross-check rows whose audit-log value differs from the ledger
+        tables' (``agree`` false): a budget changed without its audit entry.
     """
 
     path: Path
     fmt: str
     meta: dict[str, Any] = field(default_factory=dict)
+    disagreements: tuple[dict[str, Any], ...] = ()
 
 
 def _tool() -> str:
@@ -226,7 +230,8 @@ def export_report(
                 max_rows=max_rows,
             )
         )
+        disagreements = tuple(r for r in spools.rows("cross_check") if r["agree"] is not True)
     finally:
         spools.close()
     logger.info("exported %s report to %s (%d entries cited)", fmt, out, meta["cited"]["entries"])
-    return ExportResult(path=Path(out), fmt=fmt, meta=meta)
+    return ExportResult(path=Path(out), fmt=fmt, meta=meta, disagreements=disagreements)

@@ -6,6 +6,7 @@ Add narrow subclasses at the end of this file; give each a heading
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import ClassVar
 
@@ -303,3 +304,19 @@ class ReservationConflict(LedgerError):
     """A reservation's request id was already used for another budget, round or mechanism."""
 
     code = "LEDGER_RESERVATION_CONFLICT"
+
+
+class BudgetUnaudited(LedgerError):
+    """A stored budget differs from what the audit log's ``budget.set`` entries record.
+
+    Attributes
+    ----------
+    disagreements
+        One :class:`~privacy_ledger.audit.verify.budgets.BudgetDisagreement` per item.
+    """
+
+    code = "LEDGER_BUDGET_UNAUDITED"
+
+    def __init__(self, message: str, *, disagreements: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.disagreements = tuple(disagreements)

@@ -15,11 +15,12 @@ import getpass
 import json
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from api.cli.core import CliCommand, CliGroup
+from api.cli.errors import CrossCheckMismatch
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -140,6 +141,22 @@ def export(
         typer.echo(
             f"verify it offline with: secure-fed audit verify {out} --public-key "
             "REPORT-PUB.pem --log-public-key LOG-PUB.pem"
+        )
+    _refuse_disagreements(result.disagreements)
+
+
+def _refuse_disagreements(rows: tuple[dict[str, Any], ...]) -> None:
+    """Print every cross-check row that disagrees and exit 1 (the report stays written)."""
+    for r in rows:
+        typer.echo(
+            f"MISMATCH: {r['participant']}/{r['asset']} {r['item']}: audit log "
+            f"{r['audit_log']}, ledger tables {r['ledger_tables']}",
+            err=True,
+        )
+    if rows:
+        raise CrossCheckMismatch(
+            f"{len(rows)} cross-check row(s) disagree: the ledger tables do not match "
+            "what the audit log records"
         )
 
 

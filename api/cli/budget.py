@@ -7,10 +7,13 @@ with decimals as strings); it only reads, and never creates a database.
 validated before anything is written: the whole change is first rehearsed on
 an empty in-memory ledger (the ledger's own checks, nothing re-implemented
 here), so a refused call leaves the database untouched and the corrected
-retry succeeds. With ``--audit-key`` (the log's SM2 signing key) the change
-is written to the tamper-evident audit log in the same transaction as the
-budget row; otherwise a warning says it was not audited (production
-refuses that). The database URL comes from ``--db`` or
+retry succeeds. Every change is written to the tamper-evident audit log in
+the same transaction as the budget row, signed by ``--audit-key`` (the log's
+SM2 signing key) or, without it, by the ledger's own key: ``log-signing-key.pem``
+beside a SQLite ledger file (where ``secure-fed demo`` leaves it), if it is
+the key of the log already there. With neither the change is refused
+(:class:`~api.cli.errors.AuditKeyMissing`) before anything is written. The
+database URL comes from ``--db`` or
 :meth:`api.settings.Settings.resolved_database_url`.
 """
 
@@ -23,9 +26,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.cli.common import DB_HELP, load_private_key, open_engine, settings
+from api.cli.common import DB_HELP, load_private_key, open_engine, sqlite_file
 from api.cli.core import CliCommand, CliGroup
-from api.cli.errors import AuditOriginMissing, NoBudget, ProductionRefused
+from api.cli.errors import AuditKeyMissing, AuditOriginMissing, NoBudget
 
 if TYPE_CHECKING:  # imported where used, so that --help starts fast
     from rich.console import Console
@@ -59,24 +62,62 @@ def _read_only(db: str | None) -> PrivacyLedger:
     return PrivacyLedger(engine)
 
 
-def _audit_key(key_path: Path | None) -> SM2PrivateKey | None:
-    """Load the audit log's signing key (``None`` without one; production refuses that)."""
+#: The ledger's own audit key, beside a SQLite ledger file (what ``secure-fed demo`` leaves).
+OWN_KEY_NAME = "log-signing-key.pem"
+
+
+def _audit_key(key_path: Path | None, engine: Engine, path: Path | None) -> SM2PrivateKey:
+    """Load ``--audit-key``, else the ledger's own key; refuse an unaudited change.
+
+    ``path`` is the SQLite ledger file (``None`` for another backend), whose folder
+    holds the ledger's own key when ``secure-fed demo`` made it.
+
+    Raises
+    ------
+    AuditKeyMissing
+        No ``--audit-key``, and no own key beside the ledger (or one that is not
+        the key of the log already in it). Raised before anything is written.
+    """
     if key_path is not None:
         return load_private_key(key_path)
-    if settings().environment == "production":
-        raise ProductionRefused("production refuses unaudited budget changes")
-    return None
+    own = None if path is None else path.parent / OWN_KEY_NAME
+    if own is None or not own.is_file():
+        where = "a PostgreSQL ledger has no key" if own is None else f"no {own}"
+        raise AuditKeyMissing(
+            f"budget changes are always audited: pass --audit-key ({where} of its own)"
+        )
+    key = load_private_key(own)
+    logged = _log_fingerprint(engine) if path is not None and path.is_file() else None
+    if logged is not None and logged != key.public_key.fingerprint():
+        raise AuditKeyMissing(
+            f"{own} is not the key of this ledger's audit log (fingerprint {logged[:16]}...): "
+            "pass --audit-key"
+        )
+    return key
 
 
-def _audited(engine: Engine, key: SM2PrivateKey | None, origin: str | None) -> PrivacyLedger:
+def _log_fingerprint(engine: Engine) -> str | None:
+    """Return the key fingerprint the audit log records (``None``: no log yet)."""
+    from sqlalchemy import inspect, select
+
+    from privacy_ledger.audit.models import LOG_STATE_ID, LogStateRow
+
+    if not inspect(engine).has_table(LogStateRow.__tablename__):
+        return None
+    with engine.connect() as conn:
+        fingerprint: str | None = conn.execute(
+            select(LogStateRow.key_fingerprint).where(LogStateRow.id == LOG_STATE_ID)
+        ).scalar_one_or_none()
+    return fingerprint
+
+
+def _audited(engine: Engine, key: SM2PrivateKey, origin: str | None) -> PrivacyLedger:
     """Return a ledger on ``engine`` writing to the audit log signed by ``key``."""
     from sqlalchemy import select
 
     from privacy_ledger import AuditLog, PrivacyLedger
     from privacy_ledger.audit.models import LOG_STATE_ID, LogStateRow
 
-    if key is None:
-        return PrivacyLedger(engine)
     with engine.connect() as conn:
         stored = conn.execute(
             select(LogStateRow.origin).where(LogStateRow.id == LOG_STATE_ID)
@@ -220,8 +261,8 @@ def set_budget(
         typer.Option(
             "--audit-key",
             metavar="PEM",
-            help="The audit log's SM2 private key (PKCS#8 PEM); "
-            "passphrase from SECURE_FED_KEY_PASSPHRASE or a prompt.",
+            help="The audit log's SM2 private key (PKCS#8 PEM; default: log-signing-key.pem "
+            "beside a SQLite ledger); passphrase from SECURE_FED_KEY_PASSPHRASE or a prompt.",
         ),
     ] = None,
     audit_origin: Annotated[
@@ -247,17 +288,19 @@ def set_budget(
     from privacy_ledger.db import upgrade
 
     change.rehearse()
-    key = _audit_key(audit_key)
     engine = open_engine(db, writable=True)
     try:
+        path = sqlite_file(engine.url.render_as_string(hide_password=False))
+        if path is None:
+            with engine.connect():  # an unreachable server is named before any key is asked
+                pass
+        key = _audit_key(audit_key, engine, path)
         upgrade(engine)
         ledger = _audited(engine, key, audit_origin)
         change.apply(ledger, institution=institution)
         status = ledger.budget_status(participant, asset)
     finally:
         engine.dispose()
-    if key is None:
-        typer.echo("warning: budget change not audited (no --audit-key)", err=True)
     typer.echo(
         f"budget {participant}/{asset}: limit {status.limit} at delta {status.delta!r} "
         f"({status.accountant}); spent {status.spent}, remaining {status.remaining}"

@@ -44,6 +44,7 @@ __all__ = [
     "load_private_key",
     "check_database_url",
     "ensure_port_free",
+    "sqlite_file",
 ]
 
 DB_HELP = (
@@ -99,7 +100,7 @@ def open_engine(db: str | None, *, writable: bool) -> Engine:
     """
     url, defaulted = database_url(db)
     check_database_url(url)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is not None and not writable and not path.is_file():
         raise DatabaseMissing(f"no ledger database at {path} ({url})")
     if path is not None and writable and not path.parent.is_dir():
@@ -178,7 +179,7 @@ def ensure_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def _sqlite_file(url: str) -> Path | None:
+def sqlite_file(url: str) -> Path | None:
     """Return the file of a ``sqlite:///PATH`` URL (``None`` for memory or other backends)."""
     match = re.match(r"sqlite(\+\w+)?:///([^?]*)", url)
     if match is None or match[2] in ("", ":memory:") or match[2].startswith("file:"):

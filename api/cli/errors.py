@@ -37,7 +37,8 @@ __all__ = [
     "NoBudget",
     "AuditLogEmpty",
     "AuditOriginMissing",
-    "ProductionRefused",
+    "AuditKeyMissing",
+    "CrossCheckMismatch",
     "TrustedHeadInvalid",
     "PublicContextMismatch",
     "RecomputeMismatch",
@@ -210,11 +211,25 @@ class AuditOriginMissing(CliError):
     default_hint = "pass --audit-origin NAME for a new audit log"
 
 
-class ProductionRefused(CliError):
-    """Production settings refuse an unaudited or otherwise unsafe operation."""
+class AuditKeyMissing(CliError):
+    """A budget change would not be audited: no key of the ledger's audit log is available."""
 
-    code = "CLI_PRODUCTION_REFUSED"
-    default_hint = "pass --audit-key with the audit log's signing key"
+    code = "CLI_AUDIT_KEY_MISSING"
+    default_hint = (
+        "pass --audit-key PEM (the audit log's SM2 signing key); a SQLite ledger's own key "
+        "is log-signing-key.pem in its folder, as secure-fed demo leaves it"
+    )
+
+
+class CrossCheckMismatch(CliError):
+    """The exported report's cross-check found ledger tables disagreeing with the audit log."""
+
+    code = "CLI_CROSS_CHECK_MISMATCH"
+    exit_code = EXIT_REFUSED
+    default_hint = (
+        "the report was written and shows the rows; a budget changed without its audit "
+        "entry: run 'secure-fed ledger verify' and set it again with 'secure-fed budget set'"
+    )
 
 
 class TrustedHeadInvalid(CliError):
@@ -264,6 +279,8 @@ _HINTS = {
     "LEDGER_PARTICIPANT_UNKNOWN": "check --participant (the demo registers hospital-1, bank-2, "
     "...), or register it with 'secure-fed budget set --institution'",
     "LEDGER_BUDGET_NOT_SET": "create it with 'secure-fed budget set'",
+    "LEDGER_BUDGET_UNAUDITED": "a budget was changed without its audit entry: set it again "
+    "with 'secure-fed budget set' (always audited) and check who wrote the table",
     "LEDGER_LOG_KEY_MISMATCH": "pin the key of this log with --public-key, or use its own "
     "signing key",
     "CRYPTO_KEY_INVALID": "check the key file and SECURE_FED_KEY_PASSPHRASE",

@@ -1,8 +1,10 @@
 r"""``secure-fed ledger``: verify the tamper-evident audit log and export its signed heads.
 
 ``verify`` recomputes the Merkle tree from the rows, checks every signed
-head and the consistency between consecutive heads, and exits 0, or 1 naming
-the first bad entry (2 for usage or configuration errors). ``head`` prints
+head and the consistency between consecutive heads, then that every stored
+budget (limit, delta, accountant) is what its newest ``budget.set`` entry
+records, and exits 0, or 1 naming the first bad entry or each unaudited budget
+(``LEDGER_BUDGET_UNAUDITED``; 2 for usage or configuration errors). ``head`` prints
 the newest signed head; ``export-head --out DIR`` writes ``head.txt``,
 ``head.sig`` and ``pub.pem`` so that an auditor checks it with OpenSSL alone::
 
@@ -183,6 +185,7 @@ def verify(
     with _opened(db) as engine:
         key = _public_key(engine, public_key)
         report = _verify(engine, key, _trusted(trusted_head, key))
+        budgets = _check_budgets(engine)
         if recompute and public_context is not None:
             _recompute(engine, public_context, namespace)
     summary = {
@@ -193,6 +196,7 @@ def verify(
         "latest_head_size": report.latest_head_size,
         "unsigned_entries": report.unsigned_entries,
         "key_fingerprint": report.key_fingerprint,
+        "budgets_checked": budgets,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -202,6 +206,22 @@ def verify(
         f"{report.heads_checked} signed heads checked (latest size "
         f"{report.latest_head_size}, {report.unsigned_entries} entries not yet signed)"
     )
+    typer.echo(f"{budgets} budgets: limit, delta and accountant as the audit log records them")
+
+
+def _check_budgets(engine: Engine) -> int:
+    """Compare every stored budget with its newest ``budget.set`` entry; print each mismatch.
+
+    Raises
+    ------
+    BudgetUnaudited
+        ``LEDGER_BUDGET_UNAUDITED`` (exit 1) when any budget item differs.
+    """
+    from privacy_ledger.audit.verify.budgets import budget_disagreements, check_budget_limits
+
+    for d in budget_disagreements(engine):
+        typer.echo(f"UNAUDITED: budget {d}", err=True)
+    return check_budget_limits(engine)
 
 
 def _recompute(engine: Engine, context: Path, namespace: str | None) -> None:

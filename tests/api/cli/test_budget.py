@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
-from privacy_ledger import MechanismEvent, PrivacyLedger
+from crypto.sm import SM2PrivateKey
+from privacy_ledger import MechanismEvent, PrivacyLedger, verify_log
 
 runner = CliRunner()
 
@@ -28,9 +29,19 @@ def _budget_set(**options: str) -> list[str]:
     return ["budget", "set", *flags]
 
 
+def _own_key(folder: Path) -> SM2PrivateKey:
+    """Write the ledger's own audit key beside it, as ``secure-fed demo`` does (0600)."""
+    key = SM2PrivateKey.generate()
+    path = folder / "log-signing-key.pem"
+    path.touch(mode=0o600)
+    path.write_bytes(key.to_pem_unencrypted_insecure())
+    return key
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _own_key(tmp_path)
     result = runner.invoke(
         app,
         _budget_set(
@@ -39,6 +50,7 @@ def db(tmp_path: Path) -> str:
             epsilon="4",
             institution="Hospital One",
             kind="hospital",
+            audit_origin="test/ledger",
             db=url,
         ),
     )
@@ -109,9 +121,6 @@ def test_set_changes_the_limit(db: str) -> None:
 def test_set_with_audit_key_writes_a_verifiable_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from crypto.sm import SM2PrivateKey
-    from privacy_ledger import verify_log
-
     monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "correct horse battery")
     key = SM2PrivateKey.generate()
     key_path = tmp_path / "audit.pem"
@@ -139,20 +148,73 @@ def test_set_with_audit_key_writes_a_verifiable_entry(
         ledger.engine.dispose()
 
 
-def test_set_without_audit_key_warns_and_production_refuses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_set_without_an_audit_key_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """No --audit-key and no key of the ledger's own: refused, typed, the ledger untouched."""
     url = f"sqlite:///{tmp_path / 'plain.db'}"
     args = _budget_set(
         participant="b1", asset="loans", epsilon="3", institution="Bank B", kind="bank", db=url
     )
-    plain = runner.invoke(app, args)
-    assert plain.exit_code == 0 and "not audited" in plain.output
-    monkeypatch.setenv("SECURE_FED_ENVIRONMENT", "production")
-    monkeypatch.setenv("SECURE_FED_DATABASE_URL", "postgresql+psycopg://u@db.example/ledger")
-    monkeypatch.setenv("SECURE_FED_KEY_PASSPHRASE", "a long enough passphrase")
     refused = runner.invoke(app, args)
-    assert refused.exit_code == 2 and "refuses unaudited" in refused.output
+    assert refused.exit_code == 2, refused.output
+    assert "[CLI_AUDIT_KEY_MISSING]" in refused.stderr and "--audit-key" in refused.stderr
+    assert not (tmp_path / "plain.db").exists()
+
+
+def test_set_without_audit_key_is_audited_with_the_ledger_s_own_key(db: str) -> None:
+    """Lowering a limit below what is spent is audited with the key beside the ledger."""
+    folder = Path(db.removeprefix("sqlite:///")).parent
+    result = runner.invoke(app, _budget_set(participant="h1", asset="ct", epsilon="0.5", db=db))
+    assert result.exit_code == 0, result.output
+    assert "limit 0.5" in result.output and "not audited" not in result.output
+    key = SM2PrivateKey.from_pem((folder / "log-signing-key.pem").read_bytes(), passphrase=None)
+    ledger = PrivacyLedger.from_url(db, create=False)
+    try:
+        verify_log(ledger.engine, public_key=key.public_key)
+        with ledger.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "select entry from audit_entries where event = 'budget.set'"
+            ).fetchall()
+    finally:
+        ledger.engine.dispose()
+    assert len(rows) == 2 and b'"epsilon_limit":"0.5"' in rows[-1][0]
+    verified = runner.invoke(app, ["ledger", "verify", "--db", db])
+    assert verified.exit_code == 0, verified.output
+
+
+def test_an_own_key_of_another_log_is_refused(db: str) -> None:
+    folder = Path(db.removeprefix("sqlite:///")).parent
+    (folder / "log-signing-key.pem").unlink()
+    _own_key(folder)  # a fresh key, not the one that signs this ledger's log
+    before = _snapshot(folder / "ledger.db")
+    refused = runner.invoke(app, _budget_set(participant="h1", asset="ct", epsilon="2", db=db))
+    assert refused.exit_code == 2 and "[CLI_AUDIT_KEY_MISSING]" in refused.stderr
+    assert "not the key of this ledger's audit log" in refused.stderr
+    assert _snapshot(folder / "ledger.db") == before
+
+
+@pytest.mark.postgres
+def test_set_on_postgresql_needs_audit_key(tmp_path: Path) -> None:
+    from tests.privacy_ledger.conftest import pg_schema
+
+    with pg_schema("cli_budget_") as url:
+        args = _budget_set(
+            participant="b1", asset="loans", epsilon="3", institution="Bank B", db=url
+        )
+        refused = runner.invoke(app, args)
+        assert refused.exit_code == 2 and "[CLI_AUDIT_KEY_MISSING]" in refused.stderr
+        assert "PostgreSQL" in refused.stderr
+        key_path = tmp_path / "audit.pem"
+        key = _own_key(tmp_path)
+        key_path.write_bytes((tmp_path / "log-signing-key.pem").read_bytes())
+        audited = runner.invoke(
+            app, [*args, "--audit-key", str(key_path), "--audit-origin", "pg/audit"]
+        )
+        assert audited.exit_code == 0, audited.output
+        ledger = PrivacyLedger.from_url(url, create=False)
+        try:
+            assert verify_log(ledger.engine, public_key=key.public_key).tree_size == 1
+        finally:
+            ledger.engine.dispose()
 
 
 GOOD = {
@@ -162,6 +224,7 @@ GOOD = {
     "delta": "1e-5",
     "institution": "Hospital Two",
     "kind": "hospital",
+    "audit_origin": "test/ledger",  # a fresh ledger starts its own audit log
 }
 
 
