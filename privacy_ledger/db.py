@@ -30,6 +30,7 @@ from sqlalchemy.pool import StaticPool
 from privacy_ledger.errors import DatabaseUrlInvalid
 
 __all__ = [
+    "check_database_url",
     "create_ledger_engine",
     "upgrade",
     "current_revision",
@@ -81,6 +82,37 @@ def _sqlite_immediate(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def check_database_url(url: str) -> None:
+    """Refuse the PostgreSQL URLs SQLAlchemy cannot open here, before it tries.
+
+    ``postgres://`` (the scheme of Heroku-style URLs) is no SQLAlchemy dialect, and
+    the only PostgreSQL driver installed is psycopg 3: ``postgresql://`` and
+    ``postgresql+psycopg://`` work, ``postgresql+psycopg2://`` and the like do not.
+    Without this check SQLAlchemy raises its untyped "Can't load plugin" error.
+    The message never repeats the URL (it may carry a password).
+
+    Raises
+    ------
+    DatabaseUrlInvalid
+        ``LEDGER_DATABASE_URL_INVALID``, naming the scheme to write instead.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    dialect, _, driver = scheme.partition("+")
+    if dialect not in ("postgres", "postgresql") or (
+        dialect == "postgresql" and driver in ("", "psycopg")
+    ):
+        return
+    why = (
+        "SQLAlchemy has no 'postgres' dialect"
+        if dialect == "postgres"
+        else f"driver {driver!r} is not installed (psycopg 3 is)"
+    )
+    raise DatabaseUrlInvalid(
+        f"url: a {scheme}:// URL cannot be opened: {why}; write postgresql+psycopg:// "
+        "with the same user, host and database"
+    )
+
+
 def create_ledger_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
     """Create an engine for the ledger database at ``url``.
 
@@ -104,10 +136,12 @@ def create_ledger_engine(url: str, *, echo: bool = False, pool_size: int = 5) ->
     Raises
     ------
     DatabaseUrlInvalid
-        When ``url`` is empty or names a backend other than SQLite or PostgreSQL.
+        When ``url`` is empty, names a backend other than SQLite or PostgreSQL, or
+        a PostgreSQL scheme or driver that cannot be opened (:func:`check_database_url`).
     """
     if not isinstance(url, str) or not url.strip():
         raise DatabaseUrlInvalid("url: empty database URL")
+    check_database_url(url)
     backend = url.split(":", 1)[0].split("+", 1)[0]
     if backend == "sqlite":
         in_memory = url.rstrip("/") in ("sqlite:", "sqlite://") or ":memory:" in url
@@ -117,7 +151,7 @@ def create_ledger_engine(url: str, *, echo: bool = False, pool_size: int = 5) ->
         engine = create_engine(url, echo=echo, **kwargs)
         _sqlite_immediate(engine)
         return engine
-    if backend in ("postgresql", "postgres"):
+    if backend == "postgresql":
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise DatabaseUrlInvalid(f"pool_size: must be an int >= 1, got {pool_size!r}")
         return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=pool_size)

@@ -117,33 +117,18 @@ def open_engine(db: str | None, *, writable: bool) -> Engine:
 def check_database_url(url: str) -> None:
     """Refuse the PostgreSQL URLs SQLAlchemy cannot open here, before it tries.
 
-    ``postgres://`` (the scheme of Heroku-style URLs) is no SQLAlchemy dialect, and
-    the only PostgreSQL driver installed is psycopg 3: ``postgresql://`` and
-    ``postgresql+psycopg://`` work, ``postgresql+psycopg2://`` and the like do not.
-    The message never repeats the URL (it may carry a password).
+    The ledger's own check (:func:`privacy_ledger.db.check_database_url`), which
+    :func:`~privacy_ledger.db.create_ledger_engine` also runs for library and REST
+    callers.
 
     Raises
     ------
     DatabaseUrlInvalid
         ``LEDGER_DATABASE_URL_INVALID``, naming the scheme to write instead.
     """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    dialect, _, driver = scheme.partition("+")
-    if dialect not in ("postgres", "postgresql") or (
-        dialect == "postgresql" and driver in ("", "psycopg")
-    ):
-        return
-    from privacy_ledger.errors import DatabaseUrlInvalid
+    from privacy_ledger.db import check_database_url as check_ledger_url
 
-    why = (
-        "SQLAlchemy has no 'postgres' dialect"
-        if dialect == "postgres"
-        else f"driver {driver!r} is not installed (psycopg 3 is)"
-    )
-    raise DatabaseUrlInvalid(
-        f"url: a {scheme}:// URL cannot be opened: {why}; write postgresql+psycopg:// "
-        "with the same user, host and database"
-    )
+    check_ledger_url(url)
 
 
 def ensure_port_free(host: str, port: int) -> None:

@@ -79,3 +79,18 @@ def test_upgrade_is_idempotent_and_downgrade_works(db_url: str) -> None:
 def test_unsupported_urls_are_refused(url: str) -> None:
     with pytest.raises(DatabaseUrlInvalid, match="url"):
         create_ledger_engine(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("postgres://fed:secret@127.0.0.1:1/ledger", "no 'postgres' dialect"),
+        ("postgresql+psycopg2://fed:secret@127.0.0.1:1/ledger", "driver 'psycopg2'"),
+    ],
+)
+def test_a_postgres_url_sqlalchemy_cannot_open_is_typed(url: str, why: str) -> None:
+    """Library callers get the typed error and its hint, not "Can't load plugin"."""
+    with pytest.raises(DatabaseUrlInvalid) as raised:
+        create_ledger_engine(url)
+    assert why in raised.value.message and "write postgresql+psycopg://" in raised.value.message
+    assert "secret" not in str(raised.value)
