@@ -83,6 +83,26 @@ class ModeSetupInvalid(ConfigurationInvalid):
     code = "MODE_SETUP_INVALID"
 
 
+class PolicyInvalid(ConfigurationInvalid):
+    """A consortium policy document is malformed, unsigned by a participant, or not newer.
+
+    The message names the field, the participant whose signature is missing or wrong,
+    or the pinned version.
+    """
+
+    code = "POLICY_INVALID"
+
+
+class PlanOutsidePolicy(ModeSetupInvalid):
+    """A round's release plan opens more than the consortium's signed policy allows.
+
+    The gatekeeper refused to install it (audited as ``access.denied``, op ``plan``);
+    nothing of the round is opened. The message names the bound.
+    """
+
+    code = "PLAN_OUTSIDE_POLICY"
+
+
 class UnknownMode(ConfigurationInvalid):
     """An aggregation mode name is not in the registry."""
 

@@ -131,6 +131,12 @@ class FederationConfig:
                 f"max_weight must be >= 1/min_participants = 1/{self.quorum()} so that every "
                 f"round that reaches its quorum can meet it, got {w!r}"
             )
+        if w * self.quorum() > 1 + 1e-12:
+            raise FederationConfigInvalid(
+                f"max_weight must be <= 1/min_participants = 1/{self.quorum()}: the consortium "
+                f"policy never lets one publication weigh a participant above an equal share "
+                f"of the quorum, got {w!r}"
+            )
 
     def local_adjustment(self) -> LogitAdjustment | None:
         """Return the DP-SGD loss's logit adjustment (``None`` when ``logit_adjustment`` is off)."""

@@ -377,7 +377,7 @@ class RoundEngine:
             num_samples={p: u.num_samples for p, u in state.uploads.items()},
             terms=terms,
             publication_sm3=state.publication_sm3,
-            max_weight=state.config.max_weight,
+            max_weight=state.config.cap,
         )
         for details in events:
             self.audit.record("outlier.decision", details)
@@ -395,7 +395,7 @@ class RoundEngine:
         self.weighting.history = dict(state.weighting_history)
         terms = self.weighting.weigh(
             {p: decisions[p].factor for p in accepted},
-            max_weight=state.config.max_weight,
+            max_weight=state.config.cap,
             evidence=self._evidence(handles, accepted, round_id),
             copies=self.aggregator.copies(accepted, round_id=round_id),
         )

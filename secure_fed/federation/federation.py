@@ -64,6 +64,7 @@ from secure_fed.learning.private_training import (
     InsecureSeededNoise,
 )
 from secure_fed.secure.audit import AuditSink, MemoryAuditSink
+from secure_fed.secure.consortium_policy import ConsortiumPolicy, SignedPolicy
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import UploadEncoder
 from secure_fed.secure.parties.central_dp import CentralDP
@@ -225,6 +226,18 @@ class Federation:
                 bound=PUBLIC_LOGIT_BOUND,
                 max_weight=config.weight_cap(),
             )
+        signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
+        # The consortium's policy, signed by every participant's envelope key and pinned
+        # by both gatekeepers: no round's plan may open more (docs/audit/threat-model.md).
+        self.consortium = SignedPolicy.sign(
+            ConsortiumPolicy(
+                participant_ids=tuple(signing_keys),
+                shape=shape,
+                quorum=config.quorum(),
+                max_weight=config.weight_cap(),
+            ),
+            signing_keys,
+        )
         self.deployment = SecureDeployment.create(
             mode=config.mode,
             shape=shape,
@@ -234,11 +247,12 @@ class Federation:
             scoring=scoring,
             central_dp=central_dp,
             budget=budget if central_dp is not None else None,
+            policy=self.consortium,
+            participant_keys={p: k.public_key for p, k in signing_keys.items()},
         )
         aggregator = self.deployment.aggregator(bound=PUBLIC_LOGIT_BOUND)
         if on_stage is not None:
             aggregator = ObservedAggregator(aggregator, notify=self._stage)
-        signing_keys = {p.participant_id: SM2PrivateKey.generate() for p in plan}
         # With a privacy ledger, the aggregator accepts an upload only with the ledger's
         # signed receipt of the sender's committed charge for the round.
         self.receipts: ReceiptIssuer | None = None

@@ -90,7 +90,8 @@ class RoundConfig:
     max_weight
         Public cap on one participant's published weight, in ``(0, 1]``; at
         least ``1 / min_participants``, so every round that completes can meet
-        it (docs/secure-aggregation.md, "Bounded influence").
+        it (docs/secure-aggregation.md, "Bounded influence"). Default (``None``):
+        exactly ``1 / min_participants``, the most the consortium policy allows.
     """
 
     round_id: int
@@ -103,7 +104,7 @@ class RoundConfig:
     deadline: float
     projection_seed: int
     max_upload_bytes: int = 16 * 1024 * 1024
-    max_weight: float = 1.0
+    max_weight: float | None = None
 
     def __post_init__(self) -> None:
         ints = ("round_id", "num_public", "min_participants", "projection_seed", "max_upload_bytes")
@@ -125,6 +126,8 @@ class RoundConfig:
             raise RoundConfigInvalid(f"mode is invalid: {self.mode!r}")
         if not isinstance(self.deadline, int | float) or not math.isfinite(self.deadline):
             raise RoundConfigInvalid(f"deadline must be a finite unix time, got {self.deadline!r}")
+        if self.max_weight is None:
+            object.__setattr__(self, "max_weight", 1.0 / self.min_participants)
         w = self.max_weight
         if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1:
             raise RoundConfigInvalid(f"max_weight must be in (0, 1], got {w!r}")
@@ -133,6 +136,11 @@ class RoundConfig:
                 f"max_weight {w!r} is below 1/min_participants = 1/{self.min_participants}: "
                 f"a round with that many participants could not meet it"
             )
+
+    @property
+    def cap(self) -> float:
+        """The public weight cap with its default applied."""
+        return float(self.max_weight if self.max_weight is not None else 1.0)
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -147,7 +155,7 @@ class RoundConfig:
             "deadline": float(self.deadline),
             "projection_seed": self.projection_seed,
             "max_upload_bytes": self.max_upload_bytes,
-            "max_weight": float(self.max_weight),
+            "max_weight": float(self.cap),
         }
 
     @classmethod
@@ -156,6 +164,7 @@ class RoundConfig:
         try:
             fields = dict(data)
             fields["schema"] = RoundSchema.from_dict(fields["schema"])
+            fields.setdefault("max_weight", 1.0)  # stored before the cap existed: it had none
             return cls(**fields)  # type: ignore[arg-type]
         except (KeyError, TypeError, SchemaInvalid) as exc:
             raise RoundConfigInvalid(f"stored round config is invalid: {exc}") from exc

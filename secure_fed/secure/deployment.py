@@ -16,12 +16,14 @@ secrets, the aggregator never receives a CKKS secret key or a helper secret.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crypto.sm import SM2PrivateKey, SM2PublicKey
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.consortium_policy import ConsortiumPolicy, PolicyPin, SignedPolicy
 from secure_fed.secure.mode import MODE_REGISTRY, SecureAggregator, UploadEncoder, get_mode
 from secure_fed.secure.parties.central_dp import CentralDP, ChargeGate
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
@@ -62,6 +64,15 @@ class DeploymentPlan:
         opts out, which is **weaker**: the publication is then computed on the
         scoring ciphertexts and flooded as little as the scores (negative ``s``
         at the default round, ``docs/audit/threat-model.md``). Other modes ignore it.
+    policy, participant_keys
+        The consortium's signed policy and every participant's SM2 public key
+        (:mod:`secure_fed.secure.consortium_policy`); both gatekeepers pin it and
+        refuse any plan outside it. A deployment built without a key ceremony
+        (tests, benchmarks) may give an unsigned
+        :class:`~secure_fed.secure.consortium_policy.ConsortiumPolicy` (no keys)
+        or nothing (the default policy of the roster, shape and quorum); it is
+        then signed with keys generated here for the in-process participants,
+        and pinned the same way.
     """
 
     shape: tuple[int, int]
@@ -73,6 +84,8 @@ class DeploymentPlan:
     scoring: ScoringConfig | None = None
     registry_path: str | Path | None = None
     publication_preset: str | None = "CKKS_PUBLICATION"
+    policy: SignedPolicy | ConsortiumPolicy | None = field(default=None, repr=False)
+    participant_keys: Mapping[str, SM2PublicKey] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         ids = self.participant_ids
@@ -95,6 +108,43 @@ class DeploymentPlan:
             )
         if self.publication_preset is not None:
             _check_publication_preset(self.publication_preset)
+        if isinstance(self.policy, SignedPolicy) != (self.participant_keys is not None):
+            raise ModeSetupInvalid("a signed policy and participant_keys go together")
+
+    def consortium_pin(self, party: str, *, journal: object = None) -> PolicyPin:
+        """Pin the consortium's policy for gatekeeper ``party`` (``policy.pinned`` event).
+
+        Raises
+        ------
+        PolicyInvalid
+            If a participant's signature is missing or wrong.
+        ModeSetupInvalid
+            If the policy's roster, shape or quorum are not this plan's.
+        """
+        given, keys = self.policy, self.participant_keys
+        if isinstance(given, SignedPolicy) and keys is not None:
+            signed = given
+        else:
+            policy = given if isinstance(given, ConsortiumPolicy) else None
+            policy = policy or ConsortiumPolicy(
+                participant_ids=self.participant_ids,
+                shape=self.shape,
+                quorum=max(2, self.min_participants),
+            )
+            own = {p: SM2PrivateKey.generate() for p in policy.participant_ids}
+            signed = SignedPolicy.sign(policy, own)
+            keys = {p: k.public_key for p, k in own.items()}
+        pin = PolicyPin(signed, keys, party=party, audit=self.audit, journal=journal)
+        found = pin.policy
+        if (
+            found.participant_ids != self.participant_ids
+            or found.shape != self.shape
+            or found.quorum != self.min_participants
+        ):
+            raise ModeSetupInvalid(
+                "the consortium policy's roster, shape or quorum differ from the deployment's"
+            )
+        return pin
 
     def enrol_server(self, name: str) -> ServerSigningKey:
         """Generate server ``name``'s SM2 key pair and record its public key (``key.generated``).
@@ -172,6 +222,8 @@ class SecureDeployment(ABC):
         scoring: ScoringConfig | None = None,
         registry_path: str | Path | None = None,
         publication_preset: str | None = "CKKS_PUBLICATION",
+        policy: SignedPolicy | ConsortiumPolicy | None = None,
+        participant_keys: Mapping[str, SM2PublicKey] | None = None,
     ) -> SecureDeployment:
         """Enrol every participant and build the parties of the registered ``mode``.
 
@@ -199,6 +251,8 @@ class SecureDeployment(ABC):
             scoring=scoring,
             registry_path=registry_path,
             publication_preset=publication_preset,
+            policy=policy,
+            participant_keys=participant_keys,
         )
         return spec.deploy(plan)
 

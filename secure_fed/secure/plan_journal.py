@@ -42,6 +42,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS releases ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL,"
     " request TEXT NOT NULL, arr TEXT)",
+    "CREATE TABLE IF NOT EXISTS policy ("
+    " version INTEGER PRIMARY KEY, sm3 TEXT NOT NULL, document BLOB NOT NULL)",
 )
 
 
@@ -147,6 +149,48 @@ class PlanJournal:
                 "INSERT INTO releases (round_id, request, arr) VALUES (?, ?, ?)",
                 (request.round_id, _request_json(request), arr),
             )
+            self._db.execute("COMMIT")
+
+    def pinned_policy(self) -> tuple[int, str, bytes] | None:
+        """Return the newest pinned policy as ``(version, sm3 hex, document)``, if any.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            The stored document no longer matches its digest.
+        """
+        with self._lock:
+            row = self._db.execute(
+                "SELECT version, sm3, document FROM policy ORDER BY version DESC LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        version, digest, document = row
+        if not isinstance(document, bytes) or sm3_digest(document).hex() != digest:
+            raise ModeSetupInvalid(f"plan journal: policy version {version} was altered")
+        return int(version), str(digest), bytes(document)
+
+    def pin_policy(self, version: int, digest: str, document: bytes) -> None:
+        """Record the consortium policy in force (a version is pinned once, never replaced).
+
+        Raises
+        ------
+        ModeSetupInvalid
+            Another document is already pinned under ``version``.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute(
+                "SELECT sm3 FROM policy WHERE version = ?", (version,)
+            ).fetchone()
+            if row is not None and row[0] != digest:
+                self._db.execute("ROLLBACK")
+                raise ModeSetupInvalid(f"policy version {version} is already pinned to another")
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO policy (version, sm3, document) VALUES (?, ?, ?)",
+                    (version, digest, document),
+                )
             self._db.execute("COMMIT")
 
     def close(self) -> None:

@@ -58,8 +58,13 @@ from typing import Any
 
 import numpy as np
 
-from crypto.shares import RING_WEIGHTS
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused, ScoringInvalid
+from secure_fed.secure.consortium_policy import (
+    CODEC_WEIGHT_FLOOR,
+    MIN_EVIDENCE_ROWS,
+    MIN_MOMENT_ROWS,
+    PolicyPin,
+)
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice, near_duplicates
@@ -72,6 +77,8 @@ from secure_fed.secure.scoring.mahalanobis import (
 from secure_fed.secure.scoring.outlier import OutlierConfig, impossible_score
 
 __all__ = [
+    "MIN_EVIDENCE_ROWS",
+    "MIN_MOMENT_ROWS",
     "STEPS",
     "WEIGHT_FLOOR",
     "PlanBook",
@@ -85,13 +92,12 @@ _log = logging.getLogger(__name__)
 #: Steps of a round, in order (``done`` after the publication).
 STEPS = ("ranking", "moments", "final", "evidence", "copies", "publication", "done")
 #: Smallest publication weight: the shares codec's weight resolution (2^-16).
-WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
-#: A plan's moment and ranking rows are at least ``min(N, MIN_MOMENT_ROWS)``: one scalar
-#: per participant must average over many samples, never expose one sample's square.
-MIN_MOMENT_ROWS = 256
-#: An evidence scalar averages over at least ``min(N, MIN_EVIDENCE_ROWS)`` labeled rows: a
-#: public linear function of one upload must not single out a few rows.
-MIN_EVIDENCE_ROWS = 64
+WEIGHT_FLOOR = CODEC_WEIGHT_FLOOR
+# A plan's moment and ranking rows are at least ``min(N, MIN_MOMENT_ROWS)``: one scalar
+# per participant must average over many samples, never expose one sample's square. An
+# evidence scalar averages over at least ``min(N, MIN_EVIDENCE_ROWS)`` labeled rows: a
+# public linear function of one upload must not single out a few rows. (Both are the
+# gatekeepers' own minimums; a consortium policy may require more.)
 #: Relative rounding slack of the weight cap check (a renormalised capped weight may sit
 #: a few ulps above the cap; an excess this small moves no fixed-point weight).
 CAP_TOLERANCE = 1e-12
@@ -136,7 +142,9 @@ class ReleasePlan:
     ranking
         False: no ranking pass; the subset is the whole roster.
     weight_floor, max_weight
-        Bounds of every publication weight.
+        Bounds of every publication weight (``max_weight`` defaults to
+        ``1 / min_participants``: no publication puts more than an equal share of
+        the quorum on one participant).
     exclude_above
         An excluded participant's final score must exceed this.
     evidence
@@ -160,7 +168,7 @@ class ReleasePlan:
     scored: bool = True
     ranking: bool = True
     weight_floor: float = WEIGHT_FLOOR
-    max_weight: float = 1.0
+    max_weight: float | None = None
     exclude_above: float = 27.877
     evidence: EvidenceSlice | None = None
     copies: bool = False
@@ -171,6 +179,11 @@ class ReleasePlan:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ModeSetupInvalid(f"{name} must be a non-negative integer, got {value!r}")
+        cap = self.max_weight
+        if cap is None and self.min_participants >= 1:
+            object.__setattr__(self, "max_weight", 1.0 / self.min_participants)
+        elif isinstance(cap, int) and not isinstance(cap, bool):
+            object.__setattr__(self, "max_weight", float(cap))
         checks = [
             ("min_participants", self.min_participants >= 2),
             ("num_classes", self.num_classes >= 2),
@@ -179,7 +192,10 @@ class ReleasePlan:
             ("min_subset", isinstance(self.min_subset, int) and self.min_subset >= 2),
             ("ridge", 0 <= self.ridge < 1),
             ("weight_floor", 0 < self.weight_floor <= 1),
-            ("max_weight", self.weight_floor <= self.max_weight <= 1),
+            (
+                "max_weight",
+                isinstance(self.max_weight, float) and self.weight_floor <= self.max_weight <= 1,
+            ),
             ("exclude_above", math.isfinite(self.exclude_above)),
             ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),
         ]
@@ -203,6 +219,13 @@ class ReleasePlan:
             raise ModeSetupInvalid(f"evidence is out of range: {exc}") from exc
 
     @property
+    def cap(self) -> float:
+        """The publication weight cap: ``max_weight`` with its default applied."""
+        if self.max_weight is None:  # pragma: no cover - __post_init__ always sets it
+            raise ModeSetupInvalid("max_weight is not set")
+        return self.max_weight
+
+    @property
     def evidence_rows(self) -> int:
         """Rows of the labeled slice (0: the plan has no evidence step)."""
         return 0 if self.evidence is None else len(self.evidence.rows)
@@ -216,12 +239,15 @@ class ReleasePlan:
         shape: tuple[int, int],
         scoring: ScoringConfig,
         scored: bool = True,
-        max_weight: float = 1.0,
+        max_weight: float | None = None,
         exclude_above: float | None = None,
         evidence: EvidenceSlice | None = None,
         copies: bool = False,
     ) -> ReleasePlan:
-        """Build a round's plan from its config and the aggregator's scoring parameters."""
+        """Build a round's plan from its config and the aggregator's scoring parameters.
+
+        ``max_weight`` ``None``: ``1 / min_participants``.
+        """
         floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
         return cls(
             round_id=round_id,
@@ -474,9 +500,9 @@ class PlanTracker:
             )
         # Capped weights are renormalised in floating point after the cap: allow a few
         # ulps (1e-12 relative), far below the codec's resolution, never a real excess.
-        high = [w for w in weights if w > self.plan.max_weight * (1.0 + CAP_TOLERANCE)]
+        high = [w for w in weights if w > self.plan.cap * (1.0 + CAP_TOLERANCE)]
         if high:
-            return f"weights {high} exceed the public cap {self.plan.max_weight!r}"
+            return f"weights {high} exceed the public cap {self.plan.cap!r}"
         if abs(sum(weights) - 1.0) > count * self.plan.weight_floor:
             return f"weights sum to {sum(weights)!r}, not 1"
         return None
@@ -584,6 +610,12 @@ class PlanBook:
         gatekeeper answers (:class:`~secure_fed.secure.plan_journal.PlanJournal`);
         replayed here at start, so a restarted gatekeeper resumes each round's state
         machine where it was. ``None``: memory only (a party that never restarts).
+    policy
+        The consortium's pinned, signed policy
+        (:class:`~secure_fed.secure.consortium_policy.PolicyPin`): a plan outside it
+        is refused with :class:`~secure_fed.errors.PlanOutsidePolicy`, never raised
+        to fit. ``None``: only the gatekeeper's own bounds (a library use without a
+        consortium; every deployment and the demo pin one).
 
     Raises
     ------
@@ -596,6 +628,7 @@ class PlanBook:
     shape: tuple[int, int] | None = None
     trackers: dict[int, PlanTracker] = field(default_factory=dict)
     journal: PlanJournal | None = field(default=None, repr=False)
+    policy: PolicyPin | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.journal is None:
@@ -618,16 +651,21 @@ class PlanBook:
     def install(self, plan: ReleasePlan) -> PlanTracker:
         """Fix ``plan`` for its round: once, before anything of that round is opened.
 
-        A plan below the gatekeeper's ``min_participants`` is raised to it (the
+        Under a consortium policy, a plan outside it is refused. Without one, a
+        plan below the gatekeeper's ``min_participants`` is raised to it (the
         caller adopts the returned tracker's plan). Sending the same plan again is
         accepted and changes nothing.
 
         Raises
         ------
+        PlanOutsidePolicy
+            The plan opens more than the pinned policy allows.
         ModeSetupInvalid
             A second plan for the round, or one below the gatekeeper's minimum.
         """
-        if plan.min_participants < self.min_participants:
+        if self.policy is not None:
+            self.policy.policy.require_plan(plan)
+        elif plan.min_participants < self.min_participants:
             plan = replace(plan, min_participants=self.min_participants)
         existing = self.trackers.get(plan.round_id)
         if existing is not None and existing.plan == plan:

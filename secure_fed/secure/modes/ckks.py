@@ -649,6 +649,7 @@ class CkksDeployment(SecureDeployment):
             aggregator=signer.identity,
             enrolled=frozenset(plan.participant_ids),
             upload_shape=plan.shape,
+            consortium=plan.consortium_pin("key_authority"),
         )
         public = PublicContext.from_bytes(
             authority.public_context, preset=PRESET, expected_fingerprint=authority.fingerprint

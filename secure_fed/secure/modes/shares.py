@@ -778,6 +778,7 @@ class SharesDeployment(SecureDeployment):
             channel_key=macs["channel"],
             request_key=link,
             registry=_registry(plan),
+            consortium=plan.consortium_pin("helper"),
         )
         authority = KeyAuthority(
             min_participants=plan.min_participants,

@@ -62,12 +62,14 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     ModeSetupInvalid,
     OpeningRefused,
+    PlanOutsidePolicy,
     ScoringInvalid,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
     UploadMalformed,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
+from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_from_fields
 from secure_fed.secure.modes.planned import distance_request
 from secure_fed.secure.modes.share_copies import (
@@ -227,6 +229,11 @@ class HelperParty:
         (:class:`~secure_fed.secure.plan_journal.PlanJournal`): a restarted party
         resumes each round's plan, refuses another plan for it and never opens a
         round's publication twice; ``None`` keeps them in memory.
+    consortium
+        The consortium's signed policy as this helper pinned it
+        (:class:`~secure_fed.secure.consortium_policy.PolicyPin`): a plan outside
+        it is refused (``PLAN_OUTSIDE_POLICY``, audited). Its quorum, participants
+        and shape must be the helper's.
     """
 
     shape: tuple[int, int]
@@ -240,6 +247,7 @@ class HelperParty:
     request_key: ChannelKey | None = field(default=None, repr=False)
     nonces: FreshnessStore | None = field(default=None, repr=False)
     plan_journal: PlanJournal | None = field(default=None, repr=False)
+    consortium: PolicyPin | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
@@ -260,11 +268,15 @@ class HelperParty:
             self._upload_verifier = RequestVerifier(
                 HELPER_REQUEST, key, any_round=True, store=store, channel="uploads"
             )
+        shape = (self.shape[0], self.shape[1])
+        if self.consortium is not None:
+            check_consortium(self.consortium, self.min_participants, frozenset(self.secrets), shape)
         self.plans = PlanBook(
             min_participants=self.min_participants,
             enrolled=frozenset(self.secrets),
-            shape=(self.shape[0], self.shape[1]),
+            shape=shape,
             journal=self.plan_journal,
+            policy=self.consortium,
         )
         self.policy = ReleasePolicy(
             party="helper",
@@ -357,6 +369,13 @@ class HelperParty:
                 raise ModeSetupInvalid("the plan names another upload shape")
             fresh = plan.round_id not in self.plans.trackers
             fixed = self.plans.install(plan).plan
+        except PlanOutsidePolicy as exc:
+            if self.audit is not None:
+                self.audit.record(
+                    "access.denied",
+                    {"party": "helper", "op": "plan", "code": exc.code, "reason": str(exc)},
+                )
+            raise
         except ModeSetupInvalid as exc:
             refused = AuthorityRequestMalformed(f"release plan refused: {exc}")
             if self.audit is not None:

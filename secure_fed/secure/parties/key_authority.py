@@ -61,6 +61,7 @@ from secure_fed.errors import (
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.ckks_claims import check_claim, claim_plan_fields
+from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
 from secure_fed.secure.modes.share_range import (
     COMPARE_PARTICIPANT,
@@ -185,6 +186,11 @@ class KeyAuthority:
         (:class:`~secure_fed.secure.plan_journal.PlanJournal`): a restarted party
         resumes each round's plan, refuses another plan for it and never opens a
         round's publication twice; ``None`` keeps them in memory.
+    consortium
+        The consortium's signed policy as this authority pinned it
+        (:class:`~secure_fed.secure.consortium_policy.PolicyPin`): a plan outside
+        it is refused (``PLAN_OUTSIDE_POLICY``, audited). Its quorum must be
+        ``min_participants``; its participants become ``enrolled``.
     """
 
     min_participants: int
@@ -201,6 +207,7 @@ class KeyAuthority:
     upload_shape: tuple[int, int] | None = None
     nonces: FreshnessStore | None = field(default=None, repr=False)
     plan_journal: PlanJournal | None = field(default=None, repr=False)
+    consortium: PolicyPin | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
@@ -237,11 +244,16 @@ class KeyAuthority:
             )
         if self.central_dp is not None and self.budget is None:
             raise KeyAuthorityConfigInvalid("central_dp needs a budget gate to charge")
+        if self.consortium is not None:
+            self.enrolled = check_consortium(
+                self.consortium, self.min_participants, self.enrolled, self.upload_shape
+            )
         self.plans = PlanBook(
             min_participants=self.min_participants,
             enrolled=self.enrolled,
             shape=self.upload_shape,
             journal=self.plan_journal,
+            policy=self.consortium,
         )
         self.policy = ReleasePolicy(
             party="key_authority",

@@ -17,10 +17,13 @@ def test_default_cap_is_one_over_the_quorum(participants: int, cap: float) -> No
 
 
 def test_explicit_cap_must_be_satisfiable_by_the_quorum() -> None:
-    assert FederationConfig(participants=10, max_weight=0.3).weight_cap() == 0.3
+    assert FederationConfig(participants=10, max_weight=0.2).weight_cap() == 0.2
     with pytest.raises(FederationConfigInvalid, match="max_weight must be >= 1/min_participants"):
         FederationConfig(participants=10, max_weight=0.15)  # quorum 5
-    assert FederationConfig(participants=10, min_participants=8, max_weight=0.15).weight_cap()
+    # above an equal share of the quorum: the consortium policy refuses it
+    with pytest.raises(FederationConfigInvalid, match="max_weight must be <= 1/min_participants"):
+        FederationConfig(participants=10, max_weight=0.3)
+    assert FederationConfig(participants=10, min_participants=8, max_weight=0.125).weight_cap()
     for bad in (0.0, 1.5, float("nan"), True):
         with pytest.raises(FederationConfigInvalid, match="max_weight must be in"):
             FederationConfig(max_weight=bad)

@@ -155,6 +155,7 @@ class Harness:
 
 # --- release plans ---------------------------------------------------------------------
 
+from secure_fed.secure.consortium_policy import ConsortiumPolicy  # noqa: E402
 from secure_fed.secure.parties.helper import plan_request  # noqa: E402
 from secure_fed.secure.release_plan import ReleasePlan  # noqa: E402
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig  # noqa: E402
@@ -168,6 +169,23 @@ def plan(round_id: int, shape: tuple[int, int], *, min_participants: int = 3, **
         shape=shape,
         scoring=ScoringConfig(),
         **kw,
+    )
+
+
+def publication_only(
+    ids: list[str] | tuple[str, ...], shape: tuple[int, int], *, quorum: int = 3, **kw: object
+) -> ConsortiumPolicy:
+    """A consortium policy that does not require the scoring steps (publication-only plans).
+
+    For tests of the decryption and opening mechanics: the default policy requires scoring.
+    """
+    return ConsortiumPolicy(
+        participant_ids=tuple(ids),
+        shape=shape,
+        quorum=quorum,
+        scored=False,
+        ranking=False,
+        **kw,  # type: ignore[arg-type]
     )
 
 

@@ -30,7 +30,7 @@ from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.release_plan import ReleasePlan
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, population, publication_only
 from tests.tolerances import aggregate_tolerance
 
 N, C, Z = 300, 10, 2.0
@@ -79,6 +79,7 @@ def test_noise_is_in_the_released_aggregate_and_charged_to_each_contributor(
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         audit=sink,
         central_dp=dp,
         budget=ledger,
@@ -119,6 +120,7 @@ def test_one_refusing_budget_releases_nothing_and_charges_nobody(tmp_path: Path)
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         central_dp=dp,
         budget=ledger,
     )
@@ -159,7 +161,6 @@ def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> Non
         min_participants=3,
         shape=fed.deployment.shape,
         scoring=agg.scoring,  # type: ignore[attr-defined]
-        scored=False,
         max_weight=cap,  # the round's cap, as the engine fixes it
     )
     agg.begin_round(plan)
@@ -167,6 +168,7 @@ def test_federation_config_reaches_the_released_aggregate(tmp_path: Path) -> Non
         p: agg.load(fed.deployment.encoder(p, bound=PUBLIC_LOGIT_BOUND).encode(m))
         for p, m in zip(ids, preds.values(), strict=True)
     }
+    agg.score(handles, round_id=1)  # the federation's policy requires the scoring steps
     out = agg.reveal(agg.weighted_sum(handles, {p: 1 / 3 for p in ids}), round_id=1)
     clipped = [np.clip(m, -PUBLIC_LOGIT_BOUND, PUBLIC_LOGIT_BOUND) for m in preds.values()]
     noise = out - np.mean(clipped, axis=0)
@@ -207,6 +209,7 @@ def test_noise_follows_the_configured_caps_not_the_requests_claims(
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         central_dp=dp,
         budget=ledger,
     )

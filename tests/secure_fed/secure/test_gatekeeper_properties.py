@@ -39,14 +39,21 @@ from secure_fed.secure.parties.key_authority import (
     plan_request,
 )
 from secure_fed.wire import SHARES_UPLOAD, decode_frame
-from tests.secure_fed.secure.helpers import BOUND, install_helper_plan, plan, population
+from tests.secure_fed.secure.helpers import (
+    BOUND,
+    install_helper_plan,
+    plan,
+    population,
+    publication_only,
+)
 from tests.secure_fed.secure.signed_requests import signed
 
 N, C, MIN = 16, 3, 3
 IDS = [f"p{j:02d}" for j in range(5)]
 ROUNDS = st.integers(min_value=1, max_value=2)
-#: A plan's public weight cap: a round planned twice with another cap is refused.
-CAPS = st.sampled_from([1.0, 0.5])
+#: A plan's public weight cap: a round planned twice with another cap is refused, and a
+#: cap above the policy's (1 / MIN) is refused whatever the round.
+CAPS = st.sampled_from([1.0, 0.5, 1 / 3, 0.25])
 MEMBERS = st.lists(st.sampled_from(IDS), min_size=1, max_size=6) | st.lists(
     st.sampled_from(IDS), min_size=MIN, max_size=5
 )
@@ -97,7 +104,11 @@ def _check_log(log: list[Any], planned: dict[int, float], enrolled: set[str]) ->
 @functools.cache
 def _ckks() -> tuple[SecureDeployment, dict[str, Any], dict[str, np.ndarray]]:
     dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=IDS, min_participants=MIN
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=MIN,
+        policy=publication_only(IDS, (N, C), quorum=MIN),
     )
     preds = dict(zip(IDS, population(len(IDS), N, C, seed=11).values(), strict=True))
     ups = {p: pack_class_major(dep.authority.keys.public_context, m) for p, m in preds.items()}  # type: ignore[union-attr]
@@ -117,6 +128,7 @@ class KeyAuthorityMachine(RuleBasedStateMachine):
             aggregator=self.signer.identity,
             enrolled=frozenset(IDS),
             upload_shape=(N, C),
+            consortium=self.dep.authority.consortium,  # type: ignore[attr-defined]
         )
         self.planned: dict[int, float] = {}  # round -> the plan's weight cap
         self.published: set[int] = set()
@@ -152,8 +164,8 @@ class KeyAuthorityMachine(RuleBasedStateMachine):
 
     @initialize()
     def first_plan(self) -> None:
-        """Round 1 starts planned (so publications are reached early), cap 1."""
-        self.install_plan(1, 1.0)
+        """Round 1 starts planned (so publications are reached early), cap 1/3."""
+        self.install_plan(1, 1 / 3)
 
     @rule(round_id=ROUNDS, cap=CAPS)
     def install_plan(self, round_id: int, cap: float) -> None:
@@ -164,9 +176,10 @@ class KeyAuthorityMachine(RuleBasedStateMachine):
             self.ka.install_plan(plan_request(the_plan, signer=self.signer))
         except (ModeSetupInvalid, ServerRequestReplayed):
             # only another plan for a planned round, or an older round's, is refused
-            assert self.planned.get(round_id, cap) != cap or not fresh
+            assert cap > 1 / MIN or self.planned.get(round_id, cap) != cap or not fresh
             return
-        assert self.planned.get(round_id, cap) == cap and fresh  # new, or the same again
+        # new, or the same again
+        assert cap <= 1 / MIN and self.planned.get(round_id, cap) == cap and fresh
         self.planned[round_id] = cap
 
     @rule(
@@ -238,7 +251,11 @@ class HelperMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dep = SecureDeployment.create(
-            mode="shares", shape=(N, C), participant_ids=IDS, min_participants=MIN
+            mode="shares",
+            shape=(N, C),
+            participant_ids=IDS,
+            min_participants=MIN,
+            policy=publication_only(IDS, (N, C), quorum=MIN),
         )
         agg = self.dep.aggregator(bound=BOUND)
         preds = population(len(IDS), N, C, seed=5)
@@ -260,8 +277,8 @@ class HelperMachine(RuleBasedStateMachine):
 
     @initialize()
     def first_plan(self) -> None:
-        """Round 1 starts planned (so publications are reached early), cap 1."""
-        self.install_plan(1, 1.0)
+        """Round 1 starts planned (so publications are reached early), cap 1/3."""
+        self.install_plan(1, 1 / 3)
 
     @rule(round_id=ROUNDS, cap=CAPS)
     def install_plan(self, round_id: int, cap: float) -> None:
@@ -271,9 +288,9 @@ class HelperMachine(RuleBasedStateMachine):
         try:
             install_helper_plan(self.dep.helper, the_plan)
         except (ModeSetupInvalid, AuthorityRequestMalformed, ServerRequestReplayed):
-            assert self.planned.get(round_id, cap) != cap or not fresh
+            assert cap > 1 / MIN or self.planned.get(round_id, cap) != cap or not fresh
             return
-        assert self.planned.get(round_id, cap) == cap and fresh
+        assert cap <= 1 / MIN and self.planned.get(round_id, cap) == cap and fresh
         self.planned[round_id] = cap
 
     @rule(

@@ -134,7 +134,7 @@ def test_publication_refusals(scored: PlanTracker, ids, weights, fragment: str) 
 
 
 def test_at_most_a_minority_is_excluded() -> None:
-    tracker = PlanTracker(plan=replace(PLAN, min_participants=2))
+    tracker = PlanTracker(plan=replace(PLAN, min_participants=2, max_weight=0.5))
     tracker.roster, tracker.phase = IDS, "publication"
     tracker.final_scores = {p: 100.0 for p in IDS}  # everybody above the floor
     assert "minority" in str(tracker.reason(_publication(("a", "b"), (0.5, 0.5))))

@@ -249,6 +249,7 @@ def test_evidence_refusals_are_named() -> None:
 
 
 def _unscored(**kw: Any) -> PlanTracker:
+    kw.setdefault("max_weight", 0.5)  # 1 / min_participants
     return PlanTracker(
         plan=replace(PLAN, scored=False, min_participants=2, **kw),
         enrolled=frozenset(IDS[:3]),
@@ -277,7 +278,7 @@ def test_weights_exactly_at_their_limits_are_accepted() -> None:
     tracker = _unscored(max_weight=0.5)
     cap = tracker.plan.max_weight * (1.0 + CAP_TOLERANCE)
     assert tracker.reason(_publication(("a", "b"), (cap, 1.0 - cap))) is None
-    tracker = _unscored()
+    tracker = _unscored(max_weight=1.0)
     assert tracker.reason(_publication(("a", "b"), (WEIGHT_FLOOR, 1.0 - WEIGHT_FLOOR))) is None
     slack = (0.5, 0.5 + 2 * WEIGHT_FLOOR)  # sum - 1 is exactly count * floor
     assert tracker.reason(_publication(("a", "b"), slack)) is None

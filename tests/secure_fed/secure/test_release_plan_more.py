@@ -85,7 +85,10 @@ def test_a_rounds_plan_applies_its_defaults_and_floors() -> None:
     plan = _for_round(min_participants=1, scoring=ScoringConfig(moment_samples=400, min_subset=1))
     assert (plan.min_participants, plan.min_subset) == (2, 2)
     assert plan.exclude_above == exclusion_floor(None, C)
-    assert plan.scored is True and plan.max_weight == 1.0
+    # the cap defaults to an equal share of the quorum: 1 / min_participants
+    assert plan.scored is True and plan.max_weight == 0.5
+    assert _for_round(min_participants=4).max_weight == 0.25
+    assert _for_round(min_participants=4, max_weight=0.5).max_weight == 0.5
     assert _for_round(min_participants=2).min_participants == 2
     assert _for_round(min_participants=4).min_participants == 4
     assert _for_round(scoring=ScoringConfig(moment_samples=400, min_subset=3)).min_subset == 3
@@ -116,7 +119,7 @@ def test_the_plans_bytes_are_canonical_with_floats_as_their_repr() -> None:
     for name in ("subset_fraction", "ridge", "weight_floor", "max_weight", "exclude_above"):
         assert data[name] == repr(getattr(plan, name))
     assert data["ridge"] == "1e-06" and data["round_id"] == 5
-    assert b'"exclude_above":"9.5","max_weight":"1.0","min_participants":3,' in raw
+    assert b'"exclude_above":"9.5","max_weight":"0.3333333333333333","min_participants":3,' in raw
     assert ReleasePlan.from_bytes(raw) == plan
 
 

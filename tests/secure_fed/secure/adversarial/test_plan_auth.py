@@ -26,7 +26,7 @@ from secure_fed.wire import (
     decode_frame,
     encode_frame,
 )
-from tests.secure_fed.secure.helpers import BOUND, plan, population
+from tests.secure_fed.secure.helpers import BOUND, plan, population, publication_only
 
 N, C = 32, 3
 IDS = ["p00", "p01", "p02", "p03"]
@@ -35,7 +35,12 @@ IDS = ["p00", "p01", "p02", "p03"]
 def _deploy(mode: str) -> tuple[SecureDeployment, MemoryAuditSink]:
     sink = MemoryAuditSink()
     dep = SecureDeployment.create(
-        mode=mode, shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+        mode=mode,
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
+        audit=sink,
     )
     return dep, sink
 

@@ -21,14 +21,14 @@ from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.audit.verify.log import verify_log
 from privacy_ledger.db import create_ledger_engine, upgrade
-from secure_fed.errors import ServerRequestUnauthenticated
+from secure_fed.errors import PlanOutsidePolicy, ServerRequestUnauthenticated
 from secure_fed.secure.audit import LedgerAuditSink, MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties import helper as helper_party
 from secure_fed.secure.parties import key_authority
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.server_auth import ServerSigningKey
-from tests.secure_fed.secure.helpers import plan
+from tests.secure_fed.secure.helpers import plan, publication_only
 
 N, C = 32, 3
 IDS = ["p00", "p01", "p02", "p03"]
@@ -40,6 +40,7 @@ def _deploy(mode: str, sink: object) -> SecureDeployment:
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         audit=sink,  # type: ignore[arg-type]
     )
 
@@ -68,18 +69,23 @@ def test_the_applied_plan_is_recorded_once(mode: str, ckks) -> None:  # type: ig
     else:
         sink = MemoryAuditSink()
         dep = _deploy(mode, sink)
-    sent = replace(plan(7, (N, C)), min_participants=2, max_weight=0.5)  # below the gatekeeper
+    below = replace(plan(7, (N, C)), min_participants=2, max_weight=0.5)  # below the quorum
+    with pytest.raises(PlanOutsidePolicy, match="quorum 2 is below the policy's 3"):
+        _install(dep, below)  # refused, never raised to fit: what is applied is what was sent
+    assert not [e for e in sink.named("plan.installed") if e["round_id"] == 7]
+    denied = [e for e in sink.named("access.denied") if e.get("op") == "plan"]
+    assert denied[-1]["code"] == "PLAN_OUTSIDE_POLICY"
+    sent = replace(plan(7, (N, C)), max_weight=0.3)
     applied = _install(dep, sent)
-    assert applied.min_participants == 3  # raised to the gatekeeper's own minimum
+    assert applied == sent
     events = [e for e in sink.named("plan.installed") if e["round_id"] == 7]
     assert len(events) == 1
     event = events[0]
     party = "key_authority" if mode == "ckks" else "helper"
     assert event["party"] == party
     assert event["plan_sm3"] == sm3_digest(applied.to_bytes()).hex()
-    assert event["plan_sm3"] != sm3_digest(sent.to_bytes()).hex()  # not what was sent
     assert event["min_participants"] == 3 and event["participants"] == IDS
-    assert event["max_weight"] == repr(0.5) and event["weight_floor"] == repr(applied.weight_floor)
+    assert event["max_weight"] == repr(0.3) and event["weight_floor"] == repr(applied.weight_floor)
     assert event["plan"]["moment_samples"] == applied.moment_samples  # type: ignore[index]
     assert event["request"]["signer"] == "aggregator"  # type: ignore[index]
     assert len(event["request"]["nonce"]) == 32  # type: ignore[index]

@@ -26,7 +26,7 @@ from secure_fed.secure.modes.ckks import CkksAggregator, CkksKeys
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, population, publication_only
 
 N, C = 120, 4
 IDS = ["a", "b", "c", "d"]
@@ -68,7 +68,12 @@ def _plan(agg: CkksAggregator, **kw: Any) -> ReleasePlan:
 def _setup(tmp_path: Path) -> tuple[_Restartable, MemoryAuditSink, Any, dict[str, Any]]:
     sink = MemoryAuditSink()
     dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
+        audit=sink,
     )
     ka = _Restartable(dep, tmp_path / "keyauthority-plans.db")
     preds = dict(zip(IDS, population(len(IDS), N, C, seed=3).values(), strict=True))
@@ -90,10 +95,10 @@ def test_a_restart_mid_round_resumes_the_plan_and_refuses_what_was_released(tmp_
     # its scores were released before the restart: asked again, refused
     with pytest.raises(DecryptionRefused):
         again.score({p: again.load(b) for p, b in payloads.items()}, round_id=1)
-    # another plan for the round (a higher weight cap) is refused and audited
+    # another plan for the round (another weight cap, within the policy) is refused and audited
     other = ka.aggregator()
     with pytest.raises(ModeSetupInvalid, match="already has a release plan"):
-        other.begin_round(_plan(other, max_weight=0.9))
+        other.begin_round(_plan(other, max_weight=0.3))
     denied = [e for e in sink.named("access.denied") if e.get("op") == "plan"]
     assert denied and "already has a release plan" in str(denied[-1]["reason"])
     # the original aggregator goes on where the round was: it publishes once
@@ -135,7 +140,12 @@ def test_a_restarted_helper_refuses_another_plan_and_a_second_publication(tmp_pa
 
     sink = MemoryAuditSink()
     dep = SecureDeployment.create(
-        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+        mode="shares",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
+        audit=sink,
     )
     journal = tmp_path / "helper-plans.db"
     dep.helper = dataclasses.replace(dep.helper, plan_journal=PlanJournal(journal))
@@ -157,7 +167,7 @@ def test_a_restarted_helper_refuses_another_plan_and_a_second_publication(tmp_pa
     again = dep.aggregator(bound=BOUND)
     again.begin_round(the_plan)  # the same plan: resumed
     with pytest.raises(AuthorityRequestMalformed, match="already has a release plan"):
-        dep.aggregator(bound=BOUND).begin_round(dataclasses.replace(the_plan, max_weight=0.9))
+        dep.aggregator(bound=BOUND).begin_round(dataclasses.replace(the_plan, max_weight=0.3))
     denied = [e for e in sink.named("access.denied") if e.get("op") == "plan"]
     assert denied and denied[-1]["party"] == "helper"
     skewed = {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3 - 1e-3, "d": 1e-3}

@@ -35,7 +35,7 @@ from secure_fed.secure.publication_check import witness_field
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
-from tests.secure_fed.secure.helpers import BOUND, population
+from tests.secure_fed.secure.helpers import BOUND, population, publication_only
 from tests.tolerances import aggregate_tolerance
 
 N, C = 300, 4
@@ -45,7 +45,12 @@ IDS = ["a", "b", "c", "d"]
 def _deploy() -> tuple[Any, MemoryAuditSink]:
     sink = MemoryAuditSink()
     dep = SecureDeployment.create(
-        mode="ckks", shape=(N, C), participant_ids=IDS, min_participants=3, audit=sink
+        mode="ckks",
+        shape=(N, C),
+        participant_ids=IDS,
+        min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
+        audit=sink,
     )
     return dep, sink
 

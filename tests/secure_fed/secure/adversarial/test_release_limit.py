@@ -21,7 +21,7 @@ from secure_fed.secure.parties.key_authority import (
     decryption_request,
     plan_request,
 )
-from tests.secure_fed.secure.helpers import plan, population
+from tests.secure_fed.secure.helpers import plan, population, publication_only
 
 N, C = 4096, 2  # one class per ciphertext run: every aggregate is 2 ciphertexts
 IDS = ["a", "b", "c", "d"]
@@ -42,6 +42,7 @@ def test_a_publication_crossing_the_limit_is_refused_whole() -> None:
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         audit=sink,
         publication_preset=None,
     )

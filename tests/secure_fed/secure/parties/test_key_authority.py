@@ -22,7 +22,7 @@ from secure_fed.secure.parties.key_authority import (
 )
 from secure_fed.wire import KEY_AUTHORITY_REPLY, decode_array, decode_frame
 from tests.secure_fed.secure.conftest import IDS, C, N
-from tests.secure_fed.secure.helpers import plan, population
+from tests.secure_fed.secure.helpers import plan, population, publication_only
 from tests.tolerances import aggregate_tolerance
 
 
@@ -37,6 +37,7 @@ def ckks() -> tuple[SecureDeployment, MemoryAuditSink]:
         min_participants=3,
         audit=sink,
         publication_preset=None,
+        policy=publication_only(IDS, (N, C)),
     )
     return dep, sink
 

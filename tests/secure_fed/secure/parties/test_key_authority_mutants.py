@@ -39,7 +39,7 @@ from secure_fed.wire import (
     decode_frame,
     encode_header,
 )
-from tests.secure_fed.secure.helpers import plan, population
+from tests.secure_fed.secure.helpers import plan, population, publication_only
 from tests.tolerances import aggregate_tolerance, score_tolerance
 
 N, C = 64, 4
@@ -56,6 +56,7 @@ def setup() -> Any:
         shape=(N, C),
         participant_ids=IDS,
         min_participants=3,
+        policy=publication_only(IDS, (N, C), quorum=3),
         audit=sink,
         publication_preset=None,
     )

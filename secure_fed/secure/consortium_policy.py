@@ -1,0 +1,503 @@
+"""The consortium's policy: what any round may open, signed by every participant.
+
+Each round's :class:`~secure_fed.secure.release_plan.ReleasePlan` is written by
+the aggregator. Without a bound of its own, a gatekeeper would enforce whatever
+the aggregator wrote: a weight cap of 1, no scoring, an exclusion threshold
+below every score. The consortium's policy is that bound. It is created at the
+key ceremony, every enrolled participant signs its canonical bytes (SM2), and
+both gatekeepers pin it: a plan outside it is refused
+(:class:`~secure_fed.errors.PlanOutsidePolicy`, ``PLAN_OUTSIDE_POLICY``) and the
+refusal is audited. It holds:
+
+* the roster (``participant_ids``) and the upload shape;
+* ``quorum``: the smallest accepted set of any publication;
+* ``max_weight``: the largest publication weight, at most ``1 / quorum``, so
+  no single publication puts more than an equal share of the quorum on one
+  participant (with exactly ``quorum`` participants the weights are equal);
+* ``weight_floor``: the smallest publication weight (at least the codec's resolution);
+* the required steps: ``scored`` (the Mahalanobis scoring passes), ``ranking``
+  (the robust subset) and ``copies`` (near-duplicate detection, when the
+  consortium requires it), and their bounds: the rows a score, moment and
+  evidence scalar average over;
+* ``exclude_quantile``: the chi-square quantile above which a final score may
+  be excluded. The gatekeeper derives the floor itself from the upload's
+  classes (:meth:`ConsortiumPolicy.exclusion_floor`); a plan's
+  ``exclude_above`` below it is refused, so the aggregator never picks whom it
+  may leave out.
+
+A policy changes only by a new ceremony or by a document with a higher
+``version`` that every participant of the pinned policy signed
+(:meth:`PolicyPin.amend`, audited as ``policy.changed``). A gatekeeper with a
+plan journal records the pinned version and digest there: after a restart it
+refuses to start under an older or different policy of the same version.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from crypto.errors import CryptoError
+from crypto.shares import RING_WEIGHTS
+from crypto.sm import SM2PrivateKey, SM2PublicKey, sm3_digest
+from privacy_ledger.audit.events import register_event
+from secure_fed.errors import ModeSetupInvalid, PlanOutsidePolicy, PolicyInvalid
+from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.scoring.outlier import OutlierConfig
+
+__all__ = [
+    "POLICY_CHANGED",
+    "POLICY_PINNED",
+    "MIN_EVIDENCE_ROWS",
+    "MIN_MOMENT_ROWS",
+    "POLICY_FORMAT",
+    "ConsortiumPolicy",
+    "PolicyPin",
+    "SignedPolicy",
+    "check_consortium",
+]
+
+_log = logging.getLogger(__name__)
+
+POLICY_FORMAT = "secure-fed-policy/1"
+POLICY_PINNED = register_event(
+    "policy.pinned",
+    "A gatekeeper verified every participant's signature on the consortium policy and pinned it.",
+).name
+POLICY_CHANGED = register_event(
+    "policy.changed",
+    "A gatekeeper adopted a newer consortium policy that every participant signed.",
+).name
+#: Domain separation of a participant's signature over the policy's bytes.
+_SIGNED_PREFIX = b"secure-fed consortium policy\n"
+#: A score or moment averages over at least ``min(N, MIN_MOMENT_ROWS)`` rows.
+MIN_MOMENT_ROWS = 256
+#: An evidence scalar averages over at least ``min(N, MIN_EVIDENCE_ROWS)`` labeled rows.
+MIN_EVIDENCE_ROWS = 64
+#: Smallest publication weight any policy allows: the shares codec's resolution (2^-16).
+CODEC_WEIGHT_FLOOR = 2.0**-RING_WEIGHTS.frac_bits
+#: Relative slack of the cap comparison (1/quorum is not exact in binary).
+_CAP_SLACK = 1e-12
+#: Largest policy document accepted before parsing.
+MAX_POLICY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsortiumPolicy:
+    """What every round of the consortium may open (validated; the field is named in errors).
+
+    Parameters
+    ----------
+    participant_ids
+        The enrolled participants, each of whom signs the policy.
+    shape
+        ``(N, C)`` of every upload.
+    quorum
+        Smallest accepted set of a publication (``2 <= quorum <= len(participant_ids)``).
+    max_weight
+        Largest publication weight, in ``[weight_floor, 1 / quorum]`` (default ``1 / quorum``).
+    weight_floor
+        Smallest publication weight, at least the codec's resolution 2^-16.
+    scored, ranking, copies
+        Whether every plan must score (Mahalanobis passes), rank (robust
+        subset) and detect near-copies. ``copies`` requires ``scored``.
+    exclude_quantile
+        Chi-square quantile of the exclusion floor, in ``(0.5, 1)``.
+    min_moment_rows, min_evidence_rows
+        Rows a score or moment, and an evidence scalar, average over at least
+        (capped at ``N``).
+    version
+        Increases with every amendment (>= 1).
+    consortium
+        A name for people (logged and shown in reports).
+    """
+
+    participant_ids: tuple[str, ...]
+    shape: tuple[int, int]
+    quorum: int
+    max_weight: float | None = None
+    weight_floor: float = CODEC_WEIGHT_FLOOR
+    scored: bool = True
+    ranking: bool = True
+    copies: bool = False
+    exclude_quantile: float = 0.999
+    min_moment_rows: int = MIN_MOMENT_ROWS
+    min_evidence_rows: int = MIN_EVIDENCE_ROWS
+    version: int = 1
+    consortium: str = "secure-fed"
+
+    def __post_init__(self) -> None:
+        ids = self.participant_ids
+        if (
+            not isinstance(ids, tuple)
+            or not ids
+            or len(set(ids)) != len(ids)
+            or not all(isinstance(p, str) and 0 < len(p) <= 128 for p in ids)
+        ):
+            raise PolicyInvalid(f"participant_ids must be distinct non-empty ids, got {ids!r}")
+        shape = self.shape
+        if not (
+            isinstance(shape, tuple)
+            and len(shape) == 2
+            and all(_is_int(s) and s >= 1 for s in shape)
+            and shape[1] >= 2
+        ):
+            raise PolicyInvalid(f"shape must be (N >= 1, C >= 2), got {shape!r}")
+        ints = ("quorum", "min_moment_rows", "min_evidence_rows", "version")
+        for name in ints:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise PolicyInvalid(
+                    f"{name} must be a positive integer, got {getattr(self, name)!r}"
+                )
+        if not 2 <= self.quorum <= len(ids):
+            raise PolicyInvalid(f"quorum must be in [2, {len(ids)}], got {self.quorum}")
+        if self.max_weight is None:
+            object.__setattr__(self, "max_weight", 1.0 / self.quorum)
+        checks = [
+            (
+                "weight_floor",
+                _is_real(self.weight_floor) and CODEC_WEIGHT_FLOOR <= self.weight_floor,
+            ),
+            ("max_weight", self._cap_ok()),
+            (
+                "exclude_quantile",
+                _is_real(self.exclude_quantile) and 0.5 < self.exclude_quantile < 1,
+            ),
+            ("scored", isinstance(self.scored, bool)),
+            ("ranking", isinstance(self.ranking, bool) and (self.scored or not self.ranking)),
+            ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),
+            ("consortium", isinstance(self.consortium, str) and 0 < len(self.consortium) <= 128),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise PolicyInvalid(f"{name} is out of range: {getattr(self, name)!r}")
+
+    def cap_limit(self) -> float:
+        """Return the largest cap a policy of this quorum may set: ``1 / quorum``."""
+        return (1.0 / self.quorum) * (1.0 + _CAP_SLACK)
+
+    @property
+    def cap(self) -> float:
+        """The publication weight cap (``max_weight`` with its default applied)."""
+        return float(self.max_weight) if self.max_weight is not None else 1.0 / self.quorum
+
+    def _cap_ok(self) -> bool:
+        return _is_real(self.max_weight) and self.weight_floor <= self.cap <= self.cap_limit()
+
+    def exclusion_floor(self) -> float:
+        """Smallest final score a plan may exclude: the chi-square ``exclude_quantile`` cut."""
+        config = OutlierConfig(exclude_quantile=self.exclude_quantile, downweight_quantile=0.51)
+        return config.thresholds(self.shape[1] - 1)[1]
+
+    # -- plans ---------------------------------------------------------------------
+
+    def plan_reason(self, plan: Any) -> str | None:
+        """Say why ``plan`` (a ``ReleasePlan``) lies outside the policy; ``None`` if within."""
+        shape = (plan.num_samples, plan.num_classes)
+        if shape != self.shape:
+            return f"upload shape {shape} is not the policy's {self.shape}"
+        if plan.min_participants < self.quorum:
+            return f"quorum {plan.min_participants} is below the policy's {self.quorum}"
+        if plan.cap > self.cap * (1.0 + _CAP_SLACK):
+            return f"weight cap {plan.cap!r} exceeds the policy's {self.cap!r}"
+        if plan.weight_floor < self.weight_floor:
+            return f"weight floor {plan.weight_floor!r} is below the policy's {self.weight_floor!r}"
+        if self.scored and not plan.scored:
+            return "the policy requires the scoring steps"
+        if self.ranking and plan.scored and not plan.ranking:
+            return "the policy requires the ranking step (the robust subset)"
+        if self.copies and not plan.copies:
+            return "the policy requires near-copy detection"
+        floor = self.exclusion_floor()
+        if not plan.exclude_above >= floor:
+            return (
+                f"exclusion threshold {plan.exclude_above!r} is below the policy's floor "
+                f"{floor!r} (chi-square {self.exclude_quantile!r}, {self.shape[1] - 1} dof)"
+            )
+        if plan.scored and plan.moment_samples < min(plan.num_samples, self.min_moment_rows):
+            return f"{plan.moment_samples} moment rows: the policy requires {self.min_moment_rows}"
+        rows = plan.evidence_rows
+        if 0 < rows < min(plan.num_samples, self.min_evidence_rows):
+            return f"{rows} evidence rows: the policy requires {self.min_evidence_rows}"
+        return None
+
+    def require_plan(self, plan: Any) -> None:
+        """Raise :class:`~secure_fed.errors.PlanOutsidePolicy` unless ``plan`` lies within."""
+        reason = self.plan_reason(plan)
+        if reason is not None:
+            raise PlanOutsidePolicy(
+                f"release plan of round {plan.round_id} is outside the consortium policy "
+                f"(version {self.version}): {reason}"
+            )
+
+    # -- bytes ---------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON (floats as exact ``repr`` strings): what participants sign."""
+        data: dict[str, Any] = {"format": POLICY_FORMAT}
+        for key, value in asdict(self).items():
+            data[key] = repr(value) if isinstance(value, float) else value
+        data["participant_ids"] = list(self.participant_ids)
+        data["shape"] = list(self.shape)
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ConsortiumPolicy:
+        """Parse :meth:`to_bytes` output; the bytes must be canonical.
+
+        Raises
+        ------
+        PolicyInvalid
+            On anything but a valid, canonical policy document.
+        """
+        if not isinstance(data, bytes) or len(data) > MAX_POLICY_BYTES:
+            raise PolicyInvalid("a policy document is bytes of at most 64 KiB")
+        try:
+            raw = json.loads(data)
+            if not isinstance(raw, dict) or raw.pop("format", None) != POLICY_FORMAT:
+                raise PolicyInvalid(f"not a {POLICY_FORMAT} document")
+            floats = ("max_weight", "weight_floor", "exclude_quantile")
+            fields: dict[str, Any] = {k: float(v) if k in floats else v for k, v in raw.items()}
+            fields["participant_ids"] = tuple(fields["participant_ids"])
+            fields["shape"] = tuple(fields["shape"])
+            policy = cls(**fields)
+        except PolicyInvalid:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise PolicyInvalid(f"policy document refused: {exc}") from exc
+        if policy.to_bytes() != data:
+            raise PolicyInvalid("the policy document is not in canonical form")
+        return policy
+
+    @property
+    def sm3(self) -> str:
+        """Hex SM3 digest of :meth:`to_bytes` (what a gatekeeper pins and audits)."""
+        return sm3_digest(self.to_bytes()).hex()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class SignedPolicy:
+    """A policy document and every participant's SM2 signature over it.
+
+    Parameters
+    ----------
+    document
+        :meth:`ConsortiumPolicy.to_bytes`.
+    signatures
+        Participant id to DER SM2 signature over the domain-separated document.
+    """
+
+    document: bytes
+    signatures: Mapping[str, bytes] = field(repr=False)
+
+    @classmethod
+    def sign(cls, policy: ConsortiumPolicy, keys: Mapping[str, SM2PrivateKey]) -> SignedPolicy:
+        """Sign ``policy`` with each participant's key (every participant must sign)."""
+        missing = sorted(set(policy.participant_ids) - set(keys))
+        if missing:
+            raise PolicyInvalid(f"participants {missing} have no key to sign the policy with")
+        document = policy.to_bytes()
+        message = _SIGNED_PREFIX + document
+        return cls(document, {p: keys[p].sign(message) for p in policy.participant_ids})
+
+    def verify(self, participant_keys: Mapping[str, SM2PublicKey]) -> ConsortiumPolicy:
+        """Return the policy if every participant it names signed it with its enrolled key.
+
+        Raises
+        ------
+        PolicyInvalid
+            If the document is invalid, a participant's signature is missing or
+            does not verify, the policy names a participant without an enrolled
+            key, or a signature comes from anybody else.
+        """
+        policy = ConsortiumPolicy.from_bytes(self.document)
+        named = set(policy.participant_ids)
+        if set(participant_keys) != named:
+            raise PolicyInvalid(
+                "the policy's participants are not the enrolled ones: "
+                f"{sorted(named ^ set(participant_keys))}"
+            )
+        if set(self.signatures) != named:
+            raise PolicyInvalid(
+                "the policy must be signed by every participant; missing "
+                f"{sorted(named - set(self.signatures))}, "
+                f"foreign {sorted(set(self.signatures) - named)}"
+            )
+        message = _SIGNED_PREFIX + self.document
+        for pid in policy.participant_ids:
+            signature = self.signatures[pid]
+            if not isinstance(signature, bytes) or len(signature) > 80:
+                raise PolicyInvalid(f"the signature of {pid!r} is malformed")
+            try:
+                participant_keys[pid].verify(message, signature)
+            except CryptoError as exc:
+                raise PolicyInvalid(f"the signature of {pid!r} does not verify: {exc}") from exc
+        return policy
+
+    def to_json(self) -> bytes:
+        """Return the signed document as the JSON file the ceremony writes (``policy.json``)."""
+        data = {
+            "document": self.document.decode(),
+            "signatures": {p: s.hex() for p, s in sorted(self.signatures.items())},
+        }
+        return json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SignedPolicy:
+        """Parse :meth:`to_json` output (signatures are checked by :meth:`verify`).
+
+        Raises
+        ------
+        PolicyInvalid
+            If the file is not a signed policy.
+        """
+        if not isinstance(data, bytes) or len(data) > 4 * MAX_POLICY_BYTES:
+            raise PolicyInvalid("a signed policy file is bytes of at most 256 KiB")
+        try:
+            raw = json.loads(data)
+            document = raw["document"].encode()
+            signatures = {str(p): bytes.fromhex(s) for p, s in raw["signatures"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise PolicyInvalid(f"signed policy refused: {exc}") from exc
+        return cls(document, signatures)
+
+
+@dataclass
+class PolicyPin:
+    """A gatekeeper's pinned policy; changes only by an amendment every participant signed.
+
+    Parameters
+    ----------
+    signed
+        The signed policy from the key ceremony.
+    participant_keys
+        Every enrolled participant's SM2 public key.
+    party
+        The gatekeeper's name in audit events.
+    audit
+        Sink of ``policy.pinned`` and ``policy.changed`` (and ``access.denied``) events.
+    journal
+        A :class:`~secure_fed.secure.plan_journal.PlanJournal`: the pinned version and
+        digest survive a restart; an older policy, or another of the same version,
+        is refused at start.
+
+    Raises
+    ------
+    PolicyInvalid
+        If a signature is missing or invalid, or the journal pins a newer or other policy.
+    """
+
+    signed: SignedPolicy
+    participant_keys: Mapping[str, SM2PublicKey] = field(repr=False)
+    party: str = "gatekeeper"
+    audit: AuditSink | None = None
+    journal: Any = field(default=None, repr=False)
+    policy: ConsortiumPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = self.signed.verify(self.participant_keys)
+        pinned = None if self.journal is None else self.journal.pinned_policy()
+        if pinned is not None:
+            version, digest, document = pinned
+            if version > self.policy.version or (
+                version == self.policy.version and not hmac.compare_digest(digest, self.policy.sm3)
+            ):
+                raise PolicyInvalid(
+                    f"this {self.party} pinned policy version {version} (sm3 {digest[:16]}...); "
+                    f"refusing to start under version {self.policy.version} "
+                    f"(sm3 {self.policy.sm3[:16]}...)"
+                )
+            if version < self.policy.version:
+                self._pin("policy.changed", previous=ConsortiumPolicy.from_bytes(document))
+            return
+        self._pin("policy.pinned", previous=None)
+
+    def amend(self, signed: SignedPolicy) -> ConsortiumPolicy:
+        """Adopt a newer policy that every participant of the pinned one signed.
+
+        Raises
+        ------
+        PolicyInvalid
+            If a signature is missing or invalid, or the version is not higher (refusal
+            audited as ``access.denied``, op ``policy``).
+        """
+        try:
+            policy = signed.verify(self.participant_keys)
+            if policy.version <= self.policy.version:
+                raise PolicyInvalid(
+                    f"policy version {policy.version} is not newer than the pinned "
+                    f"{self.policy.version}"
+                )
+        except PolicyInvalid as exc:
+            if self.audit is not None:
+                self.audit.record(
+                    "access.denied",
+                    {"party": self.party, "op": "policy", "code": exc.code, "reason": str(exc)},
+                )
+            raise
+        previous, self.signed, self.policy = self.policy, signed, policy
+        self._pin("policy.changed", previous=previous)
+        return policy
+
+    def _pin(self, event: str, *, previous: ConsortiumPolicy | None) -> None:
+        if self.journal is not None:
+            self.journal.pin_policy(self.policy.version, self.policy.sm3, self.policy.to_bytes())
+        _log.info(
+            "%s pinned consortium policy version %d (sm3 %s)",
+            self.party,
+            self.policy.version,
+            self.policy.sm3,
+        )
+        if self.audit is None:
+            return
+        fields: dict[str, object] = {
+            "party": self.party,
+            "version": self.policy.version,
+            "policy_sm3": self.policy.sm3,
+            "policy": json.loads(self.policy.to_bytes()),
+            "signers": sorted(self.signed.signatures),
+        }
+        if previous is not None:
+            fields["previous_version"] = previous.version
+            fields["previous_sm3"] = previous.sm3
+        self.audit.record(event, fields)
+
+
+def check_consortium(
+    pin: PolicyPin,
+    min_participants: int,
+    enrolled: frozenset[str] | None,
+    shape: tuple[int, int] | None,
+) -> frozenset[str]:
+    """Check a gatekeeper's own settings against its pinned policy; return the enrolled set.
+
+    Raises
+    ------
+    ModeSetupInvalid
+        If the gatekeeper's quorum, participants or upload shape differ from the policy's.
+    """
+    policy = pin.policy
+    if min_participants != policy.quorum:
+        raise ModeSetupInvalid(
+            f"{pin.party}: min_participants {min_participants} is not the policy's quorum "
+            f"{policy.quorum}"
+        )
+    ids = frozenset(policy.participant_ids)
+    if enrolled is not None and enrolled != ids:
+        raise ModeSetupInvalid(f"{pin.party}: enrolled participants are not the policy's")
+    if shape is not None and tuple(shape) != policy.shape:
+        raise ModeSetupInvalid(f"{pin.party}: upload shape {shape} is not the policy's")
+    return ids
