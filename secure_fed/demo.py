@@ -47,25 +47,44 @@ __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 _log = logging.getLogger(__name__)
 
 
-def _demo_audit_log(out: Path, passphrase: bytes | None, *, name: str) -> AuditLog:
-    """Create the demo's audit log with a fresh SM2 tree-head signing key.
+def _write_key(out: Path, name: str, key: SM2PrivateKey, passphrase: bytes | None) -> None:
+    """Write ``key`` as ``<name>-key.pem`` (mode 0600) and its public key beside it.
 
-    The signing key is written (mode 0600) as encrypted PKCS#8 under
-    ``passphrase``; without one, UNENCRYPTED so that the demo runs with no
-    setup (the command line says so). The public key is written beside it for
-    ``secure-fed ledger verify --public-key`` and for ``openssl``.
+    Encrypted PKCS#8 under ``passphrase``; without one, UNENCRYPTED so that the
+    demo runs with no setup (the command line says so).
     """
-    key = SM2PrivateKey.generate()
-    key_path = out / "log-signing-key.pem"
     if passphrase is None:
         pem = key.to_pem_unencrypted_insecure()
     else:
         pem = key.to_pem(passphrase=passphrase)
+    key_path = out / f"{name}-key.pem"
     key_path.touch(mode=0o600)
-    key_path.write_bytes(pem)
     key_path.chmod(0o600)
-    (out / "log-public-key.pem").write_bytes(key.public_key.to_pem())
+    key_path.write_bytes(pem)
+    public = name.removesuffix("-signing")
+    (out / f"{public}-public-key.pem").write_bytes(key.public_key.to_pem())
+
+
+def _demo_audit_log(out: Path, passphrase: bytes | None, *, name: str) -> AuditLog:
+    """Create the demo's audit log with a fresh SM2 tree-head signing key.
+
+    The key is ``log-signing-key.pem`` (see :func:`_write_key`); the public key
+    beside it is for ``secure-fed ledger verify --public-key`` and ``openssl``.
+    """
+    key = SM2PrivateKey.generate()
+    _write_key(out, "log-signing", key, passphrase)
     return AuditLog(signer=key, origin=f"secure-fed-demo/{name}")
+
+
+def _service_keys(out: Path, passphrase: bytes | None) -> None:
+    """Leave the keys ``secure-fed api`` uses beside the demo's ledger, each its own.
+
+    ``report-signing-key.pem`` signs the JSON report bundles the console exports;
+    ``receipt-key.pem`` is the ledger's receipt key (budget receipts). Both are
+    fresh SM2 keys, distinct from the log's, written like it (mode 0600).
+    """
+    _write_key(out, "report-signing", SM2PrivateKey.generate(), passphrase)
+    _write_key(out, "receipt", SM2PrivateKey.generate(), passphrase)
 
 
 #: What results.json says about the DP noise, by ``DemoConfig.reproducible``.
@@ -363,6 +382,7 @@ def _run_into(
     """Run the federation with every file in ``staging``; name ``out`` in what it writes."""
     url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
     audit = _demo_audit_log(staging, key_passphrase, name=out.name)
+    _service_keys(staging, key_passphrase)
     task = config.load_data()
     ledger = PrivacyLedger.from_url(f"sqlite:///{(staging / 'ledger.db').as_posix()}", audit=audit)
     try:

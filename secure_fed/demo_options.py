@@ -44,6 +44,10 @@ DEMO_FILES = (
     "report.html",
     "log-signing-key.pem",
     "log-public-key.pem",
+    "report-signing-key.pem",
+    "report-public-key.pem",
+    "receipt-key.pem",
+    "receipt-public-key.pem",
 )
 
 
@@ -317,10 +321,9 @@ class DemoConfig:
         if self.overwrite or not out.is_dir():
             return
         names = sorted(p.name for p in out.iterdir())
-        existing = [name for name in DEMO_FILES if name in names]
         if "results.json" in names:
             raise FederationConfigInvalid(
-                f"out folder {str(out)!r} already holds a demo run ({', '.join(existing)}); "
+                f"out folder {str(out)!r} already holds a demo run (results.json); "
                 "pass --overwrite to replace it or choose another --out"
             )
         others = [name for name in names if name not in DEMO_FILES]

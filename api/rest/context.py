@@ -142,16 +142,14 @@ def build_context(settings: ApiSettings, *, migrate: bool = True) -> AppContext:
         For an unsupported database URL.
     """
     audit_key = load_key(settings.resolved_audit_key_file(), settings, "audit signing key")
+    report_file, receipt_file = (
+        settings.resolved_report_key_file(),
+        settings.resolved_receipt_key_file(),
+    )
     report_key = (
-        load_key(settings.api_report_key_file, settings, "report signing key")
-        if settings.api_report_key_file is not None
-        else None
+        None if report_file is None else load_key(report_file, settings, "report signing key")
     )
-    receipt_key = (
-        load_key(settings.api_receipt_key_file, settings, "receipt key")
-        if settings.api_receipt_key_file is not None
-        else None
-    )
+    receipt_key = None if receipt_file is None else load_key(receipt_file, settings, "receipt key")
     log_public_key = None
     if settings.api_log_public_key_file is not None:
         pem = _read(settings.api_log_public_key_file, "log public key")

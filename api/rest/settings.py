@@ -62,9 +62,12 @@ class ApiSettings(BaseSettings):
     api_audit_origin
         Log origin used when the log is still empty.
     api_report_key_file
-        SM2 key signing exported JSON report bundles (``None``: JSON export refused).
+        SM2 key signing exported JSON report bundles; default: the demo's
+        ``<workdir>/demo/report-signing-key.pem`` when serving the demo's ledger
+        (no ``database_url``) and the file exists, else none (JSON export refused).
     api_receipt_key_file
-        The ledger's receipt key (``privacy_ledger.budget.receipts``; ``None``: no receipts).
+        The ledger's receipt key (``privacy_ledger.budget.receipts``); default: the
+        demo's ``<workdir>/demo/receipt-key.pem`` likewise, else none (no receipts).
     api_log_public_key_file
         The log's public key obtained out of band, pinned by report exports.
     api_max_body_bytes
@@ -160,6 +163,22 @@ class ApiSettings(BaseSettings):
         if self.api_audit_key_file is not None:
             return self.api_audit_key_file
         return self.workdir / "demo" / "log-signing-key.pem"
+
+    def _demo_key(self, configured: Path | None, name: str) -> Path | None:
+        if configured is not None:
+            return configured
+        if self.database_url:
+            return None  # another ledger than the demo's: its keys are configured, or absent
+        path = self.workdir / "demo" / name
+        return path if path.is_file() else None
+
+    def resolved_report_key_file(self) -> Path | None:
+        """Return the report signing key path: configured, else the demo's if present."""
+        return self._demo_key(self.api_report_key_file, "report-signing-key.pem")
+
+    def resolved_receipt_key_file(self) -> Path | None:
+        """Return the receipt key path: configured, else the demo's if present."""
+        return self._demo_key(self.api_receipt_key_file, "receipt-key.pem")
 
     def session_key(self) -> bytes:
         """Return the session-cookie key (a random one when none is configured)."""

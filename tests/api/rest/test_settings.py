@@ -68,6 +68,24 @@ def test_defaults_point_at_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.resolved_audit_key_file() == Path("secure-fed-work/demo/log-signing-key.pem")
 
 
+def test_report_and_receipt_keys_default_to_the_demo_s_when_present(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("SECURE_FED_DATABASE_URL", raising=False)
+    settings = ApiSettings(workdir=tmp_path)
+    assert settings.resolved_report_key_file() is None  # no demo run: no key, 503 as before
+    assert settings.resolved_receipt_key_file() is None
+    (tmp_path / "demo").mkdir()
+    for name in ("report-signing-key.pem", "receipt-key.pem"):
+        (tmp_path / "demo" / name).write_bytes(b"")
+    assert settings.resolved_report_key_file() == tmp_path / "demo" / "report-signing-key.pem"
+    assert settings.resolved_receipt_key_file() == tmp_path / "demo" / "receipt-key.pem"
+    other = ApiSettings(workdir=tmp_path, database_url="sqlite:///other.db")
+    assert other.resolved_report_key_file() is other.resolved_receipt_key_file() is None
+    chosen = ApiSettings(workdir=tmp_path, api_report_key_file=tmp_path / "mine.pem")
+    assert chosen.resolved_report_key_file() == tmp_path / "mine.pem"
+
+
 def test_keys_that_cannot_be_loaded_stop_the_service(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with pytest.raises(ServiceMisconfigured, match="audit signing key"):
