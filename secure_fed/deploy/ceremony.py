@@ -27,6 +27,7 @@ from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.node_auth import write_node_keys
 from secure_fed.deploy.tls import create_local_ca, private_dir, write_private
 from secure_fed.errors import ModeSetupInvalid
+from secure_fed.secure.consortium_policy import ConsortiumPolicy, SignedPolicy
 from secure_fed.secure.deployment import DeploymentPlan
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ __all__ = [
     "read_json",
     "read_mac",
     "read_manifest",
+    "read_policy",
     "read_secret",
     "read_sm2",
     "require_mode",
@@ -49,6 +51,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 MANIFEST = "party.json"
+#: The consortium policy every participant signed (public; in every party's directory).
+POLICY = "policy.json"
 FORMAT = "secure-fed-keys/1"
 MODES = ("ckks", "shares")
 ROLES = ("aggregator", "keyauthority", "helper", "participant", "api")
@@ -113,6 +117,24 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise KeyDirectoryInvalid(f"{path} is not a JSON object")
     return data
+
+
+def read_policy(directory: Path) -> SignedPolicy:
+    """Read the signed consortium policy of a party's directory (signatures checked on pin).
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        Missing or unreadable.
+    PolicyInvalid
+        Not a signed policy file.
+    """
+    path = Path(directory) / POLICY
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyDirectoryInvalid(f"consortium policy {path} cannot be read: {exc}") from exc
+    return SignedPolicy.from_json(data)
 
 
 def read_secret(path: Path, *, size: int = SECRET_BYTES) -> bytes:
@@ -314,17 +336,21 @@ def create_keys(
     )
     for server in ("keyauthority", "helper", "api"):
         audit_keys[server] = _sm2_pem(SM2PrivateKey.generate())
+    # every participant signs the consortium policy both gatekeepers will pin
+    policy = ConsortiumPolicy(
+        participant_ids=plan.participant_ids, shape=plan.shape, quorum=plan.min_participants
+    )
+    public = {**public, POLICY: SignedPolicy.sign(policy, signing).to_json()}
     w = _Writer(root, manifest)
     agg_files = {"aggregator.key.pem": _sm2_pem(aggregator), **public}
     part_files = {p: {"signing.key.pem": _sm2_pem(k), **public} for p, k in signing.items()}
-    ka_files = {"audit.key.pem": audit_keys["keyauthority"], **authority}
+    ka_files = {"audit.key.pem": audit_keys["keyauthority"], POLICY: public[POLICY], **authority}
     if mode == "shares":
         _shares_files(w, plan.participant_ids, agg_files, part_files, ka_files, audit_keys)
     w.party("aggregator", "aggregator", agg_files)
     w.party("keyauthority", "keyauthority", ka_files)
-    w.party(
-        "api", "api", {"audit.key.pem": audit_keys["api"], "receipts.key.pem": _sm2_pem(receipts)}
-    )
+    api_files = {"audit.key.pem": audit_keys["api"], "receipts.key.pem": _sm2_pem(receipts)}
+    w.party("api", "api", {**api_files, POLICY: public[POLICY]})
     for pid, files in part_files.items():
         w.party(f"participants/{pid}", "participant", files, participant_id=pid)
     write_node_keys(root, plan.participant_ids)
@@ -357,6 +383,7 @@ def _shares_files(
     ka_files.update({"dealer-aggregator.secret": dealer_agg, "dealer-helper.secret": dealer_helper})
     helper_files = {
         "audit.key.pem": audit_keys["helper"],
+        POLICY: agg_files[POLICY],
         "enrolment.json": json.dumps({p: h.hex() for p, (_, h) in enrol.items()}).encode(),
         "dealer-helper.secret": dealer_helper,
         "channel.secret": channel,

@@ -63,6 +63,7 @@ from secure_fed.deploy.ceremony import (
     read_json,
     read_mac,
     read_manifest,
+    read_policy,
     read_secret,
     read_sm2,
     require_mode,
@@ -72,6 +73,7 @@ from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.tls import private_dir
 from secure_fed.deploy.transport import AuthorityChannels
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.consortium_policy import PolicyPin
 from secure_fed.secure.mode import SecureAggregator, UploadEncoder
 from secure_fed.secure.parties.helper import HelperParty
 from secure_fed.secure.parties.nonces import NonceStore
@@ -349,6 +351,14 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
     require_mode(manifest, "shares")
     state = private_dir(Path(state_dir))
     enrolment = read_json(directory / "enrolment.json")
+    journal = PlanJournal(state / "helper-plans.db")
+    pin = PolicyPin(
+        read_policy(directory),
+        manifest.participant_keys,
+        party="helper",
+        audit=audit,
+        journal=journal,
+    )
     return HelperParty(
         shape=manifest.shape,
         min_participants=manifest.min_participants,
@@ -359,7 +369,8 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
         registry=HelperRegistry(state / "helper-registry.db"),
         request_key=ChannelKey(name="aggregator", key=read_secret(directory / "request.secret")),
         nonces=NonceStore(state / "helper-nonces.db"),
-        plan_journal=PlanJournal(state / "helper-plans.db"),
+        plan_journal=journal,
+        consortium=pin,
     )
 
 

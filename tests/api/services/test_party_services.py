@@ -23,6 +23,7 @@ from secure_fed.deploy.transport import (
 )
 from secure_fed.errors import (
     AuthorityRequestMalformed,
+    PlanOutsidePolicy,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
 )
@@ -312,7 +313,10 @@ def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
         plan = h.engine._release_plan(h.config(1))
         again.begin_round(plan)
         with pytest.raises(SecureFedError, match="already has a release plan"):
-            agg.aggregator(bound=BOUND).begin_round(replace(plan, max_weight=0.9))
+            agg.aggregator(bound=BOUND).begin_round(replace(plan, max_weight=plan.cap / 2))
+        # a plan above the ceremony's signed policy, for a new round: refused over HTTP
+        with pytest.raises(PlanOutsidePolicy, match="weight cap 0.9 exceeds the policy's"):
+            agg.aggregator(bound=BOUND).begin_round(replace(plan, round_id=2, max_weight=0.9))
         handles = {p: again.load(h.engine.state(1).uploads[p].payload) for p in ids}
         skewed = dict(zip(sorted(weights), (0.9, 0.05, 0.05), strict=True))
         with pytest.raises(DecryptionRefused):
@@ -320,6 +324,7 @@ def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
     finally:
         service.stop()
     assert _audited(tmp_path / "state" / "audit.db", "already has a release plan")
+    assert _audited(tmp_path / "state" / "audit.db", "PLAN_OUTSIDE_POLICY")
     assert (tmp_path / "state" / "keyauthority-plans.db").exists()
 
 
@@ -351,9 +356,13 @@ def test_a_helper_killed_after_a_publication_refuses_another_plan_for_the_round(
         again = agg.aggregator(bound=BOUND)
         the_plan = plan(1, agg.shape, min_participants=2, scored=True)
         with pytest.raises(SecureFedError, match="already has a release plan"):
-            again.begin_round(replace(the_plan, max_weight=0.75))
+            again.begin_round(replace(the_plan, max_weight=0.4))
+        # a plan without the scoring steps the signed policy requires: refused over HTTP
+        with pytest.raises(PlanOutsidePolicy, match="requires the scoring steps"):
+            again.begin_round(replace(the_plan, round_id=2, scored=False, ranking=False))
     finally:
         helper.stop()
         authority.stop()
     assert _audited(tmp_path / "helper" / "audit.db", "already has a release plan")
+    assert _audited(tmp_path / "helper" / "audit.db", "PLAN_OUTSIDE_POLICY")
     assert (tmp_path / "helper" / "helper-plans.db").exists()

@@ -48,13 +48,17 @@ def test_each_party_holds_only_its_own_files_mode_0600(ckks_root: Path) -> None:
     files = _files(ckks_root)
     assert files["aggregator"] == {
         "party.json",
+        "policy.json",
         "aggregator.key.pem",
         "scoring.context",
         "publication.context",
     }
-    assert {"scoring.sealed", "publication.sealed", "seal.key"} <= files["keyauthority"]
+    assert {"scoring.sealed", "publication.sealed", "seal.key", "policy.json"} <= files[
+        "keyauthority"
+    ]
     assert files["participants/h1"] == {
         "party.json",
+        "policy.json",
         "signing.key.pem",
         "scoring.context",
         "publication.context",
@@ -222,3 +226,42 @@ def test_the_release_count_of_each_epoch_survives_a_restart(
     (state / RELEASES_FILE).write_text(json.dumps({scoring.fingerprint.hex(): limit + 1}))
     with pytest.raises(KeyDirectoryInvalid, match="scoring secret key .* refused"):
         load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)
+
+
+def test_the_gatekeepers_pin_the_policy_every_participant_signed_at_the_ceremony(
+    shares_root: Path, tmp_path: Path
+) -> None:
+    """Both gatekeepers verify every participant's signature on ``policy.json`` and pin it;
+    a file rewritten after the ceremony (no scoring required) or one signature short
+    keeps them from starting."""
+    from dataclasses import replace
+
+    from secure_fed.errors import PolicyInvalid
+    from secure_fed.secure.consortium_policy import ConsortiumPolicy
+
+    sink = MemoryAuditSink()
+    load_key_authority(shares_root / "keyauthority", audit=sink, state_dir=tmp_path / "ka")
+    load_helper(shares_root / "helper", audit=sink, state_dir=tmp_path / "helper")
+    pinned = sink.named("policy.pinned")
+    assert [e["party"] for e in pinned] == ["key_authority", "helper"]
+    assert all(e["signers"] == sorted(IDS) for e in pinned)
+    assert len({e["policy_sm3"] for e in pinned}) == 1
+    raw = json.loads((shares_root / "helper" / "policy.json").read_bytes())
+    policy = ConsortiumPolicy.from_bytes(raw["document"].encode())
+    assert policy.quorum == read_manifest(shares_root / "helper").min_participants
+    laxer = replace(policy, scored=False, ranking=False)
+    for name, forged in {
+        "rewritten": {**raw, "document": laxer.to_bytes().decode()},
+        "one short": {
+            **raw,
+            "signatures": {p: s for p, s in raw["signatures"].items() if p != "h2"},
+        },
+    }.items():
+        copy = tmp_path / name
+        shutil.copytree(shares_root, copy)
+        for party in ("keyauthority", "helper"):
+            (copy / party / "policy.json").write_text(json.dumps(forged), encoding="utf-8")
+        with pytest.raises(PolicyInvalid):
+            load_key_authority(copy / "keyauthority", audit=None, state_dir=tmp_path / f"{name}-ka")
+        with pytest.raises(PolicyInvalid):
+            load_helper(copy / "helper", audit=None, state_dir=tmp_path / f"{name}-helper")
