@@ -240,12 +240,13 @@ def _aside(out: Path, label: str) -> Path:
     return candidate
 
 
-def _swap_in(staging: Path, out: Path) -> tuple[Path | None, list[str]]:
+def _swap_in(staging: Path, out: Path, *, overwrite: bool) -> tuple[Path | None, list[str]]:
     """Rename the finished run to ``out``; return where the previous contents were kept.
 
     A previous run whose every file is the demo's own, unchanged, is renamed
-    aside and removed only after the swap; anything else in ``out`` is kept
-    aside as ``<out>.kept-<UTC time>`` and never deleted.
+    aside and removed only after the swap (with ``overwrite``: without it, a run
+    that appeared in ``out`` while this one ran is kept too); anything else in
+    ``out`` is kept aside as ``<out>.kept-<UTC time>`` and never deleted.
     """
     if not out.exists():
         staging.rename(out)
@@ -255,6 +256,8 @@ def _swap_in(staging: Path, out: Path) -> tuple[Path | None, list[str]]:
         staging.rename(out)
         return None, []
     reasons = _not_ours(out)
+    if not overwrite and not reasons and (out / "results.json").exists():
+        reasons = ["a demo run appeared in the folder while this one ran (no --overwrite)"]
     aside = _aside(out, "kept" if reasons else "previous")
     out.rename(aside)
     try:
@@ -359,7 +362,7 @@ def run_demo(
             config, fed_config, staging, out, on_round, on_stage, key_passphrase, started
         )
         _write_manifest(staging)
-        kept, reasons = _swap_in(staging, out)
+        kept, reasons = _swap_in(staging, out, overwrite=config.overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -139,3 +139,20 @@ def test_a_folder_of_other_files_is_refused_without_overwrite(tmp_path: Path) ->
     assert result.exit_code == 2 and "[FEDERATION_CONFIG_INVALID]" in result.output
     assert "notes.txt" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_run_that_appears_meanwhile_is_kept_without_overwrite(
+    finished: Path, tmp_path: Path
+) -> None:
+    """Two runs into one folder at once: the second to finish keeps the first aside."""
+    out = tmp_path / "demo"
+
+    def other_run_finishes(_result: object) -> None:
+        if not out.exists():
+            shutil.copytree(finished, out)
+
+    config = DemoConfig(rounds=1, participants=2, mode="plaintext", out=out)
+    results = run_demo(config, on_round=other_run_finishes)
+    [kept] = _siblings(out)
+    assert results.kept_aside == str(tmp_path / kept) and "appeared" in results.kept_because[0]
+    assert _snapshot(tmp_path / kept) == _snapshot(finished)
