@@ -7,7 +7,10 @@ entry does not carry shows as ``not recorded``). The chain status is
 :func:`privacy_ledger.verify_log` run over the whole log (signatures of
 every signed tree head, every entry's hash chain and the Merkle roots,
 RFC 9162 / C2SP checkpoints over SM3 and SM2), with the pinned log key when
-the service is configured with one, else the key the log itself records.
+the service is configured with one, else the key the log itself records, then
+:func:`~privacy_ledger.audit.verify.budgets.check_budget_limits`: every stored
+budget must be what its newest ``budget.set`` entry records, as ``secure-fed
+ledger verify`` requires.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from compliance.scope import Scope
 from privacy_ledger import LedgerError, VerificationReport, verify_log
 from privacy_ledger.audit import canonical
 from privacy_ledger.audit.models import AuditEntryRow, TreeHeadRow
+from privacy_ledger.audit.verify.budgets import check_budget_limits
 from privacy_ledger.audit.verify.log import stored_public_key
 
 __all__ = ["MAX_AUDIT_ROWS", "ChainStatus", "Head", "audit_rows", "chain_status", "latest_head"]
@@ -129,10 +133,11 @@ def chain_status(ctx: AppContext) -> ChainStatus:
             code, message = "NO_ENTRIES", "the audit log has no entries and no signing key yet"
         else:
             report = verify_log(ctx.engine, public_key=key)
+            check_budget_limits(ctx.engine)  # what `secure-fed ledger verify` checks too
     except LedgerError as exc:
         code, message = exc.code, str(getattr(exc, "message", exc))
     return ChainStatus(
-        verified=report is not None,
+        verified=report is not None and code is None,
         report=report,
         error_code=code,
         error=message,

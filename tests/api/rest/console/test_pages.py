@@ -350,3 +350,16 @@ def test_round_page_finds_entries_by_the_protocol_round_number(sqlite_service: S
     assert "/console/rounds/round-1" in history.links
     assert not [h for h in history.links if h.endswith("/r9")]  # not a stored round: no link
     assert ["2", "r9"] == history.body_rows("Cumulative epsilon after each")[1][:2]
+
+
+def test_chain_page_reports_a_budget_changed_without_its_audit_entry(
+    sqlite_service: Service,
+) -> None:
+    """The same verdict as ``secure-fed ledger verify``: an unaudited limit is not verified."""
+    from privacy_ledger import PrivacyLedger
+
+    svc = sqlite_service
+    PrivacyLedger(svc.ctx.engine).set_budget(PARTICIPANTS[0], ASSET, epsilon="0.1", delta=1e-5)
+    html = logged_in(svc).get("/console/chain").text
+    assert "<strong>Not verified</strong>" in html and "<strong>Verified</strong>" not in html
+    assert "(LEDGER_BUDGET_UNAUDITED)" in html and "table 0.1" in html
