@@ -201,6 +201,13 @@ def deploy_keys(
     shape: Annotated[str, typer.Option(metavar="N,C", help="Public-set rows and classes.")],
     out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Empty output directory.")],
     min_participants: Annotated[int, typer.Option(help="Round quorum (>= 2).")] = 2,
+    isolation: Annotated[
+        int,
+        typer.Option(
+            help="Consortium policy: no combination of publications may single out fewer "
+            "than this many participants (1: no multi-round rule; at most the quorum)."
+        ),
+    ] = 1,
     no_publication_epoch: Annotated[
         bool,
         typer.Option(
@@ -223,5 +230,6 @@ def deploy_keys(
         shape=(rows, classes),
         min_participants=min_participants,
         publication_preset=None if no_publication_epoch else "CKKS_PUBLICATION",
+        isolation=isolation,
     )
     typer.echo(f"wrote {mode} keys for {len(ids)} participants under {out}")

@@ -294,8 +294,13 @@ def create_keys(
     min_participants: int,
     publication_preset: str | None = "CKKS_PUBLICATION",
     tls_hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+    isolation: int = 1,
 ) -> None:
     """Run the try-out key ceremony: write every party's directory under ``root``.
+
+    Every participant signs the consortium policy (quorum ``min_participants``, cap
+    ``1 / min_participants``, scoring required, the multi-round rule's ``isolation``),
+    written to every party's directory as ``policy.json``.
 
     Raises
     ------
@@ -303,6 +308,8 @@ def create_keys(
         If ``root`` already holds a key directory (keys are never overwritten).
     ModeSetupInvalid
         If the mode, roster, shape, quorum or publication preset is invalid.
+    PolicyInvalid
+        If ``isolation`` is below 1 or above the quorum.
     """
     root = Path(root)
     if (root / "aggregator" / MANIFEST).exists():
@@ -338,7 +345,10 @@ def create_keys(
         audit_keys[server] = _sm2_pem(SM2PrivateKey.generate())
     # every participant signs the consortium policy both gatekeepers will pin
     policy = ConsortiumPolicy(
-        participant_ids=plan.participant_ids, shape=plan.shape, quorum=plan.min_participants
+        participant_ids=plan.participant_ids,
+        shape=plan.shape,
+        quorum=plan.min_participants,
+        isolation=isolation,
     )
     public = {**public, POLICY: SignedPolicy.sign(policy, signing).to_json()}
     w = _Writer(root, manifest)

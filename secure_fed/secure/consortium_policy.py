@@ -19,6 +19,9 @@ refusal is audited. It holds:
   (the robust subset) and ``copies`` (near-duplicate detection, when the
   consortium requires it), and their bounds: the rows a score, moment and
   evidence scalar average over;
+* ``isolation``: the multi-round rule's ``T`` (:mod:`secure_fed.secure.roster_rule`):
+  a publication is refused if, with every earlier one, some combination would single
+  out fewer than ``T`` participants;
 * ``exclude_quantile``: the chi-square quantile above which a final score may
   be excluded. The gatekeeper derives the floor itself from the upload's
   classes (:meth:`ConsortiumPolicy.exclusion_floor`); a plan's
@@ -111,6 +114,11 @@ class ConsortiumPolicy:
     min_moment_rows, min_evidence_rows
         Rows a score or moment, and an evidence scalar, average over at least
         (capped at ``N``).
+    isolation
+        ``T`` of the multi-round rule (:mod:`secure_fed.secure.roster_rule`): no linear
+        combination of all the publications a gatekeeper made may single out fewer
+        than ``T`` participants, assuming their predictions did not change (``1``: no
+        rule; at most ``quorum``).
     version
         Increases with every amendment (>= 1).
     consortium
@@ -128,6 +136,7 @@ class ConsortiumPolicy:
     exclude_quantile: float = 0.999
     min_moment_rows: int = MIN_MOMENT_ROWS
     min_evidence_rows: int = MIN_EVIDENCE_ROWS
+    isolation: int = 1
     version: int = 1
     consortium: str = "secure-fed"
 
@@ -148,7 +157,7 @@ class ConsortiumPolicy:
             and shape[1] >= 2
         ):
             raise PolicyInvalid(f"shape must be (N >= 1, C >= 2), got {shape!r}")
-        ints = ("quorum", "min_moment_rows", "min_evidence_rows", "version")
+        ints = ("quorum", "min_moment_rows", "min_evidence_rows", "isolation", "version")
         for name in ints:
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise PolicyInvalid(
@@ -168,6 +177,7 @@ class ConsortiumPolicy:
                 "exclude_quantile",
                 _is_real(self.exclude_quantile) and 0.5 < self.exclude_quantile < 1,
             ),
+            ("isolation", self.isolation <= self.quorum),
             ("scored", isinstance(self.scored, bool)),
             ("ranking", isinstance(self.ranking, bool) and (self.scored or not self.ranking)),
             ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),

@@ -67,6 +67,7 @@ from secure_fed.secure.consortium_policy import (
 )
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.roster_rule import isolation_reason
 from secure_fed.secure.scoring.evidence import EvidenceSlice, near_duplicates
 from secure_fed.secure.scoring.mahalanobis import (
     ScoringConfig,
@@ -629,6 +630,7 @@ class PlanBook:
     trackers: dict[int, PlanTracker] = field(default_factory=dict)
     journal: PlanJournal | None = field(default=None, repr=False)
     policy: PolicyPin | None = field(default=None, repr=False)
+    published: list[dict[str, float]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.journal is None:
@@ -641,6 +643,7 @@ class PlanBook:
         for request, values in self.journal.releases():
             tracker = self.trackers.get(request.round_id)
             if tracker is not None:
+                self._note(tracker, request)
                 tracker.record(request, values)
                 replayed += 1
         if self.trackers:
@@ -703,7 +706,16 @@ class PlanBook:
         tracker = self.trackers.get(request.round_id)
         if tracker is None:
             return f"no release plan was fixed for round {request.round_id}"
-        return tracker.reason(request)
+        reason = tracker.reason(request)
+        if reason is None and self.policy is not None and tracker.step_of(request) == "publication":
+            policy = self.policy.policy
+            reason = isolation_reason(
+                self.published,
+                dict(zip(request.contributors, request.weights or (), strict=False)),
+                policy.participant_ids,
+                below=policy.isolation,
+            )
+        return reason
 
     def observe(self, request: ReleaseRequest, values: np.ndarray | None) -> None:
         """Advance the round's tracker on a release (journalled first, when there is one)."""
@@ -711,4 +723,11 @@ class PlanBook:
         if tracker is not None:
             if self.journal is not None:
                 self.journal.record_release(request, values)
+            self._note(tracker, request)
             tracker.record(request, values)
+
+    def _note(self, tracker: PlanTracker, request: ReleaseRequest) -> None:
+        """Keep a publication's weights for the multi-round rule (refused ones count too)."""
+        if tracker.step_of(request) == "publication":
+            weights = request.weights or ()
+            self.published.append(dict(zip(request.contributors, weights, strict=False)))

@@ -39,3 +39,22 @@ def test_deploy_keys_names_a_bad_option(tmp_path: Path) -> None:
     assert code == 2 and "--shape must be N,C" in output
     code, output = _keys(tmp_path / "k2", "--min-participants", "1")
     assert code != 0 and "min_participants must be >= 2" in output
+
+
+def test_deploy_keys_writes_the_signed_policy_with_its_multi_round_rule(tmp_path: Path) -> None:
+    import json
+
+    from secure_fed.deploy.ceremony import read_policy
+
+    code, output = _keys(tmp_path / "keys", "--min-participants", "3", "--isolation", "2")
+    assert code == 0, output
+    manifest = read_manifest(tmp_path / "keys" / "keyauthority", role="keyauthority")
+    policy = read_policy(tmp_path / "keys" / "keyauthority").verify(manifest.participant_keys)
+    assert (policy.quorum, policy.isolation, policy.cap) == (3, 2, 1 / 3)
+    for party in ("aggregator", "helper", "api", "participants/h2"):
+        same = json.loads((tmp_path / "keys" / party / "policy.json").read_bytes())
+        assert same["document"].encode() == policy.to_bytes()
+    # a rule above the quorum is no policy: refused before anything is written
+    code, output = _keys(tmp_path / "bad", "--isolation", "3")  # quorum 2
+    assert code != 0 and "POLICY_INVALID" in output and "isolation" in output
+    assert not (tmp_path / "bad" / "aggregator").exists()
