@@ -17,13 +17,22 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from api.cli.errors import describe
@@ -33,13 +42,14 @@ from secure_fed.errors import DataError, SecureFedError
 from secure_fed.evaluation.attacks import ATTACK_REGISTRY
 from secure_fed.learning.architectures import ARCHITECTURES
 from secure_fed.learning.data import DATASET_REGISTRY
+from secure_fed.report.weights import applied_decision, terms_cell
 from secure_fed.secure.mode import mode_names
 
 if TYPE_CHECKING:
     from secure_fed.federation.federation import ParticipantRound, RoundResult
     from secure_fed.federation.observer import StageEvent
 
-__all__ = ["demo", "round_table"]
+__all__ = ["demo", "round_printer", "round_table"]
 
 #: Console width when stdout is not a terminal (tables take only the width they need).
 _PIPED_WIDTH = 200
@@ -55,15 +65,46 @@ def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _row_terms(row: ParticipantRound) -> dict[str, object]:
+    """Return the row as the mapping :mod:`secure_fed.report.weights` reads (a results.json row)."""
+    return {name: getattr(row, name) for name in _TERM_FIELDS}
+
+
+_TERM_FIELDS = (
+    "decision",
+    "factor",
+    "weight",
+    "base_share",
+    "merit",
+    "copies",
+    "applied_factor",
+    "max_weight",
+)
+
+
 def _decision(row: ParticipantRound) -> str:
-    if row.decision is None:
-        return "-"
-    if row.decision == "downweight" and row.factor is not None:
-        return f"downweight x{row.factor:.2f}"
-    return row.decision
+    """Return what was applied: ``keep``, ``downweight`` (factor below 1) or ``exclude``.
+
+    The factor itself is the ``f`` of the terms cell; a refused or missing
+    upload says so here (the note under the table gives the reason).
+    """
+    if row.upload != "accepted":
+        outcome = row.upload.split(":", 1)[0]
+        return "no upload" if outcome == "none" else outcome
+    decision = applied_decision(_row_terms(row))
+    if decision.startswith(("downweight x", "flagged x")):
+        # the applied factor is the terms cell's f; a flag that was not applied keeps its note
+        word, _, rest = decision.partition(" x")
+        return f"{word} {rest.partition(' ')[2]}".strip()
+    return decision
 
 
-#: Metric columns after accuracy: (row metric, header); each cell reads "local-only -> federated".
+def _fmt(metric: str, value: float | None) -> str:
+    return _num(value, 3) if metric == "roc_auc" else _pct(value)
+
+
+#: Mean metrics of the caption after accuracy: (row metric, label); per-row values are in
+#: report.html, whose round table has one column each.
 _METRIC_COLUMNS = (
     ("balanced_accuracy", "balanced acc"),
     ("macro_f1", "macro F1"),
@@ -71,19 +112,8 @@ _METRIC_COLUMNS = (
 )
 
 
-def _fmt(metric: str, value: float | None) -> str:
-    return _num(value, 3) if metric == "roc_auc" else _pct(value)
-
-
-def _pair(row: ParticipantRound, metric: str) -> str:
-    local, fed = row.metric(metric, local=True), row.metric(metric, local=False)
-    return (
-        f"{_fmt(metric, local)} -> {_fmt(metric, fed)}" if local is not None else _fmt(metric, fed)
-    )
-
-
 def _metric_columns(result: RoundResult) -> list[tuple[str, str]]:
-    """Metric columns with a value in some row (ROC AUC only for binary tasks)."""
+    """Metrics with a value in some row (ROC AUC only for binary tasks)."""
     return [
         (name, header)
         for name, header in _METRIC_COLUMNS
@@ -98,48 +128,66 @@ def _caption(result: RoundResult) -> str:
         f"{_fmt(name, means[name]['federated'])}"
         for name, header in (("accuracy", "accuracy"), *_metric_columns(result))
     ]
-    return "mean honest, local-only -> federated: " + ", ".join(parts)
+    return (
+        "mean honest, local-only -> federated: "
+        + ", ".join(parts)
+        + "\nterms: weight = min(cap, lambda*b*m*u*f): b base share, m merit, u copies, "
+        "f outlier factor as applied, * capped; model, upload and per-row metrics: report.html"
+    )
+
+
+def _accuracy(row: ParticipantRound) -> str:
+    if row.accuracy_local is None:
+        return _pct(row.accuracy_federated)
+    return f"{_pct(row.accuracy_local)} -> {_pct(row.accuracy_federated)}"
+
+
+#: Widest table at 100 columns with ids of up to 12 characters: no frame, one rule under
+#: the header, two spaces between columns.
+TABLE_WIDTH = 100
 
 
 def round_table(result: RoundResult) -> Table:
-    """Render one round: the filter's decision per upload, ground truth apart, metrics.
+    """Render one round: the filter's decision per upload, ground truth apart, weight terms.
 
-    Accuracy has its local-only and federated columns; balanced accuracy, macro
-    F1 and (binary tasks) ROC AUC show ``local-only -> federated`` in one cell.
+    The columns fit :data:`TABLE_WIDTH` columns: participant, truth, score,
+    the decision as applied, the weight, its terms (``b m u f``, see
+    :func:`~secure_fed.report.weights.terms_cell`), epsilon and accuracy
+    ``local-only -> federated``. The model, the upload outcome and the other
+    metrics per row are in report.html; their means are in the caption.
     """
     title = f"round {result.round_id}: {result.stage}"
     if result.reason:
         title += f" ({result.reason.removeprefix(f'round {result.round_id} aborted: ')})"
-    table = Table(title=title, title_justify="left")
-    table.add_column("participant", overflow="fold")
-    metrics = _metric_columns(result)
-    for col in (
-        "model",
-        "truth",
-        "upload",
-        "score",
-        "decision",
-        "weight",
-        "epsilon",
-        "local-only",
-        "federated",
-        *(header for _, header in metrics),
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=0,
+    )
+    for col, right in (
+        ("participant", False),
+        ("truth", False),
+        ("score", True),
+        ("decision", False),
+        ("weight", True),
+        ("terms b m u f", False),
+        ("epsilon", True),
+        ("accuracy", True),
     ):
-        right = col not in ("model", "truth", "upload", "decision")
         table.add_column(col, overflow="fold", justify="right" if right else "left")
     for row in result.rows:
         table.add_row(
             row.participant_id,
-            row.architecture,
             "attacker" if row.attacker else "honest",
-            row.upload.split(":", 1)[0],
             _num(row.score, 2),
             _decision(row),
             _num(row.weight, 3),
+            terms_cell(_row_terms(row)),
             _num(row.epsilon_spent, 2),
-            _pct(row.accuracy_local),
-            _pct(row.accuracy_federated),
-            *(_pair(row, name) for name, _ in metrics),
+            _accuracy(row),
         )
     table.caption = _caption(result)
     table.caption_justify = "left"
@@ -207,6 +255,11 @@ def _stdout_console() -> Console:
 
 
 def _progress(console: Console) -> Progress:
+    """Stage progress on ``console`` (stderr), erased when it stops.
+
+    Stdout is not redirected through it: tables stay on stdout even when only
+    stderr is a terminal; :func:`round_printer` takes the bar down around them.
+    """
     return Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -215,7 +268,34 @@ def _progress(console: Console) -> Progress:
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
     )
+
+
+def round_printer(
+    out: Console, progress: Progress, task: TaskID, *, tables: bool
+) -> Callable[[RoundResult], None]:
+    """Advance ``progress`` per round and print its table and notes on ``out``.
+
+    The bar is erased while a table prints and drawn again below it, so a
+    terminal showing both streams keeps whole table lines and no stale bar.
+    """
+    reported: set[str] = set()
+
+    def on_round(result: RoundResult) -> None:
+        progress.advance(task)
+        if not tables:
+            return
+        progress.stop()
+        try:
+            out.print(round_table(result))
+            for line in _notes(result, reported):
+                out.print(line, style="yellow", soft_wrap=True)
+        finally:
+            progress.start()
+
+    return on_round
 
 
 _SEED_HELP = (
@@ -415,7 +495,6 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
 
     out = _stdout_console()
     progress = _progress(Console(stderr=True))
-    reported: set[str] = set()
     with progress:
         task = progress.add_task("starting", total=config.rounds)
 
@@ -423,13 +502,7 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
             who = f" {event.participant_id}" if event.participant_id else ""
             progress.update(task, description=f"round {event.round_id}: {event.stage}{who}")
 
-        def on_round(result: RoundResult) -> None:
-            progress.advance(task)
-            if not as_json:
-                out.print(round_table(result))
-                for line in _notes(result, reported):
-                    out.print(line, style="yellow", soft_wrap=True)
-
+        on_round = round_printer(out, progress, task, tables=not as_json)
         results = run_demo(config, on_round=on_round, on_stage=on_stage, key_passphrase=passphrase)
     if results.kept_aside:
         typer.echo(

@@ -108,7 +108,7 @@ def test_table_output_and_refusal_to_overwrite(
     assert "round 1: published" in first.output and "local-only" in first.output
     assert "mean honest accuracy" in first.output
     header = next(line for line in first.stdout.splitlines() if "participant" in line)
-    assert all(col in header for col in ("truth", "upload", "score", "decision", "weight"))
+    assert all(col in header for col in ("truth", "score", "decision", "weight", "terms"))
     assert "report.html" in first.stdout
     # Seeded (insecure) DP noise is never the default: no event records it.
     with sqlite3.connect(out / "ledger.db") as db:
