@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from compliance.scope import NOT_RECORDED
-
 __all__ = ["Table", "ReportView", "text", "short", "hexgroups", "when", "fill", "sections_rows"]
 
 
@@ -94,10 +92,17 @@ def when(value: object) -> str:
     return raw
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def hexgroups(value: object) -> str:
-    """Split a long hex string into groups of 16 characters so it wraps."""
+    """Split a long hex string into groups of 16 characters so it wraps.
+
+    Anything else (``not recorded``, "none (this document is not signed)") is
+    words, which wrap between themselves: it is returned unchanged.
+    """
     raw = str(value)
-    if len(raw) <= 16 or raw == NOT_RECORDED:
+    if len(raw) <= 16 or not set(raw) <= _HEX:
         return raw
     return " ".join(raw[i : i + 16] for i in range(0, len(raw), 16))
 

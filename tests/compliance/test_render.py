@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from pypdf import PdfReader
+from sqlalchemy import Engine
 
-from compliance import NOT_RECORDED, Scope
+from compliance import NOT_RECORDED, Scope, export_report
+from crypto.sm import SM2PrivateKey
 from privacy_ledger import PrivacyLedger
 from tests.compliance.builder import ASSET, PARTICIPANTS, Built
 from tests.compliance.chromium import A4_WIDTH_PX, render
@@ -81,3 +83,30 @@ def test_html_of_a_participant_in_a_narrow_window_does_not_overflow(
     measured = render(html, tmp_path / "narrow.png", width=640)
     assert measured["scrollWidth"] <= measured["innerWidth"], measured
     assert "bank-b" not in html.read_text(encoding="utf-8").split("Decryption and opening")[0]
+
+
+def test_unsigned_report_says_so_in_whole_words(
+    engine: Engine, built: Built, tmp_path: Path
+) -> None:
+    """Only hex strings are cut into groups of 16 to wrap; the unsigned note is words."""
+    for fmt in ("html", "pdf"):
+        out = tmp_path / f"unsigned.{fmt}"
+        export_report(
+            engine,
+            fmt=fmt,
+            out=out,
+            signing_key=None,
+            log_public_key=built.log_key.public_key,
+            produced_by="officer@test",
+        )
+        text = _pdf_text(out)[1] if fmt == "pdf" else re.sub(r"\s+", " ", out.read_text())
+        assert "none (this document is not signed)" in text, fmt
+        assert "docum ent" not in text
+
+
+def test_signed_report_groups_its_key_fingerprint(
+    export: Exporter, report_key: SM2PrivateKey
+) -> None:
+    fingerprint = report_key.public_key.fingerprint()
+    html = export("html").path.read_text()
+    assert " ".join(fingerprint[i : i + 16] for i in range(0, len(fingerprint), 16)) in html
