@@ -24,9 +24,9 @@ from pathlib import Path
 from crypto.errors import CryptoError
 from secure_fed.deploy.ceremony import (
     KeyManifest,
+    pin_policy,
     read_mac,
     read_manifest,
-    read_policy,
     read_secret,
     require_mode,
 )
@@ -35,7 +35,6 @@ from secure_fed.deploy.tls import private_dir, write_private
 from secure_fed.deploy.transport import AuthorityChannels, pack_pair
 from secure_fed.errors import AuthorityRequestMalformed, KeyAuthorityConfigInvalid
 from secure_fed.secure.audit import AuditSink
-from secure_fed.secure.consortium_policy import PolicyPin
 from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.parties.nonces import NonceStore
 from secure_fed.secure.plan_journal import PlanJournal
@@ -186,13 +185,7 @@ def load_key_authority(
     directory, state = Path(directory), private_dir(Path(state_dir))
     manifest = read_manifest(directory, role="keyauthority")
     journal = PlanJournal(state / "keyauthority-plans.db")
-    pin = PolicyPin(
-        read_policy(directory),
-        manifest.participant_keys,
-        party="key_authority",
-        audit=audit,
-        journal=journal,
-    )
+    pin = pin_policy(directory, manifest, party="key_authority", audit=audit, journal=journal)
     common = {
         "min_participants": manifest.min_participants,
         "audit": audit,

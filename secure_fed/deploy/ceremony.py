@@ -27,8 +27,10 @@ from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.node_auth import write_node_keys
 from secure_fed.deploy.tls import create_local_ca, private_dir, write_private
 from secure_fed.errors import ModeSetupInvalid
-from secure_fed.secure.consortium_policy import ConsortiumPolicy, SignedPolicy
+from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.consortium_policy import ConsortiumPolicy, PolicyPin, SignedPolicy
 from secure_fed.secure.deployment import DeploymentPlan
+from secure_fed.secure.plan_journal import PlanJournal
 
 if TYPE_CHECKING:
     from crypto.shares import ShareMacKey
@@ -42,6 +44,7 @@ __all__ = [
     "read_json",
     "read_mac",
     "read_manifest",
+    "pin_policy",
     "read_policy",
     "read_secret",
     "read_sm2",
@@ -135,6 +138,27 @@ def read_policy(directory: Path) -> SignedPolicy:
     except OSError as exc:
         raise KeyDirectoryInvalid(f"consortium policy {path} cannot be read: {exc}") from exc
     return SignedPolicy.from_json(data)
+
+
+def pin_policy(
+    directory: Path,
+    manifest: KeyManifest,
+    *,
+    party: str,
+    audit: AuditSink | None,
+    journal: PlanJournal,
+) -> PolicyPin:
+    """Verify the directory's ``policy.json`` against the manifest's participants and pin it.
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        The file is missing or unreadable.
+    PolicyInvalid
+        A signature is missing or wrong, or ``journal`` pins a newer or other policy.
+    """
+    keys = manifest.participant_keys
+    return PolicyPin(read_policy(directory), keys, party=party, audit=audit, journal=journal)
 
 
 def read_secret(path: Path, *, size: int = SECRET_BYTES) -> bytes:

@@ -60,10 +60,10 @@ from secure_fed.deploy.authority import KeyAuthorityParty, load_key_authority
 from secure_fed.deploy.ceremony import (
     MANIFEST,
     KeyManifest,
+    pin_policy,
     read_json,
     read_mac,
     read_manifest,
-    read_policy,
     read_secret,
     read_sm2,
     require_mode,
@@ -73,7 +73,6 @@ from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.tls import private_dir
 from secure_fed.deploy.transport import AuthorityChannels
 from secure_fed.secure.audit import AuditSink
-from secure_fed.secure.consortium_policy import PolicyPin
 from secure_fed.secure.mode import SecureAggregator, UploadEncoder
 from secure_fed.secure.parties.helper import HelperParty
 from secure_fed.secure.parties.nonces import NonceStore
@@ -352,13 +351,7 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
     state = private_dir(Path(state_dir))
     enrolment = read_json(directory / "enrolment.json")
     journal = PlanJournal(state / "helper-plans.db")
-    pin = PolicyPin(
-        read_policy(directory),
-        manifest.participant_keys,
-        party="helper",
-        audit=audit,
-        journal=journal,
-    )
+    pin = pin_policy(directory, manifest, party="helper", audit=audit, journal=journal)
     return HelperParty(
         shape=manifest.shape,
         min_participants=manifest.min_participants,
