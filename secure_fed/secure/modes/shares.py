@@ -116,7 +116,7 @@ Channel = Callable[[bytes], bytes]
 class Dealer(Protocol):
     """Byte channel to the triple dealer: a signed deal request in, two blobs out.
 
-    The request is built by :func:`~secure_fed.secure.parties.key_authority.deal_request`
+    The request is built by :func:`~secure_fed.secure.parties.dealer.deal_request`
     with the aggregator's SM2 key; the reply is (blob for the aggregator, blob for
     the helper), as :meth:`KeyAuthority.handle_deal` returns it.
     """

@@ -30,7 +30,6 @@ In shares mode the authority holds no shares; it deals Beaver triples
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -47,7 +46,6 @@ from crypto.ckks import (
 )
 from crypto.ckks.wire import claimed_kind
 from crypto.errors import AggregateInconsistent, CryptoError, ReleaseLimitReached
-from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
@@ -63,18 +61,13 @@ from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.ckks_claims import check_claim, claim_plan_fields
 from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
-from secure_fed.secure.modes.share_range import (
-    COMPARE_PARTICIPANT,
-    RANGE_PARTICIPANT,
-    RANGE_SPEC,
-    compare_spec,
-)
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,
     add_central_noise,
     central_sensitivity,
 )
+from secure_fed.secure.parties.dealer import Dealer, compare_request, deal_request
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.publication_check import ciphertext_sm3, split_witness
 from secure_fed.secure.release_plan import PlanBook, ReleasePlan
@@ -145,7 +138,7 @@ class SignedRequestRecord:
 
 
 @dataclass
-class KeyAuthority:
+class KeyAuthority(Dealer):
     """The key authority party; talks to the aggregator in bytes (:meth:`handle`).
 
     Build with :meth:`for_ckks` (generates a CKKS_SCORING key epoch); without
@@ -726,144 +719,6 @@ class KeyAuthority:
 
     # -- shares mode: Beaver triples ------------------------------------------------
 
-    def handle_deal(
-        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
-    ) -> tuple[bytes, bytes]:
-        """Deal triples for a request the aggregator signed (:func:`deal_request`).
-
-        Raises
-        ------
-        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
-            As :meth:`handle`; a request for anything but triples is malformed.
-        """
-        verified = self._verify(request, op="triples")
-        tensor, count = _deal_fields(verified, "triples")
-        return self.deal(
-            round_id=verified.round_id,
-            tensor=tensor,
-            count=count,
-            key_aggregator=key_aggregator,
-            key_helper=key_helper,
-        )
-
-    def deal(
-        self,
-        *,
-        round_id: int,
-        tensor: str,
-        count: int,
-        key_aggregator: ShareMacKey,
-        key_helper: ShareMacKey,
-    ) -> tuple[bytes, bytes]:
-        """Deal ``count`` Beaver triples; return (blob for the aggregator, blob for the helper).
-
-        The authority holds no shares in this mode, so the masked openings it
-        never sees could not tell it anything either.
-        """
-        label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
-        t0, t1 = deal_triples(count, label=label, seeded=True)
-        self.log.append(
-            DecryptionRecord(
-                round_id, f"triples:{tensor}", "triples", (count,), 0, (), False, time.time()
-            )
-        )
-        return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
-
-    def handle_deal_range(
-        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
-    ) -> tuple[bytes, bytes]:
-        """Deal one upload's range-check material for a signed request (:func:`deal_range_request`).
-
-        The request's round is the aggregator's current round (freshness only); the
-        material's label names round 0, as every upload's range check does.
-
-        Raises
-        ------
-        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
-            As :meth:`handle_deal`; a request for anything but a range check is malformed.
-        """
-        verified = self._verify(request, self._range_verifier, op="range")
-        tensor, count = _deal_fields(verified, "range")
-        return self.deal_range(
-            round_id=0,
-            tensor=tensor,
-            count=count,
-            key_aggregator=key_aggregator,
-            key_helper=key_helper,
-        )
-
-    def deal_range(
-        self,
-        *,
-        round_id: int,
-        tensor: str,
-        count: int,
-        key_aggregator: ShareMacKey,
-        key_helper: ShareMacKey,
-    ) -> tuple[bytes, bytes]:
-        """Deal one range check of ``count`` upload values (edaBits and AND triples).
-
-        Returns (blob for the aggregator, blob for the helper); the material is
-        independent of the values, which the authority never sees.
-        """
-        label = ShareLabel(round_id=round_id, participant_id=RANGE_PARTICIPANT, tensor=tensor)
-        m0, m1 = deal_range_check(count, label=label, spec=RANGE_SPEC)
-        record = DecryptionRecord(
-            round_id, f"range:{tensor}", "range", (count,), 0, (), False, time.time()
-        )
-        self.log.append(record)
-        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
-
-    def handle_deal_compare(
-        self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
-    ) -> tuple[bytes, bytes]:
-        """Deal per-value comparison material for a signed request (:func:`compare_request`).
-
-        The shares mode's copies step compares each hidden pair distance with a
-        public threshold ``upper`` (bits kept shared, then counted); the authority deals
-        the material for ``[0, upper]`` (it never sees a value, and the helper
-        derives the threshold itself: material for another one yields no verdict).
-
-        Raises
-        ------
-        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
-            As :meth:`handle_deal`; a request for anything but a comparison, or
-            without an integer ``upper`` in ``[0, 2^62)``, is malformed.
-        """
-        verified = self._verify(request, op="compare")
-        tensor, count = _deal_fields(verified, "compare")
-        upper = verified.header.get("upper")
-        if not isinstance(upper, int) or isinstance(upper, bool) or not 0 <= upper < 1 << 62:
-            raise AuthorityRequestMalformed("a comparison names an integer 'upper' in [0, 2^62)")
-        label = ShareLabel(
-            round_id=verified.round_id, participant_id=COMPARE_PARTICIPANT, tensor=tensor
-        )
-        m0, m1 = deal_range_check(count, label=label, spec=compare_spec(upper))
-        self.log.append(
-            DecryptionRecord(
-                verified.round_id,
-                f"compare:{tensor}",
-                "compare",
-                (count,),
-                0,
-                (),
-                False,
-                time.time(),
-            )
-        )
-        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
-
-
-def _deal_fields(verified: VerifiedRequest, purpose: str) -> tuple[str, int]:
-    """Return the signed request's tensor label and count; refuse another purpose."""
-    head = verified.header
-    tensor, count = head.get("tensor"), head.get("count")
-    if verified.purpose != purpose or not isinstance(tensor, str):
-        raise AuthorityRequestMalformed(f"a dealing request names purpose {purpose!r} and a tensor")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise AuthorityRequestMalformed("a dealing request needs a count >= 1")
-    return tensor, count
-
 
 def _parse_request(header: dict[str, object]) -> tuple[int, str, list[str], tuple[int, int]]:
     round_id, purpose = header.get("round_id"), header.get("purpose")
@@ -975,35 +830,4 @@ def plan_request(plan: ReleasePlan, *, signer: Signer) -> bytes:
         signer=signer,
         round_id=plan.round_id,
         purpose="plan",
-    )
-
-
-def deal_request(
-    *, round_id: int, tensor: str, count: int, signer: Signer, purpose: str = "triples"
-) -> bytes:
-    """Build the bytes of a signed request for ``count`` Beaver triples (aggregator side).
-
-    ``purpose="range"`` asks for one upload's range-check material instead
-    (:meth:`KeyAuthority.handle_deal_range`; ``round_id`` is then the aggregator's
-    current round, for freshness).
-    """
-    header: dict[str, object] = {"round_id": round_id, "tensor": tensor, "count": count}
-    return authenticate_request(
-        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose=purpose
-    )
-
-
-def compare_request(*, round_id: int, tensor: str, count: int, upper: int, signer: Signer) -> bytes:
-    """Build the bytes of a signed request for ``count`` per-value comparisons with ``[0, upper]``.
-
-    Served by :meth:`KeyAuthority.handle_deal_compare` (purpose ``"compare"``).
-    """
-    header: dict[str, object] = {
-        "round_id": round_id,
-        "tensor": tensor,
-        "count": count,
-        "upper": upper,
-    }
-    return authenticate_request(
-        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose="compare"
     )
