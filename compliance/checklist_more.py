@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from compliance.checklist_base import Facts, Item, Outcome
 from compliance.checklist_items import no_ledger
+from compliance.view import NOT_CRYPTOGRAPHIC, SECURE_MODE_OFF
 from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.models import PrivacyEventRow, RoundRow
 
@@ -77,13 +78,22 @@ def _secure_rng(f: Facts) -> Outcome:
     if not versions:
         return "manual", "no committed privacy event yet: check after the first round"
     values = [str((v or {}).get("secure_rng", "not recorded")).lower() for v in versions]
-    off = sum(1 for v in values if v != "true")
-    if off:
-        return "fail", (
-            f"{off} of {len(values)} committed privacy events ran without a secure "
-            "RNG (Opacus secure_mode off or not recorded)"
-        )
-    return "pass", f"all {len(values)} committed privacy events used a secure RNG"
+    off = sum(1 for v in values if v == "false")
+    unknown = sum(1 for v in values if v not in ("true", "false"))
+    if off or unknown:
+        parts = []
+        if off:
+            parts.append(
+                f"{off} of {len(values)} committed privacy events drew their noise from a "
+                f"generator that is {NOT_CRYPTOGRAPHIC} (secure_rng false: {SECURE_MODE_OFF})"
+            )
+        if unknown:
+            parts.append(f"{unknown} of {len(values)} record no secure_rng")
+        return "fail", "; ".join(parts)
+    return "pass", (
+        f"all {len(values)} committed privacy events drew their noise from Opacus' "
+        "cryptographic generator (secure_rng true)"
+    )
 
 
 def _roles(f: Facts) -> Outcome:
@@ -153,7 +163,12 @@ def _rng_required(config: Any) -> bool:
 MORE_ITEMS: list[Item] = [
     Item("tls.configured", "TLS configured for the services", True, _tls),
     Item("tls.database", "Database connection encrypted", _production, _database_tls),
-    Item("dp.secure_rng", "DP noise from a secure RNG", _rng_required, _secure_rng),
+    Item(
+        "dp.secure_rng",
+        "DP noise from a cryptographic RNG (recorded secure_rng true: Opacus secure_mode on)",
+        _rng_required,
+        _secure_rng,
+    ),
     Item(
         "roles.key_authority_separate", "Key authority separate from the aggregator", True, _roles
     ),

@@ -15,7 +15,21 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["Table", "ReportView", "text", "short", "hexgroups", "when", "fill", "sections_rows"]
+__all__ = [
+    "CRYPTOGRAPHIC",
+    "NOT_CRYPTOGRAPHIC",
+    "RNG_NOTE",
+    "SECURE_MODE_OFF",
+    "ReportView",
+    "Table",
+    "fill",
+    "hexgroups",
+    "rng_cell",
+    "sections_rows",
+    "short",
+    "text",
+    "when",
+]
 
 
 @dataclass
@@ -82,6 +96,34 @@ def short(value: object, digits: int = 6) -> str:
     if not number.is_finite() or len(raw.replace("-", "").replace(".", "")) <= digits + 1:
         return raw
     return f"{number:.{digits}g}"
+
+
+#: What ``secure_rng: "false"`` means, and why: the words of the demo's reports too
+#: (``secure_fed.report.noise``; a test keeps them equal).
+NOT_CRYPTOGRAPHIC = "not cryptographic"
+SECURE_MODE_OFF = "Opacus secure_mode off"
+CRYPTOGRAPHIC = "cryptographic"
+#: The note of every table with a noise RNG column.
+RNG_NOTE = (
+    f"noise RNG: the recorded secure_rng of the events; {NOT_CRYPTOGRAPHIC} means "
+    f"{SECURE_MODE_OFF}: the noise came from a PyTorch generator, not from Opacus' "
+    "cryptographic one."
+)
+
+
+def rng_cell(value: object) -> str:
+    """Show a recorded ``secure_rng`` (or a budget's summary ``on``/``off``) in words.
+
+    ``false``/``off``: the noise came from a generator that is not
+    cryptographic; ``true``/``on``: from Opacus' cryptographic one; anything
+    else (``not recorded``, ``mixed (...)``) as it is.
+    """
+    raw = text(value)
+    if raw.lower() in ("false", "off"):
+        return NOT_CRYPTOGRAPHIC
+    if raw.lower() in ("true", "on"):
+        return CRYPTOGRAPHIC
+    return raw
 
 
 def when(value: object) -> str:

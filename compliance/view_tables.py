@@ -8,7 +8,18 @@ from typing import Any
 from compliance.chart import epsilon_chart
 from compliance.export import ReportContext
 from compliance.scope import NOT_RECORDED
-from compliance.view import ReportView, Table, fill, hexgroups, sections_rows, short, text, when
+from compliance.view import (
+    RNG_NOTE,
+    ReportView,
+    Table,
+    fill,
+    hexgroups,
+    rng_cell,
+    sections_rows,
+    short,
+    text,
+    when,
+)
 
 __all__ = ["build_view", "VERIFY_COMMANDS"]
 
@@ -90,10 +101,11 @@ def _filing(spools: Any, max_rows: int) -> list[Table]:
             "noise multiplier",
             "sample rate",
             "steps",
-            "secure RNG",
+            "noise RNG",
             "privacy unit",
         ],
         [14, 11, 15, 16, 12, 7, 10, 15],
+        intro=RNG_NOTE,
     )
     rows = list(spools.rows("dp_filing"))
     fill(
@@ -124,7 +136,7 @@ def _filing(spools: Any, max_rows: int) -> list[Table]:
                 text(r["noise_multiplier"]),
                 text(r["sample_rate"]),
                 text(r["steps"]),
-                r["secure_rng"],
+                rng_cell(r["secure_rng"]),
                 r["privacy_unit"],
             ]
             for r in rows
@@ -146,9 +158,10 @@ def _events(spools: Any, max_rows: int) -> Table:
             "sample rate",
             "steps",
             "clip norm",
-            "secure RNG",
+            "noise RNG",
         ],
         [20, 8, 14, 14, 11, 8, 12, 10],
+        intro=RNG_NOTE,
     )
     return fill(
         table,
@@ -161,7 +174,7 @@ def _events(spools: Any, max_rows: int) -> Table:
                 short(r["sample_rate"]),
                 text(r["steps"]),
                 short(r["max_grad_norm"]),
-                text(r["secure_rng"]),
+                rng_cell(r["secure_rng"]),
             ]
             for r in spools.rows("mechanism_events")
         ),

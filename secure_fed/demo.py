@@ -40,6 +40,7 @@ from secure_fed.federation.federation import Federation, RoundResult
 from secure_fed.federation.observer import StageObserver
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.report.demo_report import write_demo_report
+from secure_fed.report.noise import NOISE_RNG_RUN_SEED, NOISE_RNG_SECRETS, noise_text
 from secure_fed.secure.audit import LedgerAuditSink
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
@@ -87,11 +88,9 @@ def _service_keys(out: Path, passphrase: bytes | None) -> None:
     _write_key(out, "receipt", SM2PrivateKey.generate(), passphrase)
 
 
-#: What results.json says about the DP noise, by ``DemoConfig.reproducible``.
-NOISE = {
-    False: "secure: DP-SGD noise and sampling seeded from the secrets module (not reproducible)",
-    True: "INSECURE: DP-SGD noise seeded from --seed (--reproducible); no DP guarantee",
-}
+#: What results.json says about the DP noise, by ``DemoConfig.reproducible`` (the words of
+#: :mod:`secure_fed.report.noise`, which the compliance report shares).
+NOISE = {flag: noise_text(reproducible=flag) for flag in (False, True)}
 
 
 @dataclass(kw_only=True)
@@ -412,8 +411,9 @@ def _run_into(
                 "accountant": "rdp (Opacus RDP accountant; the ledger recomputes every charge)",
                 "delta": fed_config.delta,
                 "epsilon_budget": fed_config.epsilon,
-                "secure_noise": not config.reproducible,
                 "noise": NOISE[config.reproducible],
+                "noise_rng": NOISE_RNG_RUN_SEED if config.reproducible else NOISE_RNG_SECRETS,
+                "secure_rng": False,
             },
         )
         results.rounds = federation.run(on_round=on_round)

@@ -300,7 +300,8 @@ def round_printer(
 
 _SEED_HELP = (
     "Seed of the data split, initial models, attacks and scoring. The DP noise is NOT "
-    "seeded (it comes from the secrets module, by design), so two runs differ in their "
+    "seeded from it: its PyTorch generator (not cryptographic: Opacus secure_mode off) is "
+    "seeded from the secrets module each round, by design, so two runs differ in their "
     "figures unless --reproducible is given."
 )
 _REPRODUCIBLE_HELP = (
@@ -522,6 +523,7 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
         f"{_pct(final['local_only'])}, federated {_pct(final['federated'])}; balanced "
         f"accuracy local-only {_pct(balanced.get('local_only'))}, federated "
         f"{_pct(balanced.get('federated'))}\n"
+        f"DP noise: {results.privacy.get('noise', '-')}\n"
         f"results {results.results_path}\nreport  {results.report_path}\n"
         f"ledger  {results.ledger_url}",
         soft_wrap=True,

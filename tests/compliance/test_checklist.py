@@ -17,6 +17,7 @@ from cryptography.x509.oid import NameOID
 
 from compliance.checklist import ChecklistResult, load_config, run_checklist
 from compliance.errors import ChecklistConfigInvalid
+from compliance.view import NOT_CRYPTOGRAPHIC, SECURE_MODE_OFF
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import create_ledger_engine
 from tests.compliance.builder import Built, build_ledger
@@ -224,3 +225,12 @@ def test_command_exit_codes_and_json(site: Site) -> None:
     )
     assert bad.returncode == 1
     assert "FAIL   tls.configured (required)" in bad.stdout
+
+
+def test_secure_rng_item_says_what_it_checks_in_the_reports_words(site: Site) -> None:
+    """Recorded secure_rng false: the item names the check, the reason uses the reports' words."""
+    result = site.run(site.write())
+    entry = next(e for e in result.entries if e.id == "dp.secure_rng")
+    assert "cryptographic RNG" in entry.title and "secure_mode on" in entry.title
+    assert entry.status == "fail" and "secure RNG" not in entry.reason
+    assert f"{NOT_CRYPTOGRAPHIC} (secure_rng false: {SECURE_MODE_OFF})" in entry.reason

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from api.cli import app
 from crypto.sm import SM2PrivateKey
+from secure_fed.report.noise import noise_text
 
 runner = CliRunner()
 PASSPHRASE = "demo log passphrase"
@@ -49,7 +50,8 @@ def test_small_demo_json(tmp_path: Path) -> None:
     assert sum(r["weight"] for r in rows) == pytest.approx(1.0)
     privacy = data["privacy"]
     assert isinstance(privacy, dict) and privacy["delta"] == 1e-5
-    assert privacy["accountant"].startswith("rdp") and privacy["secure_noise"] is True
+    assert privacy["accountant"].startswith("rdp") and privacy["noise_rng"] == "secrets-seeded"
+    assert privacy["secure_rng"] is False  # as every ledger event records it
     assert all(0 < r["epsilon_spent"] <= 8.0 + 1e-6 for r in rows)
     assert json.loads((out / "results.json").read_text())["config"]["seed"] == 1
     budgets = data["budgets"]
@@ -110,6 +112,8 @@ def test_table_output_and_refusal_to_overwrite(
     header = next(line for line in first.stdout.splitlines() if "participant" in line)
     assert all(col in header for col in ("truth", "score", "decision", "weight", "terms"))
     assert "report.html" in first.stdout
+    # the same words as results.json, report.html and the compliance report
+    assert f"DP noise: {noise_text(reproducible=False)}" in first.stdout
     # Seeded (insecure) DP noise is never the default: no event records it.
     with sqlite3.connect(out / "ledger.db") as db:
         versions = [json.loads(v) for (v,) in db.execute("select versions from privacy_events")]

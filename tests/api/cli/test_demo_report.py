@@ -60,7 +60,7 @@ def test_reproducible_runs_give_identical_figures(runs: dict[str, Any]) -> None:
     assert _figures(a) == _figures(b)
     assert a["budgets"] == b["budgets"]
     for results in (a, b):
-        assert results["privacy"]["secure_noise"] is False
+        assert results["privacy"]["noise_rng"] == "insecure-seeded"
         assert results["privacy"]["noise"].startswith("INSECURE")
 
 
