@@ -3,7 +3,9 @@
 Each chart has one line per participant over the rounds: accuracy, balanced
 accuracy, macro F1 and (binary tasks) ROC AUC (federated solid, local-only
 dashed, same colour), cumulative epsilon spent, the applied aggregation weight
-and the outlier score. Rounds in which a value is missing (an aborted round has
+and the outlier score. Every y axis starts at 0; the epsilon chart draws the
+budget as a line, and lines that coincide (participants spending alike) are told
+apart by dash patterns. Rounds in which a value is missing (an aborted round has
 no weights) leave a gap; a chart without any value (ROC AUC of a multi-class
 task) is left out of the report (:func:`has_values`).
 """
@@ -14,7 +16,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CHARTS", "has_values", "line_chart"]
+__all__ = ["CHARTS", "figure", "has_values", "line_chart"]
 
 _WIDTH_IN, _HEIGHT_IN, _DPI = 6.4, 2.8, 110
 
@@ -55,8 +57,30 @@ def has_values(rounds: Sequence[dict[str, Any]], key: str) -> bool:
     )
 
 
-def line_chart(rounds: Sequence[dict[str, Any]], key: str) -> bytes:
-    """Return the PNG of chart ``key`` (one of :data:`CHARTS`) over ``rounds``."""
+#: Dash patterns given, in turn, to a line that coincides with one drawn before it.
+_DASHES: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (0, (6, 3)),
+    (0, (2, 2)),
+    (0, (8, 2, 2, 2)),
+    (0, (1, 4)),
+)
+
+
+def _same(a: list[float | None], b: list[float | None]) -> bool:
+    return len(a) == len(b) and all(
+        (x is None and y is None) or (x is not None and y is not None and abs(x - y) <= 1e-9)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def figure(rounds: Sequence[dict[str, Any]], key: str, *, budget: float | None = None) -> Any:
+    """Return the matplotlib figure of chart ``key`` (one of :data:`CHARTS`) over ``rounds``.
+
+    The y axis starts at 0. ``budget`` (the epsilon chart's limit) is drawn as a
+    labelled horizontal line. A line with the same values as one drawn before it
+    (participants spending epsilon alike) gets its own dash pattern and its
+    legend entry says which line it coincides with, so no line hides another.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,23 +96,44 @@ def line_chart(rounds: Sequence[dict[str, Any]], key: str) -> bytes:
         for r in rows
     }
     fig, ax = plt.subplots(figsize=(_WIDTH_IN, _HEIGHT_IN), dpi=_DPI)
+    drawn: list[tuple[str, list[float | None]]] = []
+    coincide = 0
     for pid in pids:
         color = None
         for k, field in enumerate(fields):
-            ys = [float("nan") if y is None else y for y in _series(rounds, pid, field)]
+            values = _series(rounds, pid, field)
+            ys = [float("nan") if y is None else y for y in values]
             label = names[pid] if k == 0 else f"{pid} (local-only)"
-            (line,) = ax.plot(
-                xs, ys, marker="o", linestyle="-" if k == 0 else "--", label=label, color=color
-            )
+            style: Any = "-" if k == 0 else "--"
+            twin = next((name for name, seen in drawn if _same(seen, values)), None)
+            if twin is not None and any(v is not None for v in values):
+                style = _DASHES[coincide % len(_DASHES)]
+                coincide += 1
+                label += f" (= {twin})"
+            (line,) = ax.plot(xs, ys, marker="o", linestyle=style, label=label, color=color)
             color = line.get_color()
-    ax.set_title(title, fontsize=10)
+            drawn.append((label.split(" (= ")[0], values))
+    if budget is not None:
+        ax.axhline(budget, color="black", linestyle="--", linewidth=1.0, label=f"budget {budget:g}")
+    ax.set_title(title + (" (lines that coincide are dashed)" if coincide else ""), fontsize=10)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    if budget is not None:
+        ax.set_ylim(top=max(ax.get_ylim()[1], budget * 1.08))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, linewidth=0.3)
-    if pids:
+    if pids or budget is not None:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
+    return fig
+
+
+def line_chart(rounds: Sequence[dict[str, Any]], key: str, *, budget: float | None = None) -> bytes:
+    """Return the PNG of :func:`figure` for chart ``key`` over ``rounds``."""
+    from matplotlib import pyplot as plt
+
+    fig = figure(rounds, key, budget=budget)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)

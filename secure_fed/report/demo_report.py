@@ -48,11 +48,15 @@ def render_demo_report(results: dict[str, Any]) -> str:
         env.filters[helper.__name__] = helper
     env.filters["threshold_text"] = threshold_text
     rounds = results.get("rounds", [])
+    limit = results.get("privacy", {}).get("epsilon_budget")
+    budget = float(limit) if isinstance(limit, int | float) else None
     charts = [
         {
             "title": title,
             "src": "data:image/png;base64,"
-            + base64.b64encode(line_chart(rounds, key)).decode("ascii"),
+            + base64.b64encode(
+                line_chart(rounds, key, budget=budget if key == "epsilon" else None)
+            ).decode("ascii"),
         }
         for key, title, _, _ in CHARTS
         if has_values(rounds, key)
