@@ -43,15 +43,12 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import combinations
 
 import numpy as np
 
 from crypto.errors import CryptoError
 from crypto.shares import (
     BeaverParty,
-    RangeCheckParty,
-    RangeMaterial,
     ShareBundle,
     ShareLabel,
     ShareMacKey,
@@ -63,7 +60,6 @@ from secure_fed.errors import (
     ModeSetupInvalid,
     OpeningRefused,
     PlanOutsidePolicy,
-    ScoringInvalid,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
     UploadMalformed,
@@ -71,17 +67,6 @@ from secure_fed.errors import (
 from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_from_fields
-from secure_fed.secure.modes.planned import distance_request
-from secure_fed.secure.modes.share_copies import (
-    arithmetic_bits,
-    bit_factors,
-    check_distance_room,
-    copies_upper,
-    count_shares,
-    distance_factors,
-    distance_sums,
-    open_counts,
-)
 from secure_fed.secure.modes.share_ops import (
     CODEC,
     centred_difference,
@@ -94,9 +79,15 @@ from secure_fed.secure.modes.share_ops import (
     whiten_shares,
 )
 from secure_fed.secure.modes.share_range import (
-    COMPARE_PARTICIPANT,
     HelperRangeChecks,
-    compare_spec,
+)
+from secure_fed.secure.parties.helper_copies import (
+    DERIVED_FIELDS,
+    CopiesMachine,
+    CopiesRun,
+    Reply,
+    _int,
+    split_parts,
 )
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.plan_journal import PlanJournal
@@ -135,18 +126,10 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-Reply = tuple[dict[str, object], bytes]
 #: Purposes a linear opening may name (the plan refuses ``mean``: one publication per round).
 LINEAR_PURPOSES = ("aggregate", "mean")
 #: Beaver operations: the plan's two scoring passes and its one second moment.
 BEAVER_KINDS = ("ranking", "final", "moments")
-#: Inputs the helper derives itself; a request that carries one is refused.
-DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
-#: What a copies request may not carry: the helper derives the pairs and the threshold
-#: itself, and a pair distance is never opened (only the near-duplicate counts).
-COPIES_REFUSED_FIELDS = (*DERIVED_FIELDS, "pairs", "threshold", "upper", "lower", "open")
-#: Registry label that marks a round's copies step as run (one run per round).
-COPIES_STEP_LABEL = "copies-step"
 #: Names under which a Beaver or linear opening would open a pair distance itself.
 DISTANCE_NAMES = ("distance", "copies")
 
@@ -154,26 +137,6 @@ DISTANCE_NAMES = ("distance", "copies")
 def seal_key(secret: bytes) -> bytes:
     """SM4 key a participant and the helper derive from their enrolment secret."""
     return hmac.new(secret, b"secure-fed/shares/seed-seal/v1", "sm3").digest()[:16]
-
-
-def split_parts(header: Mapping[str, object], payload: bytes) -> list[bytes]:
-    """Split ``payload`` by ``header["parts"]`` (a list of byte lengths).
-
-    Raises
-    ------
-    AuthorityRequestMalformed
-        If the lengths are missing, negative or do not add up to the payload.
-    """
-    sizes = header.get("parts")
-    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-        raise AuthorityRequestMalformed("request needs a 'parts' list of byte lengths")
-    if sum(sizes) != len(payload):
-        raise AuthorityRequestMalformed("request parts do not add up to the payload length")
-    out, pos = [], 0
-    for s in sizes:
-        out.append(payload[pos : pos + s])
-        pos += s
-    return out
 
 
 @dataclass
@@ -186,16 +149,7 @@ class _Pending:
 
 
 @dataclass
-class _CopiesRun:
-    party: RangeCheckParty
-    asks: list[ReleaseRequest]
-    pids: tuple[str, ...]
-    stage: str = "compare"  # then "convert" (bits compared), "count" (bits converted)
-    counts: np.ndarray | None = None  # the helper's count shares, once converted
-
-
-@dataclass
-class HelperParty:
+class HelperParty(CopiesMachine):
     """Party 1 of the shares mode; talks to the aggregator in bytes (:meth:`handle`).
 
     Parameters
@@ -253,7 +207,7 @@ class HelperParty:
     plans: PlanBook = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
-    _copies_runs: dict[str, _CopiesRun] = field(default_factory=dict, repr=False)
+    _copies_runs: dict[str, CopiesRun] = field(default_factory=dict, repr=False)
     _round_uploads: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
@@ -655,214 +609,6 @@ class HelperParty:
         meta, data = encode_array(mine, "u8")
         return {"array": meta, "step": "evidence", "round_id": round_id}, data
 
-    # -- near-duplicates: counts opened, no pair bit, no distance -----------------------
-
-    def _refuse_distance(self, header: Mapping[str, object], round_id: int) -> None:
-        """Refuse (audited) a linear or Beaver opening asked for under a distance's name."""
-        raw = header.get("uids")
-        uids = [u for u in raw if isinstance(u, str)] if isinstance(raw, list) else []
-        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
-        ask = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
-        self.policy.refuse(
-            ask, "a pair distance is never opened in shares mode; only the near-duplicate counts"
-        )
-
-    def _copies(self, header: dict[str, object], payload: bytes) -> Reply:
-        """Serve the copies step: start it (the request names the uploads), or take a step."""
-        round_id = _int(header, "round_id")
-        check = header.get("check")
-        if not isinstance(check, str):
-            raise AuthorityRequestMalformed("a copies request names its comparison ('check')")
-        if "uids" in header:
-            return self._copies_start(header, payload, check, round_id)
-        run = self._copies_runs.get(check)
-        if run is None or run.asks[0].round_id != round_id:
-            raise AuthorityRequestMalformed(f"no running copies comparison {check!r}")
-        stage = header.get("stage", "compare")
-        if stage != run.stage:
-            raise AuthorityRequestMalformed(f"copies {check!r} is at {run.stage!r}, not {stage!r}")
-        if stage == "convert":
-            return self._copies_convert(run, header, payload, round_id)
-        if stage == "count":
-            return self._copies_count(run, check, payload, round_id)
-        return self._copies_step(run, check, round_id, payload)
-
-    def _copy_asks(
-        self, header: Mapping[str, object], round_id: int
-    ) -> tuple[list[str], tuple[str, ...], list[ReleaseRequest]]:
-        """Check a copies request against the helper's view; refusals are audited.
-
-        The pairs are every pair of the named uploads (the helper derives them);
-        a refusal names all the request's participants.
-        """
-        raw = header.get("uids")
-        if not isinstance(raw, list) or not raw or not all(isinstance(u, str) for u in raw):
-            raise AuthorityRequestMalformed("a copies request needs a non-empty list of upload ids")
-        uids = [str(u) for u in raw]
-        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
-        whole = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
-        missing = [u for u in uids if u not in self._seeds]
-        if missing:
-            self.policy.refuse(whole, f"helper holds no share of uploads {missing}")
-        if len(set(pids)) != len(pids):
-            self.policy.refuse(whole, "a participant appears twice: a pair is two distinct members")
-        unchecked = [u for u in uids if not self.range_checks.verdicts.get(u, False)]
-        if unchecked:
-            self.policy.refuse(whole, f"uploads {unchecked} have not passed the range check")
-        carried = sorted(f for f in COPIES_REFUSED_FIELDS if f in header)
-        if carried:
-            self.policy.refuse(
-                whole,
-                f"the helper derives {carried} itself and opens no distance; the request set them",
-            )
-        order = sorted(range(len(uids)), key=lambda i: pids[i])
-        uids, pids = [uids[i] for i in order], tuple(pids[i] for i in order)
-        asks = [
-            distance_request(
-                round_id=round_id, pair=(pids[a], pids[b]), members=pids, samples=self.shape[0]
-            )
-            for a, b in combinations(range(len(pids)), 2)
-        ]
-        if not asks:
-            self.policy.refuse(whole, "the copies step needs at least two uploads")
-        for ask in asks:
-            self.policy.check(ask)
-        return uids, pids, asks
-
-    def _copies_start(
-        self, header: dict[str, object], payload: bytes, check: str, round_id: int
-    ) -> Reply:
-        uids, pids, asks = self._copy_asks(header, round_id)
-        tensor = str(header.get("tensor"))
-        if tensor == COPIES_STEP_LABEL or check in self._copies_runs:
-            self.policy.refuse(asks[0], f"labels {tensor!r}, {check!r} are not fresh")
-        scored = self._round_uploads.get(round_id, {})
-        swapped = [u for u, p in zip(uids, pids, strict=True) if scored.get(p) != u]
-        if swapped:
-            self.policy.refuse(asks[0], f"uploads {swapped} are not the ones this round scored")
-        self._bind(asks[0], uids)
-        # one run per round (persisted with the triple labels): the counts open once
-        if not self.registry.claim_triple(round_id, COPIES_STEP_LABEL):
-            self.policy.refuse(asks[0], f"the copies step of round {round_id} already ran")
-        if not self.registry.claim_triple(round_id, tensor):
-            self.policy.refuse(asks[0], f"Beaver triple label {tensor!r} was already used")
-        shares = [self._seeds[u][1].values() for u in uids]
-        check_distance_room(int(shares[0].size))
-        x = distance_factors(shares)
-        tracker = self._tracker(asks[0])
-        upper = copies_upper(tracker)
-        parts = split_parts(header, payload)
-        if len(parts) != 3:
-            raise AuthorityRequestMalformed("a copies start carries triples, material, opening")
-        triples, material, theirs = parts
-        try:
-            label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
-            triple = TripleShare.parse(
-                triples, key=self.dealer_key, label=label, party=1, count=x.size
-            )
-            beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
-            opening = beaver.open(x, x)
-            sums = distance_sums(beaver.finish(theirs), pairs=len(asks))
-            cmp_label = ShareLabel(
-                round_id=round_id, participant_id=COMPARE_PARTICIPANT, tensor=check
-            )
-            parsed = RangeMaterial.parse(
-                material,
-                key=self.dealer_key,
-                label=cmp_label,
-                party=1,
-                count=len(asks),
-                spec=compare_spec(upper),
-            )
-            party = RangeCheckParty(material=parsed, channel_key=self.channel_key, keep_shared=True)
-            first = party.start(sums)
-        except CryptoError as exc:
-            raise AuthorityRequestMalformed(f"copies step refused: {exc}") from exc
-        self._copies_runs[check] = _CopiesRun(party, asks, pids)
-        head = {"step": "copies", "round_id": round_id, "parts": [len(opening), len(first)]}
-        return head, opening + first
-
-    def _copies_step(self, run: _CopiesRun, check: str, round_id: int, payload: bytes) -> Reply:
-        """Take one comparison step; at its end the helper holds XOR shares of the bits."""
-        try:
-            mine = run.party.advance(payload)
-        except CryptoError as exc:
-            del self._copies_runs[check]
-            raise AuthorityRequestMalformed(f"copies comparison refused: {exc}") from exc
-        head: dict[str, object] = {"step": "copies", "round_id": round_id}
-        if mine is not None:
-            return {**head, "parts": [len(mine)]}, mine
-        run.stage = "convert"  # nothing opened: the bits stay shared
-        return {**head, "parts": []}, b""
-
-    def _copies_convert(
-        self, run: _CopiesRun, header: Mapping[str, object], payload: bytes, round_id: int
-    ) -> Reply:
-        """Convert the shared bits to additive shares (one Beaver product ``b0 b1`` each)."""
-        tensor = str(header.get("tensor"))
-        if tensor == COPIES_STEP_LABEL or not self.registry.claim_triple(round_id, tensor):
-            self.policy.refuse(run.asks[0], f"Beaver triple label {tensor!r} was already used")
-        parts = split_parts(header, payload)
-        if len(parts) != 2:
-            raise AuthorityRequestMalformed("a bit conversion carries triples and an opening")
-        bits = run.party.verdict_shares
-        try:
-            label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
-            triple = TripleShare.parse(
-                parts[0], key=self.dealer_key, label=label, party=1, count=bits.size
-            )
-            beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
-            opening = beaver.open(*bit_factors(bits, party=1))
-            product = beaver.finish(parts[1])
-        except CryptoError as exc:
-            raise AuthorityRequestMalformed(f"copies bit conversion refused: {exc}") from exc
-        run.counts = count_shares(arithmetic_bits(bits, product), members=len(run.pids))
-        run.stage = "count"
-        return {"step": "copies", "round_id": round_id, "parts": [len(opening)]}, opening
-
-    def _copies_count(self, run: _CopiesRun, check: str, payload: bytes, round_id: int) -> Reply:
-        """Open the counts with the aggregator's shares, record the release, send this side's."""
-        assert run.counts is not None  # the stage is "count"
-        del self._copies_runs[check]
-        theirs = np.frombuffer(payload, dtype="<u8").astype(np.uint64)
-        try:
-            opened = open_counts(run.counts, theirs, members=len(run.pids))
-        except ScoringInvalid as exc:
-            raise AuthorityRequestMalformed(f"copies counts refused: {exc}") from exc
-        counts = dict(zip(run.pids, opened, strict=True))
-        self._release_copies(run, round_id, counts)
-        mine = run.counts.astype("<u8").tobytes()
-        return {
-            "step": "copies",
-            "round_id": round_id,
-            "parts": [len(mine)],
-            "copies": opened,
-        }, mine
-
-    def _release_copies(self, run: _CopiesRun, round_id: int, counts: dict[str, int]) -> None:
-        """Record the step's pairs as released (no bit, no distance opened), then the counts."""
-        for ask in run.asks:
-            self.policy.released(ask, values=None)
-        tracker = self.plans.tracker(round_id)
-        assert tracker is not None  # the plan allowed every pair
-        tracker.copies = dict(counts)
-        if self.audit is not None:
-            self.audit.record(
-                "decryption.released",
-                {
-                    "party": "helper",
-                    "round_id": round_id,
-                    "purpose": "distance",
-                    "step": "copies",
-                    "contributors": len(run.pids),
-                    "participant_ids": list(run.pids),
-                    "shape": [len(run.pids)],
-                    "central_dp": False,
-                    "copies": counts,
-                    "pairs": len(run.asks),
-                },
-            )
-
 
 def _weights(raw: object) -> tuple[float, ...]:
     numbers = [number_from_wire(w) for w in raw] if isinstance(raw, list) else [None]
@@ -906,13 +652,6 @@ def helper_request(
     return authenticate_request(
         HELPER_REQUEST, dict(header), payload, signer=key, round_id=round_id, purpose=purpose
     )
-
-
-def _int(header: Mapping[str, object], name: str) -> int:
-    value = header.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise AuthorityRequestMalformed(f"request field {name!r} must be an integer >= 0")
-    return value
 
 
 def reply_array(reply: bytes) -> tuple[dict[str, object], np.ndarray | bytes]:
