@@ -24,6 +24,9 @@ __all__ = [
     "Table",
     "fill",
     "hexgroups",
+    "is_prior_release",
+    "PRIOR_ROUND_SUFFIX",
+    "round_label",
     "rng_cell",
     "sections_rows",
     "short",
@@ -109,6 +112,29 @@ RNG_NOTE = (
     f"{SECURE_MODE_OFF}: the noise came from a PyTorch generator, not from Opacus' "
     "cryptographic one."
 )
+
+
+#: Round-id suffix of a participant's label-prior release, a DP release made once before
+#: its first training round (``r1-label-prior``; ``secure_fed.learning.logit_adjustment``).
+PRIOR_ROUND_SUFFIX = "-label-prior"
+
+
+def is_prior_release(round_id: object) -> bool:
+    """Return whether a ledger round id is a label-prior release, not a training round."""
+    return isinstance(round_id, str) and round_id.endswith(PRIOR_ROUND_SUFFIX)
+
+
+def round_label(round_id: object) -> str:
+    """Show a ledger round id: ``label-prior release (before round 1)`` for ``r1-label-prior``.
+
+    The release is charged like a round and committed under its own id, so
+    lists and counts of committed rounds include it; this says what it is.
+    """
+    if not is_prior_release(round_id):
+        return text(round_id)
+    base = str(round_id).removesuffix(PRIOR_ROUND_SUFFIX)
+    number = base[1:] if base[:1] == "r" and base[1:].isdigit() else base
+    return f"label-prior release (before round {number})"
 
 
 def rng_cell(value: object) -> str:

@@ -15,6 +15,7 @@ from compliance.view import (
     fill,
     hexgroups,
     rng_cell,
+    round_label,
     sections_rows,
     short,
     text,
@@ -168,7 +169,7 @@ def _events(spools: Any, max_rows: int) -> Table:
         (
             [
                 when(r["time"]),
-                text(r["round"]),
+                round_label(r["round"]),
                 r["participant"],
                 short(r["noise_multiplier"]),
                 short(r["sample_rate"]),
@@ -221,7 +222,7 @@ def _openings(spools: Any) -> Iterator[list[str]]:
             kind = f"{r['kind']} (ledger table)"
             yield [
                 when(r["time"]),
-                text(r["round"]),
+                round_label(r["round"]),
                 kind,
                 r["what"],
                 text(r["aggregate_size"]),
@@ -232,7 +233,7 @@ def _openings(spools: Any) -> Iterator[list[str]]:
         else:
             yield [
                 when(r["time"]),
-                text(r["round"]),
+                round_label(r["round"]),
                 r["event"],
                 text(r["purpose"]),
                 text(r["shape"]),
