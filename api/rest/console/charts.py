@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from api.rest.console.render import rounded
+from compliance.view import is_prior_release, round_label
 from privacy_ledger.budget.types import BudgetStatus
 
 __all__ = ["Chart", "Series", "Tick", "epsilon_chart"]
@@ -85,6 +87,16 @@ def _label(value: float) -> str:
     return f"{value:g}"
 
 
+def _round(round_id: str | None) -> str:
+    return round_label(round_id) if round_id else "unlabelled"
+
+
+def _tick(statuses: Sequence[BudgetStatus], i: int) -> str:
+    """Sequence number ``i + 1``, or ``prior`` where a budget committed its label-prior release."""
+    ids = [s.per_round[i].round_id for s in statuses if i < len(s.per_round)]
+    return "prior" if any(is_prior_release(rid) for rid in ids) else str(i + 1)
+
+
 def epsilon_chart(statuses: Sequence[BudgetStatus]) -> Chart:
     """Return the chart of cumulative epsilon after each committed round, one line per budget.
 
@@ -113,7 +125,7 @@ def epsilon_chart(statuses: Sequence[BudgetStatus]) -> Chart:
     series = []
     for n, status in enumerate(statuses):
         dots = [
-            (x(i), y(p.epsilon_after), f"{p.round_id or 'unlabelled'}: {p.epsilon_after}")
+            (x(i), y(p.epsilon_after), f"{_round(p.round_id)}: {rounded(p.epsilon_after)}")
             for i, p in enumerate(status.per_round)
         ]
         series.append(
@@ -134,6 +146,6 @@ def epsilon_chart(statuses: Sequence[BudgetStatus]) -> Chart:
         top=TOP,
         bottom=HEIGHT - BOTTOM,
         series=series,
-        x_ticks=[Tick(x(i), str(i + 1)) for i in range(0, rounds, every)],
+        x_ticks=[Tick(x(i), _tick(statuses, i)) for i in range(0, rounds, every)],
         y_ticks=[Tick(y(v), _label(v)) for v in y_values],
     )

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from api.rest.console.audit_view import audit_rows
-from api.rest.console.render import TEMPLATES
+from api.rest.console.render import TEMPLATES, rounded
 from privacy_ledger.audit import canonical
 from privacy_ledger.audit.models import AuditEntryRow, TreeHeadRow
 from tests.api.rest.console.pages import PAGES, logged_in, parse
@@ -61,10 +61,10 @@ def test_budget_table_equals_the_ledger(service: Service, officer: TestClient) -
         assert status.spent > 0 and status.remaining < status.limit  # real history seeded
         expected = [
             ASSET,
-            str(status.limit),
-            str(status.spent),
-            str(status.reserved),
-            str(status.remaining),
+            rounded(status.limit),
+            rounded(status.spent),
+            rounded(status.reserved),
+            rounded(status.remaining),
             str(status.active_reservations),
             f"{status.accountant}, {status.delta}",
         ]
@@ -81,13 +81,14 @@ def test_budget_page_history_equals_the_ledger(service: Service, officer: TestCl
     page = parse(officer.get(f"/console/budgets/{pid}/{ASSET}").text)
     history = page.body_rows("Cumulative epsilon after each committed round")
     assert history == [
-        [str(i), str(r.round_id), str(r.epsilon_after)] for i, r in enumerate(status.per_round, 1)
+        [str(i), str(r.round_id), rounded(r.epsilon_after)]
+        for i, r in enumerate(status.per_round, 1)
     ]
-    assert page.texts["remaining"] == [str(status.remaining)]
+    assert page.texts["remaining"] == [rounded(status.remaining)]
     events = service.ctx.ledger.events(pid, ASSET)
     rows = page.body_rows("Reservations of this budget")
     assert [(r[0], r[2], r[3]) for r in rows] == [
-        (e.id[:12], e.state, str(e.epsilon_projected)) for e in events
+        (e.id[:12], e.state, rounded(e.epsilon_projected)) for e in events
     ]
     assert {e.state for e in events} == {"committed", "reserved"}
 
@@ -107,7 +108,7 @@ def test_chart_rises_with_each_committed_round(sqlite_service: Service) -> None:
     assert len(cys) == 2 and cys[1] < cys[0]  # higher epsilon is drawn higher
     assert "<polyline" in html
     for r in status.per_round:
-        assert f"{r.round_id}: {r.epsilon_after}</title>" in html
+        assert f"{r.round_id}: {rounded(r.epsilon_after)}</title>" in html
 
 
 def test_round_page_equals_the_round_store(service: Service, officer: TestClient) -> None:
@@ -117,10 +118,10 @@ def test_round_page_equals_the_round_store(service: Service, officer: TestClient
     assert applied == [
         [
             pid,
-            str(state["decisions"][pid]["score"]),
+            rounded(state["decisions"][pid]["score"]),
             state["decisions"][pid]["action"],
-            str(state["decisions"][pid]["factor"]),
-            str(state["weights"][pid]),
+            rounded(state["decisions"][pid]["factor"]),
+            rounded(state["weights"][pid]),
         ]
         for pid in sorted(state["decisions"])
     ]
@@ -141,7 +142,7 @@ def _logged_decisions(svc: Service) -> list[tuple[str, str, str]]:
             .order_by(AuditEntryRow.entry_index)
         ).all()
     fields = [(i, canonical.decode(e)["fields"]) for i, e in rows]
-    return [(str(i), f["participant"], f["score"]) for i, f in fields]
+    return [(str(i), f["participant"], rounded(f["score"])) for i, f in fields]
 
 
 def test_outlier_page_lists_the_logged_decisions(service: Service, officer: TestClient) -> None:
@@ -363,3 +364,50 @@ def test_chain_page_reports_a_budget_changed_without_its_audit_entry(
     html = logged_in(svc).get("/console/chain").text
     assert "<strong>Not verified</strong>" in html and "<strong>Verified</strong>" not in html
     assert "(LEDGER_BUDGET_UNAUDITED)" in html and "table 0.1" in html
+
+
+def test_label_prior_release_is_labelled_where_rounds_are_listed(sqlite_service: Service) -> None:
+    """The prior's release is committed like a round: the page says what it is."""
+    from privacy_ledger import MechanismEvent
+
+    svc, pid = sqlite_service, PARTICIPANTS[0]
+    event = MechanismEvent(
+        noise_multiplier=1.0, sample_rate=0.02, steps=200, delta=1e-5, max_grad_norm=1.0
+    )
+    for rid in ("r1-label-prior", "r1"):
+        svc.ctx.ledger.commit(svc.ctx.ledger.reserve(pid, ASSET, event, round_id=rid).id)
+    html = logged_in(svc).get(f"/console/budgets/{pid}/{ASSET}").text
+    page = parse(html)
+    history = page.body_rows("Cumulative epsilon after each committed round")
+    assert [row[1] for row in history][-2:] == ["label-prior release (before round 1)", "r1"]
+    reservations = page.body_rows("Reservations of this budget")
+    assert "label-prior release (before round 1)" in [row[1] for row in reservations]
+    assert ">prior</text>" in html  # its tick on the chart
+    assert "label-prior release (before round 1): " in html  # its point's title
+
+
+def test_numbers_read_to_4_significant_digits_with_the_exact_value_kept() -> None:
+    from api.rest.console.render import number
+
+    assert rounded(9.693695476445894) == "9.694"
+    assert rounded(0.023247042418603644) == "0.02325"
+    assert rounded("2.6") == "2.6" and rounded(8) == "8" and rounded("keep") == "keep"
+    assert rounded(123456.789) == "123457"
+    assert number(0.023247042418603644) == ('<data value="0.023247042418603644">0.02325</data>')
+    assert number("<b>") == "&lt;b&gt;"
+
+
+def test_pages_show_no_16_digit_floats(sqlite_service: Service) -> None:
+    from privacy_ledger import MechanismEvent
+
+    svc, pid = sqlite_service, PARTICIPANTS[0]
+    event = MechanismEvent(
+        noise_multiplier=1.1, sample_rate=0.0173, steps=137, delta=1e-5, max_grad_norm=1.0
+    )
+    svc.ctx.ledger.commit(svc.ctx.ledger.reserve(pid, ASSET, event, round_id="round-3").id)
+    client = logged_in(svc)
+    for path in ("/console/budgets", f"/console/budgets/{pid}/{ASSET}", "/console/outliers"):
+        page = parse(client.get(path).text)
+        cells = [cell for table in page.tables for row in table.rows for cell in row]
+        long = [c for c in cells if re.fullmatch(r"-?\d+\.\d{7,}", c)]
+        assert not long, (path, long)
