@@ -46,10 +46,11 @@ from secure_fed.report.weights import applied_decision, terms_cell
 from secure_fed.secure.mode import mode_names
 
 if TYPE_CHECKING:
+    from secure_fed.demo import DemoResults
     from secure_fed.federation.federation import ParticipantRound, RoundResult
     from secure_fed.federation.observer import StageEvent
 
-__all__ = ["demo", "round_printer", "round_table"]
+__all__ = ["demo", "print_summary", "round_printer", "round_table"]
 
 #: Console width when stdout is not a terminal (tables take only the width they need).
 _PIPED_WIDTH = 200
@@ -514,6 +515,15 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
     if as_json:
         typer.echo(json.dumps(results.to_dict(), indent=2))
         return
+    print_summary(out, results)
+
+
+def print_summary(out: Console, results: DemoResults) -> None:
+    """Print the closing lines: accuracy and DP noise wrapped between words, then the paths.
+
+    The sentences wrap at the console's width like the tables (a terminal of
+    100 columns splits no word); the paths stay whole on their own lines.
+    """
     final = results.final()
     aborted = sum(1 for r in results.rounds if r.stage != "published")
     summary = f"{aborted} of {len(results.rounds)} rounds aborted; " if aborted else ""
@@ -523,7 +533,9 @@ def _show(config: DemoConfig, *, as_json: bool, passphrase: bytes | None) -> Non
         f"{_pct(final['local_only'])}, federated {_pct(final['federated'])}; balanced "
         f"accuracy local-only {_pct(balanced.get('local_only'))}, federated "
         f"{_pct(balanced.get('federated'))}\n"
-        f"DP noise: {results.privacy.get('noise', '-')}\n"
+        f"DP noise: {results.privacy.get('noise', '-')}"
+    )
+    out.print(
         f"results {results.results_path}\nreport  {results.report_path}\n"
         f"ledger  {results.ledger_url}",
         soft_wrap=True,

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from api.cli.demo import TABLE_WIDTH, _notes, _progress, _stdout_console, round_printer, round_table
+from api.cli.demo import (
+    TABLE_WIDTH,
+    _notes,
+    _progress,
+    _stdout_console,
+    print_summary,
+    round_printer,
+    round_table,
+)
 from secure_fed.federation.federation import ParticipantRound, RoundResult
 from secure_fed.report.weights import terms_cell
 from tests.api.cli.terminal import screen
@@ -192,3 +200,23 @@ def test_progress_bar_leaves_no_residue_between_tables() -> None:
         if line.strip()
     ]
     assert shown == expected  # whole table lines, no bar left on any of them
+
+
+def test_closing_lines_wrap_between_words_at_100_columns() -> None:
+    from secure_fed.demo import NOISE, DemoResults
+
+    results = DemoResults(
+        config={},
+        rounds=_rounds(),
+        privacy={"noise": NOISE[False]},
+        results_path="/tmp/" + "d" * 120 + "/results.json",
+        report_path="/tmp/demo/report.html",
+        ledger_url="sqlite:////tmp/demo/ledger.db",
+    )
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=TABLE_WIDTH, force_terminal=False), results)
+    lines = buffer.getvalue().splitlines()
+    sentences = [line for line in lines if not line.startswith(("results ", "report ", "ledger "))]
+    assert len(sentences) >= 3 and all(len(line) <= TABLE_WIDTH for line in sentences)
+    assert f"DP noise: {NOISE[False]}" in " ".join(line.strip() for line in sentences)
+    assert f"results {results.results_path}" in lines  # a path is never cut
