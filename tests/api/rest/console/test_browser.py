@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from api.rest.console.render import rounded
 from tests.api.rest.console.live import Live, live_service
 from tests.api.rest.console.pages import PAGES
 from tests.api.rest.console.webdriver import Browser
@@ -115,11 +116,17 @@ def test_officer_logs_in_reads_a_budget_and_exports_a_pdf(
 ) -> None:
     log_in(browser, any_live)
     browser.go(f"{any_live.base}/console/budgets")
+    # people read the number rounded; the exact recorded value stays in <data value>
+    exact = browser.run(
+        "return Array.from(document.querySelectorAll('td.remaining data'), e => e.value)"
+    )
     shown = browser.run(
         "return Array.from(document.querySelectorAll('td.remaining'), e => e.textContent.trim())"
     )
     ledger = any_live.ctx.ledger
-    assert shown == [str(ledger.budget_status(p, ASSET).remaining) for p in PARTICIPANTS]
+    remaining = [ledger.budget_status(p, ASSET).remaining for p in PARTICIPANTS]
+    assert exact == [str(r) for r in remaining]
+    assert shown == [rounded(r) for r in remaining] and shown != exact
     header = browser.run(
         "return getComputedStyle(document.querySelector('.site-header')).backgroundColor"
     )
