@@ -318,6 +318,7 @@ class DemoConfig:
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise FederationConfigInvalid(f"out {str(out)!r} exists and is not a folder")
+        _check_not_enclosing(out)
         if self.overwrite or not out.is_dir():
             return
         names = sorted(p.name for p in out.iterdir())
@@ -334,3 +335,20 @@ class DemoConfig:
                 "choose another --out, or pass --overwrite to keep them aside in a "
                 "timestamped sibling folder"
             )
+
+
+def _check_not_enclosing(out: Path) -> None:
+    """Refuse an output folder that holds the working directory, the home folder or ``/``.
+
+    A run is swapped in by renaming, and what it did not write is renamed aside: with
+    ``--out .`` (or a parent of the working directory, the home folder, the root) that
+    would move the user's own folder.
+    """
+    target = out.resolve()
+    here = Path.cwd().resolve()
+    protected = {Path(target.anchor), Path.home().resolve()}
+    if target == here or target in here.parents or target in protected:
+        raise FederationConfigInvalid(
+            f"out {str(out)!r} is the working directory, one of its parents, the home folder "
+            "or the filesystem root; choose a folder of its own, e.g. --out secure-fed-work/demo"
+        )

@@ -156,3 +156,22 @@ def test_a_run_that_appears_meanwhile_is_kept_without_overwrite(
     [kept] = _siblings(out)
     assert results.kept_aside == str(tmp_path / kept) and "appeared" in results.kept_because[0]
     assert _snapshot(tmp_path / kept) == _snapshot(finished)
+
+
+@pytest.mark.parametrize("where", [".", "..", "home"])
+def test_overwrite_never_moves_the_working_directory_or_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """``--overwrite --out .`` would rename the user's own folder aside: refused first."""
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "mine.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    out = str(tmp_path / "home") if where == "home" else where
+    result = runner.invoke(app, [*ARGS, "--overwrite", "--out", out])
+    assert result.exit_code == 2 and "[FEDERATION_CONFIG_INVALID]" in result.output
+    assert "working directory" in result.output
+    assert sorted(p.name for p in work.iterdir()) == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "project"]
