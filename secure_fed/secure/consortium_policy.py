@@ -43,7 +43,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crypto.errors import CryptoError
 from crypto.shares import RING_WEIGHTS
@@ -52,6 +52,10 @@ from privacy_ledger.audit.events import register_event
 from secure_fed.errors import ModeSetupInvalid, PlanOutsidePolicy, PolicyInvalid
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.scoring.outlier import OutlierConfig
+
+if TYPE_CHECKING:  # release_plan and plan_journal import this module
+    from secure_fed.secure.plan_journal import PlanJournal
+    from secure_fed.secure.release_plan import ReleasePlan
 
 __all__ = [
     "POLICY_CHANGED",
@@ -194,7 +198,7 @@ class ConsortiumPolicy:
     @property
     def cap(self) -> float:
         """The publication weight cap (``max_weight`` with its default applied)."""
-        return float(self.max_weight) if self.max_weight is not None else 1.0 / self.quorum
+        return float(self.max_weight or 0.0)  # __post_init__ always sets it
 
     def _cap_ok(self) -> bool:
         return _is_real(self.max_weight) and self.weight_floor <= self.cap <= self.cap_limit()
@@ -206,7 +210,7 @@ class ConsortiumPolicy:
 
     # -- plans ---------------------------------------------------------------------
 
-    def plan_reason(self, plan: Any) -> str | None:
+    def plan_reason(self, plan: ReleasePlan) -> str | None:
         """Say why ``plan`` (a ``ReleasePlan``) lies outside the policy; ``None`` if within."""
         shape = (plan.num_samples, plan.num_classes)
         if shape != self.shape:
@@ -236,7 +240,7 @@ class ConsortiumPolicy:
             return f"{rows} evidence rows: the policy requires {self.min_evidence_rows}"
         return None
 
-    def require_plan(self, plan: Any) -> None:
+    def require_plan(self, plan: ReleasePlan) -> None:
         """Raise :class:`~secure_fed.errors.PlanOutsidePolicy` unless ``plan`` lies within."""
         reason = self.plan_reason(plan)
         if reason is not None:
@@ -414,7 +418,7 @@ class PolicyPin:
     participant_keys: Mapping[str, SM2PublicKey] = field(repr=False)
     party: str = "gatekeeper"
     audit: AuditSink | None = None
-    journal: Any = field(default=None, repr=False)
+    journal: PlanJournal | None = field(default=None, repr=False)
     policy: ConsortiumPolicy = field(init=False)
 
     def __post_init__(self) -> None:
