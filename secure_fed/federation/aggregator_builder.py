@@ -25,6 +25,7 @@ from secure_fed.errors import FederationConfigInvalid
 from secure_fed.federation.config import FederationConfig, PlannedParticipant
 from secure_fed.federation.engine import RoundEngine
 from secure_fed.federation.envelope import EnvelopeVerifier
+from secure_fed.federation.evidence import EvidenceSource
 from secure_fed.federation.handlers import AggregatorHandler
 from secure_fed.federation.schema import (
     ModelSchema,
@@ -39,7 +40,6 @@ from secure_fed.learning.data import TaskData, dirichlet_split
 from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator
-from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import OutlierConfig, OutlierPolicy
 
 __all__ = [
@@ -115,7 +115,7 @@ def build_aggregator(
     store: RoundStore,
     audit: AuditSink | None,
     receipt_key: SM2PublicKey | None = None,
-    evidence: EvidenceSlice | None = None,
+    evidence: EvidenceSource | None = None,
     clock: Callable[[], float] = time.time,
 ) -> AggregatorParts:
     """Build the aggregator of a federation: registry, policy, engine, envelope gate, handler.

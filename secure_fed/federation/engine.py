@@ -39,6 +39,7 @@ from secure_fed.errors import (
     UploadReplayed,
 )
 from secure_fed.federation.decisions import KeepAll, OutlierFilter, decide, decision_events
+from secure_fed.federation.evidence import EvidenceSource
 from secure_fed.federation.messages import (
     Publication,
     decode_upload,
@@ -58,7 +59,6 @@ from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharp
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
 from secure_fed.secure.release_plan import MIN_EVIDENCE_ROWS, ReleasePlan, exclusion_floor
-from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
 __all__ = ["RoundEngine"]
@@ -66,19 +66,19 @@ __all__ = ["RoundEngine"]
 _log = logging.getLogger(__name__)
 
 
-def _usable_slice(evidence: EvidenceSlice | None, shape: tuple[int, int]) -> EvidenceSlice | None:
-    """Return the slice if a gatekeeper would accept it in a plan; warn and drop it if not.
+def _usable_slice(evidence: EvidenceSource | None, shape: tuple[int, int]) -> EvidenceSource | None:
+    """Return the slice source if a gatekeeper would accept its slices; warn and drop it if not.
 
     An evidence scalar must average over at least ``min(N, MIN_EVIDENCE_ROWS)``
     rows; a smaller slice would make the secure modes' gatekeepers refuse every
     round's plan, so no mode uses it (every merit is then 1).
     """
     needed = min(shape[0], MIN_EVIDENCE_ROWS)
-    if evidence is not None and len(evidence.rows) < needed:
+    if evidence is not None and evidence.size < needed:
         _log.warning(
             "labeled slice of %d rows is below the %d an evidence scalar averages over: "
             "weights use no evidence",
-            len(evidence.rows),
+            evidence.size,
             needed,
         )
         return None
@@ -109,11 +109,15 @@ class RoundEngine:
     clock
         Unix-time source (injectable for deadline tests).
     evidence
-        The labeled slice of the public set whose per-participant evidence of
-        correctness the weights use (None: no evidence, every merit 1). It goes
-        into every round's release plan, so the secure modes' gatekeepers open
-        one evidence scalar per participant with exactly its mask; a slice of
-        fewer than ``min(N, MIN_EVIDENCE_ROWS)`` rows is dropped with a warning.
+        Where each round's labeled slice of the public set comes from (an
+        :class:`~secure_fed.federation.evidence.EvidencePool` draws a fresh secret
+        slice per round; a fixed
+        :class:`~secure_fed.secure.scoring.evidence.EvidenceSlice` serves every
+        round). The weights use its per-participant evidence of correctness
+        (None: no evidence, every merit 1). The round's slice goes into its
+        release plan, fixed before any upload, so the secure modes' gatekeepers
+        open one evidence scalar per participant with exactly its mask; slices of
+        fewer than ``min(N, MIN_EVIDENCE_ROWS)`` rows are dropped with a warning.
     """
 
     def __init__(
@@ -128,7 +132,7 @@ class RoundEngine:
         audit: AuditSink | None = None,
         sharpen_temperature: float = 1.0,
         clock: Callable[[], float] = time.time,
-        evidence: EvidenceSlice | None = None,
+        evidence: EvidenceSource | None = None,
     ) -> None:
         self.store, self.aggregator, self.mode, self.registry = store, aggregator, mode, registry
         self.weighting = weighting if weighting is not None else DynamicWeighting()
@@ -138,7 +142,6 @@ class RoundEngine:
         self.sharpen_temperature = sharpen_temperature
         self.clock = clock
         self.evidence = _usable_slice(evidence, aggregator.shape)
-        self.evidence_mask = None if self.evidence is None else self.evidence.mask(aggregator.shape)
         self._states: dict[int, RoundState] = {}
         self._handles: dict[int, dict[str, UploadHandle]] = {}
 
@@ -209,7 +212,7 @@ class RoundEngine:
             scoring=self.aggregator.scoring,
             max_weight=config.max_weight,
             exclude_above=exclusion_floor(self.outlier_filter, self.aggregator.shape[1]),
-            evidence=self.evidence,
+            evidence=None if self.evidence is None else self.evidence.for_round(config.round_id),
             copies=self.aggregator.detects_copies,
         )
 
@@ -428,9 +431,10 @@ class RoundEngine:
         round_id: int,
     ) -> dict[str, float] | None:
         """Evidence of the accepted uploads; the plan opens it for the whole scored roster."""
-        if self.evidence_mask is None:
+        if self.evidence is None:
             return None
-        found = self.aggregator.evidence(handles, self.evidence_mask, round_id=round_id)
+        mask = self.evidence.for_round(round_id).mask(self.aggregator.shape)
+        found = self.aggregator.evidence(handles, mask, round_id=round_id)
         return None if found is None else {p: found[p] for p in accepted}
 
     def abort(self, round_id: int, *, reason: str) -> None:

@@ -42,7 +42,7 @@ from secure_fed.federation.config import (
     plan_participants,
 )
 from secure_fed.federation.decisions import DecisionRecorder
-from secure_fed.federation.evidence import carve_evidence
+from secure_fed.federation.evidence import EvidencePool
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.observer import (
     ObservedAggregator,
@@ -73,6 +73,12 @@ from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 __all__ = ["Federation", "ParticipantRound", "RoundResult"]
 
 _log = logging.getLogger(__name__)
+
+
+def _secret_pool(task: TaskData, *, rows: int, seed: int) -> EvidencePool | None:
+    """Return the task's evidence pool under a fresh secret key (``seed`` is not used)."""
+    del seed
+    return EvidencePool.from_task(task, rows=rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +197,9 @@ class Federation:
         ``True`` seeds every DP-SGD noise generator from the run seed
         (:class:`~secure_fed.learning.private_training.InsecureSeededNoise`): identical
         numbers run after run, no DP guarantee, recorded in every ledger event.
+        It also derives the evidence slices' key from the seed
+        (:meth:`~secure_fed.federation.evidence.EvidencePool.insecure_from_seed`): a
+        participant who knows the seed can predict every round's slice.
         Demos and tests only; ``False`` by default.
     """
 
@@ -206,8 +215,10 @@ class Federation:
         on_stage: StageObserver | None = None,
         insecure_noise: bool = False,
     ) -> None:
-        # the labeled public slice of the evidence of correctness (servers keep its labels)
-        task, self.evidence = carve_evidence(task, rows=config.evidence_rows, seed=config.seed)
+        # Each round's labeled slice of the public set (the servers keep the labels), drawn
+        # with a secret key a participant cannot know; predictable only when reproducible.
+        draw = EvidencePool.insecure_from_seed if insecure_noise else _secret_pool
+        self.evidence = draw(task, rows=config.evidence_rows, seed=config.seed)
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         self.on_stage, self.insecure_noise = on_stage, insecure_noise
         shape = (len(task.public_x), task.num_classes)

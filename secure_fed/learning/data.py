@@ -68,6 +68,11 @@ class TaskData:
         brought their own tables (:mod:`secure_fed.learning.user_tables`), in
         participant order; ``None`` lets the federation split the pool by
         Dirichlet label skew.
+    public_y
+        ``int64 [N_pub]``: labels of the public rows, held by the servers only
+        (the evidence of correctness is measured on a secret subset of them each
+        round; participants never receive them). ``None`` for a task of one
+        table per participant, whose public rows carry no labels.
     """
 
     name: str
@@ -79,6 +84,7 @@ class TaskData:
     input_shape: tuple[int, ...]
     num_classes: int
     parts: tuple[np.ndarray, ...] | None = None
+    public_y: np.ndarray | None = None
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray, bool]:
@@ -306,6 +312,7 @@ def assemble_task(
         input_shape=tuple(int(s) for s in x32.shape[1:]),
         num_classes=int(labels.max()) + 1,
         parts=parts,
+        public_y=None if parts is not None else y64[pub],
     )
 
 

@@ -180,3 +180,13 @@ class EvidenceSlice:
     def mask(self, shape: tuple[int, int]) -> np.ndarray:
         """Return :func:`evidence_mask` of this slice for uploads of ``shape``."""
         return evidence_mask(rows=self.rows, labels=self.labels, shape=shape)
+
+    @property
+    def size(self) -> int:
+        """Rows in the slice."""
+        return len(self.rows)
+
+    def for_round(self, round_id: int) -> EvidenceSlice:
+        """Return this slice for every round (a fixed slice; see the federation's pool)."""
+        del round_id
+        return self

@@ -94,7 +94,7 @@ def test_a_slice_below_the_gatekeepers_minimum_is_dropped_with_a_warning(
     small = EvidenceSlice(rows=tuple(range(N_PUB - 1)), labels=(0,) * (N_PUB - 1))
     with caplog.at_level(logging.WARNING, logger="secure_fed.federation.engine"):
         engine = _engine(tmp_path, small)
-    assert engine.evidence is None and engine.evidence_mask is None
+    assert engine.evidence is None
     assert f"slice of {N_PUB - 1} rows is below the {N_PUB}" in caplog.text
     engine.open(make_config())
     aggregator = engine.aggregator

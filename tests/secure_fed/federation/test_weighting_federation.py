@@ -37,7 +37,7 @@ def _fed(tmp_path: Path, **kw: object) -> Federation:
 
 def test_the_round_weighs_by_registered_counts_and_evidence(tmp_path: Path) -> None:
     fed = _fed(tmp_path)
-    assert fed.evidence is not None and len(fed.evidence.rows) == 100
+    assert fed.evidence is not None and fed.evidence.size == 100
     fed.run()
     assert isinstance(fed.audit, MemoryAuditSink)
     events = {str(e["participant_id"]): e for e in fed.audit.named("outlier.decision")}
@@ -51,14 +51,16 @@ def test_the_round_weighs_by_registered_counts_and_evidence(tmp_path: Path) -> N
     state = fed.engine.state(1)
     uploads = {p: fed.engine.aggregator.load(u.payload) for p, u in state.uploads.items()}
     mats = {p: h.matrix for p, h in uploads.items()}  # type: ignore[attr-defined]
-    expected = plain_evidence(mats, fed.engine.evidence_mask)  # type: ignore[arg-type]
+    assert fed.engine.evidence is not None
+    mask = fed.engine.evidence.for_round(1).mask(fed.engine.aggregator.shape)
+    expected = plain_evidence(mats, mask)  # type: ignore[arg-type]
     assert {p: e["evidence"] for p, e in events.items()} == pytest.approx(expected)
     assert all(0.05 <= float(e["merit"]) <= 1.0 for e in events.values())  # type: ignore[arg-type]
 
 
 def test_without_a_slice_every_merit_is_one(tmp_path: Path) -> None:
     fed = _fed(tmp_path, evidence_rows=0)
-    assert fed.evidence is None and fed.engine.evidence_mask is None
+    assert fed.evidence is None and fed.engine.evidence is None
     fed.run()
     events = fed.audit.named("outlier.decision")  # type: ignore[attr-defined]
     assert all(e["evidence"] is None and e["merit"] == 1.0 for e in events)
