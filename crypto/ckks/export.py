@@ -81,6 +81,27 @@ def _choose_key(passphrase: str | None, key: bytes | None) -> None:
         raise KeyExportRefused("key must be 16 bytes (an SM4 key)")
 
 
+def _log_export(epoch: str, *, passphrase: bool) -> None:
+    """Say what left memory, sealed how, for whom, and why that is safe.
+
+    WARNING, not INFO: this module cannot tell a planned export (a key ceremony
+    writing the key authority's directory, a backup) from an unplanned one, and a
+    secret key leaving memory is what an operator must see at the default level.
+    """
+    under = (
+        "a key derived from a passphrase (Argon2id, 64 MiB)"
+        if passphrase
+        else "a 16-byte SM4 seal key the caller holds"
+    )
+    logger.warning(
+        "CKKS secret key of key epoch %s serialized for the key authority only, sealed with "
+        "SM4-GCM under %s: the blob reveals nothing and cannot be altered without that key "
+        "(expected in a key ceremony or a key backup; no other party ever receives it)",
+        epoch,
+        under,
+    )
+
+
 def export_secret_key_encrypted(
     keys: KeyAuthorityKeys, *, passphrase: str | None = None, key: bytes | None = None
 ) -> bytes:
@@ -126,7 +147,7 @@ def export_secret_key_encrypted(
         )
     )
     secret = _LEN.pack(len(private)) + private + keys.public_context.data
-    logger.warning("CKKS secret key of epoch %s exported (sealed)", keys.fingerprint.hex()[:16])
+    _log_export(keys.fingerprint.hex()[:16], passphrase=passphrase is not None)
     return header + SM4GCM(aead_key).encrypt(secret, associated_data=header)
 
 

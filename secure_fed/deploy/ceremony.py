@@ -383,6 +383,13 @@ def create_keys(
         _shares_files(w, plan.participant_ids, agg_files, part_files, ka_files, audit_keys)
     w.party("aggregator", "aggregator", agg_files)
     w.party("keyauthority", "keyauthority", ka_files)
+    if mode == "ckks":
+        _log.info(
+            "the sealed CKKS secret keys (%s) are in %s only, with the seal key beside them "
+            "(a try-out: in production the seal key stays in the key authority's KMS or HSM)",
+            ", ".join(sorted(fingerprints)),
+            root / "keyauthority",
+        )
     api_files = {"audit.key.pem": audit_keys["api"], "receipts.key.pem": _sm2_pem(receipts)}
     w.party("api", "api", {**api_files, POLICY: public[POLICY]})
     for pid, files in part_files.items():
