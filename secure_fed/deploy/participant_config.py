@@ -35,6 +35,8 @@ Relative paths are taken from the file's own folder. Format::
     token_file = "api-token"
     ca_file = "keys/tls/ca.pem"    # optional
     # ... or a local ledger of its own (try-outs): ledger_url = "sqlite:///ledger.db"
+    # audit_key = "log-signing-key.pem"  # its log's SM2 key (default: beside a SQLite
+    #                                    # ledger file, made for a new ledger)
 
 Every bad field raises :class:`~secure_fed.deploy.config_errors.ParticipantConfigInvalid`
 naming the file and the field; a public set whose SM3 differs from ``public.sm3``
@@ -166,6 +168,7 @@ class ParticipantConfig:
     token_file: Path | None
     ca_file: Path | None
     ledger_url: str
+    audit_key: Path | None = None
 
     def load_public(self, builtin_public: np.ndarray | None = None) -> np.ndarray:
         """Return the public set, checked against ``public.sm3`` before anything uses it.
@@ -309,4 +312,5 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
         token_file=token_file,
         ca_file=f.path_of("budget.ca_file", optional=True),
         ledger_url=ledger_url,
+        audit_key=f.path_of("budget.audit_key", optional=True),
     )

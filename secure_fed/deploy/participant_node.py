@@ -25,10 +25,9 @@ from typing import Any
 import numpy as np
 
 from crypto.sm import SM2PrivateKey
-from privacy_ledger.budget.service import PrivacyLedger
-from privacy_ledger.errors import LedgerError
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
 from secure_fed.deploy.keys import MANIFEST, load_participant
+from secure_fed.deploy.node_ledger import open_node_ledger
 from secure_fed.deploy.participant_config import ParticipantConfig
 from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
 from secure_fed.deploy.remote_budget import RemoteBudgetGate
@@ -131,7 +130,10 @@ def _read_own_table(config: ParticipantConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _budget_gate(config: ParticipantConfig) -> BudgetGate:
-    """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger."""
+    """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger.
+
+    The node's own ledger audits the budget it sets (:mod:`secure_fed.deploy.node_ledger`).
+    """
     if config.api_url:
         assert config.token_file is not None  # load_participant_config: api_url needs it
         return RemoteBudgetGate.from_token_file(
@@ -140,15 +142,7 @@ def _budget_gate(config: ParticipantConfig) -> BudgetGate:
             ca_file=config.ca_file,
             participant_id=config.participant_id,
         )
-    ledger = PrivacyLedger.from_url(config.ledger_url)
-    pid = config.participant_id
-    try:
-        ledger.budget_status(pid, ASSET_ID)
-    except LedgerError:  # a fresh local ledger: the node's own goal is its budget
-        ledger.register_participant(pid, institution=pid, kind="other")
-        ledger.register_asset(pid, ASSET_ID)
-        ledger.set_budget(pid, ASSET_ID, epsilon=repr(config.epsilon), delta=config.delta)
-    return ledger
+    return open_node_ledger(config)  # a new budget is audited in the ledger's own log
 
 
 def _round_of(label: str) -> int:
