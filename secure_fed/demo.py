@@ -4,7 +4,9 @@ Loads a built-in task, registers every participant and its epsilon budget in
 a SQLite privacy ledger inside the working folder (round state lives in the
 same database), runs
 :class:`~secure_fed.federation.federation.Federation` for the requested rounds, and
-writes ``results.json`` next to the ledger. The run writes into a new sibling
+writes ``results.json`` next to the ledger, and, in ckks mode, the public contexts of
+its two key epochs (``scoring.context``, ``publication.context``: public material only)
+for ``secure-fed ledger verify --recompute``. The run writes into a new sibling
 folder and swaps it in only when it has succeeded (:func:`run_demo`), so a
 failed or interrupted run leaves the previous one as it was. The round loop is the
 federation's (:meth:`~secure_fed.federation.federation.Federation.run`); this
@@ -42,6 +44,8 @@ from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.report.demo_report import write_demo_report
 from secure_fed.report.noise import NOISE_RNG_RUN_SEED, NOISE_RNG_SECRETS, noise_text
 from secure_fed.secure.audit import LedgerAuditSink
+from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.modes.ckks import CkksDeployment
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 
@@ -86,6 +90,35 @@ def _service_keys(out: Path, passphrase: bytes | None) -> None:
     """
     _write_key(out, "report-signing", SM2PrivateKey.generate(), passphrase)
     _write_key(out, "receipt", SM2PrivateKey.generate(), passphrase)
+
+
+#: The CKKS public contexts the demo leaves for ``ledger verify --recompute`` (public only).
+CONTEXT_FILES = {"scoring": "scoring.context", "publication": "publication.context"}
+
+
+def _write_contexts(deployment: SecureDeployment, staging: Path) -> dict[str, str]:
+    """Write the CKKS key epochs' public contexts; return the file of each epoch's role.
+
+    Public material only, as the key authority distributes it (public key,
+    relinearisation and Galois keys; :class:`~crypto.ckks.PublicContext` never
+    holds the secret key). Other modes have no context: nothing is written.
+    """
+    if not isinstance(deployment, CkksDeployment):
+        return {}
+    epochs = {"scoring": deployment.public_context, "publication": deployment.publication_context}
+    written = {}
+    for role, context in epochs.items():
+        if context is not None:
+            (staging / CONTEXT_FILES[role]).write_bytes(context.data)
+            written[role] = CONTEXT_FILES[role]
+    return written
+
+
+def _recompute_commands(out: Path, contexts: dict[str, str]) -> list[str]:
+    """Return the ``ledger verify --recompute`` command of each key epoch the demo used."""
+    url = f"sqlite:///{(out / 'ledger.db').as_posix()}"
+    base = f"secure-fed ledger verify --db {url} --public-key {out / 'log-public-key.pem'}"
+    return [f"{base} --recompute --public-context {out / name}" for name in contexts.values()]
 
 
 #: What results.json says about the DP noise, by ``DemoConfig.reproducible`` (the words of
@@ -416,9 +449,13 @@ def _run_into(
                 "secure_rng": False,
             },
         )
+        contexts = _write_contexts(federation.deployment, staging)
         results.rounds = federation.run(on_round=on_round)
         results.budgets = _budgets(ledger, fed_config)
         results.ledger = _signed_head(ledger, audit, out)
+        if contexts:
+            results.ledger["public_contexts"] = {r: str(out / n) for r, n in contexts.items()}
+            results.ledger["recompute_commands"] = _recompute_commands(out, contexts)
     finally:
         ledger.engine.dispose()
     results.wall_seconds = time.perf_counter() - started

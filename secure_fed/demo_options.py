@@ -48,6 +48,8 @@ DEMO_FILES = (
     "report-public-key.pem",
     "receipt-key.pem",
     "receipt-public-key.pem",
+    "scoring.context",
+    "publication.context",
 )
 
 

@@ -17,7 +17,11 @@ checks that the log still contains a head exported earlier (a truncation of
 entries together with their heads is invisible in the database alone).
 ``verify --recompute --public-context FILE`` then recomputes every CKKS
 decryption the key authority served from the stored uploads
-(:mod:`api.cli.recompute`) and exits 1 naming each mismatch.
+(:mod:`api.cli.recompute`) and exits 1 naming each mismatch. For a deployment,
+``--authority-db URL`` names the key authority's own audit log (verified too;
+default ``keyauthority/audit.db`` beside a SQLite ``--db`` file, where
+``secure-fed deploy local`` puts it) and ``--keys DIR`` the folder of its public
+manifest ``party.json`` (default: the public context's folder, when it holds one).
 
 The log's public key is read from the database unless ``--public-key`` pins
 it; a warning says so, because whoever can write the database could also
@@ -31,6 +35,7 @@ import base64
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -53,6 +58,7 @@ if TYPE_CHECKING:  # the ledger and crypto modules are imported where used (fast
     from privacy_ledger.audit.checkpoint import Checkpoint
     from privacy_ledger.audit.models import TreeHeadRow
     from privacy_ledger.audit.verify.log import VerificationReport
+    from secure_fed.deploy.keys import KeyManifest
 
 ledger_app = typer.Typer(
     help="Verify the audit log (verify, head, export-head) and sign new heads (checkpoint).",
@@ -178,16 +184,42 @@ def verify(
         str | None,
         typer.Option("--namespace", metavar="NAME", help="The federation's round namespace."),
     ] = None,
+    authority_db: Annotated[
+        str | None,
+        typer.Option(
+            "--authority-db",
+            metavar="URL",
+            help="A deployment's key authority audit log, for --recompute (default: "
+            "keyauthority/audit.db beside a SQLite --db file, if there).",
+        ),
+    ] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--keys",
+            metavar="DIR",
+            help="A deployment's key folder with party.json, for --recompute (default: "
+            "the --public-context file's folder, if it holds one).",
+        ),
+    ] = None,
 ) -> None:
     """Recompute the tree, check every signed head; exit 1 naming the first bad entry."""
     if recompute and public_context is None:
         raise OptionInvalid("--recompute needs --public-context FILE")
+    from api.cli.recompute import authority_log_url, deployment_manifest
+
     with _opened(db) as engine:
         key = _public_key(engine, public_key)
         report = _verify(engine, key, _trusted(trusted_head, key))
         budgets = _check_budgets(engine)
         if recompute and public_context is not None:
-            _recompute(engine, public_context, namespace)
+            source = _Recompute(
+                context=public_context,
+                namespace=namespace,
+                authority_db=authority_log_url(engine, authority_db),
+                manifest=deployment_manifest(keys, public_context),
+            )
+            source.run(engine)
     summary = {
         "origin": report.origin,
         "size": report.tree_size,
@@ -224,11 +256,38 @@ def _check_budgets(engine: Engine) -> int:
     return check_budget_limits(engine)
 
 
-def _recompute(engine: Engine, context: Path, namespace: str | None) -> None:
+@dataclass(frozen=True, kw_only=True)
+class _Recompute:
+    """What ``--recompute`` reads besides the ledger: the context, and a deployment's log."""
+
+    context: Path
+    namespace: str | None
+    authority_db: str | None
+    manifest: KeyManifest | None
+
+    def run(self, engine: Engine) -> None:
+        """Verify the key authority's log (if any), then recompute (see :func:`_recompute`)."""
+        if self.authority_db is None:
+            _recompute(engine, self, None)
+            return
+        typer.echo(f"the key authority's audit log: {self.authority_db}", err=True)
+        with _opened(self.authority_db) as authority:
+            report = _verify(authority, _public_key(authority, None), None)
+            typer.echo(f"OK: the key authority's log, {report.tree_size} entries", err=True)
+            _recompute(engine, self, authority)
+
+
+def _recompute(engine: Engine, source: _Recompute, authority: Engine | None) -> None:
     """Recompute the CKKS decryptions; print each finding, raise on any (after the log check)."""
     from api.cli.recompute import recompute_ledger
 
-    result = recompute_ledger(engine, context, namespace)
+    result = recompute_ledger(
+        engine,
+        source.context,
+        source.namespace,
+        authority=authority,
+        manifest=source.manifest,
+    )
     for f in result.findings:
         typer.echo(
             f"MISMATCH: round {f.round_id}, purpose {f.purpose}, request {f.request_sm3}: "

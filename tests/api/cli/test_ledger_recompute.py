@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
-from crypto.ckks import EncryptedMatrix, Layout, load_encrypted, weighted_sum
+from crypto.ckks import EncryptedMatrix, Layout, PublicContext, load_encrypted, weighted_sum
 from crypto.sm import SM2PrivateKey, sm3_digest
 from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.budget.participants import ParticipantRegistry
@@ -258,3 +258,88 @@ def test_a_forged_publication_is_named_under_the_publication_epoch(tmp_path: Pat
     lines = [line for line in output.splitlines() if line.startswith("MISMATCH")]
     assert len(lines) == 1 and "round 1, purpose aggregate, request " in lines[0]
     assert "[CLI_RECOMPUTE_MISMATCH] 1 of 1 " in output
+
+
+def _alter_upload(url: str) -> str:
+    """Flip one byte of one stored upload payload (round state, not in the audit log)."""
+    import base64
+    import json
+
+    from sqlalchemy import text
+
+    db = create_ledger_engine(url)
+    with db.begin() as conn:
+        row = conn.execute(text("SELECT id, state FROM rounds ORDER BY id")).first()
+        assert row is not None
+        rid, raw = row
+        state = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        pid = sorted(state["uploads"])[0]
+        payload = bytearray(base64.b64decode(state["uploads"][pid]["payload"]))
+        payload[len(payload) // 2] ^= 0x01
+        state["uploads"][pid]["payload"] = base64.b64encode(bytes(payload)).decode("ascii")
+        conn.execute(
+            text("UPDATE rounds SET state = :s WHERE id = :i"), {"s": json.dumps(state), "i": rid}
+        )
+    db.dispose()
+    return pid
+
+
+def _alter_decryption(url: str) -> int:
+    """Change the ciphertext digest of the first ``decryption.requested`` entry in place."""
+    from sqlalchemy import text
+
+    from privacy_ledger.audit import canonical
+
+    db = create_ledger_engine(url)
+    with db.begin() as conn:
+        row = conn.execute(
+            text(
+                "SELECT entry_index, entry FROM audit_entries WHERE event = "
+                "'decryption.requested' ORDER BY entry_index"
+            )
+        ).first()
+        assert row is not None
+        index, data = row
+        entry = canonical.decode(bytes(data))
+        entry["fields"]["ciphertext_sm3"] = "0" * 64
+        conn.execute(
+            text("UPDATE audit_entries SET entry = :e WHERE entry_index = :i"),
+            {"e": canonical.encode(entry), "i": index},
+        )
+    db.dispose()
+    return int(index)
+
+
+@pytest.mark.slow  # one CKKS round of the demo with three participants
+def test_a_demo_run_folder_recomputes_and_an_altered_upload_or_decryption_is_named(
+    tmp_path: Path,
+) -> None:
+    """``secure-fed demo`` leaves its public contexts; both epochs recompute from the folder."""
+    import json
+    import shutil
+
+    out = tmp_path / "demo"
+    args = ["demo", "--rounds", "1", "--participants", "3", "--out", str(out), "--json"]
+    result = runner.invoke(app, args, env={"SECURE_FED_KEY_PASSPHRASE": "demo log passphrase"})
+    assert result.exit_code == 0, result.output
+    ledger = json.loads((out / "results.json").read_text())["ledger"]
+    assert set(ledger["public_contexts"]) == {"scoring", "publication"}
+    url, pem = f"sqlite:///{(out / 'ledger.db').as_posix()}", out / "log-public-key.pem"
+    presets = {"scoring.context": "CKKS_SCORING", "publication.context": "CKKS_PUBLICATION"}
+    for name, preset in presets.items():
+        data = (out / name).read_bytes()  # public only: a context with a secret key is refused
+        PublicContext.from_bytes(data, preset=preset, expected_fingerprint=sm3_digest(data))
+        code, output = _verify(url, pem, out / name)
+        assert code == 0 and "all match" in output and "MISMATCH" not in output, output
+        assert any(c.endswith(str(out / name)) for c in ledger["recompute_commands"])
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    curl = f"sqlite:///{(copy / 'ledger.db').as_posix()}"
+    pid = _alter_upload(url)
+    code, output = _verify(url, pem, out / "scoring.context")
+    assert code == 1, output
+    assert "MISMATCH: round 1, purpose " in output and "[CLI_RECOMPUTE_MISMATCH]" in output, pid
+    index = _alter_decryption(curl)
+    code, output = _verify(curl, copy / "log-public-key.pem", copy / "scoring.context")
+    assert code == 1, output
+    assert f"first bad entry: {index}" in output and "TAMPERED" in output
