@@ -4,7 +4,11 @@
 [--run-dir DIR]`` runs the key ceremony, starts the key authority, the helper
 (shares), the REST API, a Flower SuperLink and one SuperNode per participant,
 each its own process with its own log in ``<run-dir>/logs/``, then the rounds
-(``flwr run`` of secure-fed's Flower app). After the run the services keep
+(``flwr run`` of secure-fed's Flower app). When the run ends the result goes to
+standard output (:mod:`secure_fed.deploy.local_report`: every round's stage,
+roster and publication or reason, where each party's log and state are, the next
+commands), at most 100 columns; progress and the processes' logs stay on
+standard error. After the run the services keep
 running (the API and its console show the ledger) until Ctrl-C; ``--exit``
 stops them as soon as the run ends. Ctrl-C or ``SIGTERM`` at any moment stops
 every process. ``secure-fed deploy keys`` is the key ceremony alone
@@ -93,6 +97,7 @@ def local(
     """Start a whole federation of real processes on 127.0.0.1; Ctrl-C stops it."""
     from secure_fed.deploy.local import LocalFederation
     from secure_fed.deploy.local_files import LocalOptions
+    from secure_fed.deploy.local_report import render, run_report
 
     if db is not None:
         from api.cli.common import check_database_url
@@ -113,12 +118,11 @@ def local(
             _say(f"services up; logs in {layout.run_dir / 'logs'}; API {layout.api.url}")
             status = federation.run(poll=stopped)
             stopped()
-            stages = federation.round_stages()
-            done = sum(stage == "published" for stage in stages.values())
-            _say(f"run ended: {done} of {rounds} rounds published {stages}; logs/run.log")
-            if status == 0 and done < rounds:
+            report = run_report(layout, mode=mode, rounds_wanted=rounds)
+            _say(f"run ended (exit {status}); the result follows on standard output")
+            typer.echo(render(report), nl=False)
+            if status == 0 and report.published < rounds:
                 status = 1
-            _say(f"check the log: secure-fed ledger verify --db {layout.database_url}")
             if not exit_after_run:
                 _say("the services keep running (API, console); Ctrl-C stops them")
                 while True:
