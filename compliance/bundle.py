@@ -44,6 +44,7 @@ from privacy_ledger.errors import CanonicalJSONInvalid
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "PARTY_SECTIONS",
     "TABLE_SECTIONS",
     "SECTION_ORDER",
     "BundleItem",
@@ -54,10 +55,20 @@ __all__ = [
 ]
 
 BUNDLE_FORMAT = "secure-fed/audit-bundle/v1"
-#: Sections copied from ledger tables: attested by the report signature only.
-TABLE_SECTIONS = ("participants", "uploads", "decryption_requests", "cross_check")
+#: Sections read from the other parties' own audit logs (each verified when exported,
+#: :mod:`compliance.parties`): attested by the report signature only.
+PARTY_SECTIONS = ("party_logs", "party_decryptions", "party_events", "party_cross_check")
+#: Sections copied from ledger tables or party logs: attested by the report signature only.
+TABLE_SECTIONS = ("participants", "uploads", "decryption_requests", "cross_check", *PARTY_SECTIONS)
 #: Every section, in bundle order.
-SECTION_ORDER = ("participants", *SECTIONS, "uploads", "decryption_requests", "cross_check")
+SECTION_ORDER = (
+    "participants",
+    *SECTIONS,
+    "uploads",
+    "decryption_requests",
+    "cross_check",
+    *PARTY_SECTIONS,
+)
 
 _FIRST = f'{{"bundle":"{BUNDLE_FORMAT}",\n'.encode()
 _SIGNATURE = re.compile(rb'^"signature":"([A-Za-z0-9+/]+={0,2})"}\n?$')
@@ -156,9 +167,20 @@ class _Reader:
     def __init__(self, handle: IO[bytes], signed: IO[bytes]) -> None:
         self._handle, self._signed = handle, signed
         self.number = 0
+        self._peeked: bytes | None = None
+
+    def opens(self, name: str) -> bool:
+        """Whether the next line opens the array ``name`` (the line is kept for later)."""
+        if self._peeked is None:
+            self._peeked = self._handle.readline(_MAX_LINE + 1)
+        match = _OPEN.match(self._peeked)
+        return match is not None and match.group(1).decode() == name
 
     def _next(self) -> bytes:
-        line = self._handle.readline(_MAX_LINE + 1)
+        if self._peeked is not None:
+            line, self._peeked = self._peeked, None
+        else:
+            line = self._handle.readline(_MAX_LINE + 1)
         self.number += 1
         if len(line) > _MAX_LINE:
             raise _malformed(f"line {self.number}: longer than {_MAX_LINE} bytes")
@@ -213,6 +235,8 @@ def read_bundle(handle: IO[bytes], signed: IO[bytes]) -> Iterator[BundleItem]:
     for name in ("meta", "keys", "heads"):
         yield BundleItem(name, reader.member(name), line=reader.number)
     for name in (*SECTION_ORDER, "entries"):
+        if name in PARTY_SECTIONS and not reader.opens(name):
+            continue  # a bundle exported before the party logs were reported on
         for value, number in reader.array(name):
             kind = "entry" if name == "entries" else "row"
             yield BundleItem(kind, value, section=name, line=number)

@@ -20,13 +20,14 @@ from compliance.checklist_base import STATUSES, Facts, Item
 from compliance.checklist_config import ChecklistConfig, load_config
 from compliance.checklist_items import LEDGER_ITEMS
 from compliance.checklist_more import MORE_ITEMS
+from compliance.checklist_parties import PARTY_ITEMS
 
 __all__ = ["ITEMS", "ChecklistEntry", "ChecklistResult", "run_checklist", "load_config"]
 
 logger = logging.getLogger(__name__)
 
 #: Every checklist item, in the order they are reported.
-ITEMS: list[Item] = [*LEDGER_ITEMS, *MORE_ITEMS]
+ITEMS: list[Item] = [*LEDGER_ITEMS, *PARTY_ITEMS, *MORE_ITEMS]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ typo cannot silently skip a check. The format is documented in
     [filter]     enabled, exclude_outliers
     [dp]         require_secure_rng
     [backups]    schedule, location
+    [parties]    folder (the deployment folder of the key authority's and helper's logs)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "filter": {"enabled": bool, "exclude_outliers": bool},
     "dp": {"require_secure_rng": bool},
     "backups": {"schedule": str, "location": str},
+    "parties": {"folder": str},
 }
 _TOP = {"environment": str}
 _ENVIRONMENTS = ("development", "production")

@@ -30,6 +30,7 @@ __all__ = [
     "BundleScopeViolated",
     "BundleContentMismatch",
     "ChecklistConfigInvalid",
+    "PartyLogsConfigInvalid",
 ]
 
 
@@ -89,6 +90,12 @@ class ChecklistConfigInvalid(ComplianceError):
 
 
 # --- bundle verification: one code per kind of failed check ------------------------
+
+
+class PartyLogsConfigInvalid(ComplianceError):
+    """The party audit logs to read are misconfigured (not a deployment folder, unknown party)."""
+
+    code = "COMPLIANCE_PARTY_LOGS_INVALID"
 
 
 class BundleInvalid(ComplianceError):

@@ -22,6 +22,8 @@ from sqlalchemy import Engine
 from compliance.bundle import SECTION_ORDER, b64, write_bundle
 from compliance.collect import Collected, collect
 from compliance.errors import ReportFormatUnknown, ReportParameterInvalid, SigningKeyRequired
+from compliance.parties import PartySource, read_party_logs
+from compliance.party_check import cross_check_parties, ledger_rounds
 from compliance.scope import Scope, timestamp
 from compliance.spool import Spools
 from crypto.sm import DEFAULT_SM2_ID, SM2PrivateKey, SM2PublicKey
@@ -57,12 +59,16 @@ class ExportResult:
     disagreements
         The cross-check rows whose audit-log value differs from the ledger
         tables' (``agree`` false): a budget changed without its audit entry.
+    party_disagreements
+        The ``party_cross_check`` rows that disagree: a party log missing or
+        not verifying, or a decryption one log records and another does not.
     """
 
     path: Path
     fmt: str
     meta: dict[str, Any] = field(default_factory=dict)
     disagreements: tuple[dict[str, Any], ...] = ()
+    party_disagreements: tuple[dict[str, Any], ...] = ()
 
 
 def _tool() -> str:
@@ -103,6 +109,39 @@ def build_meta(
         },
         "cited": {**cited, "head_size": c.cited_head.tree_size},
         "counts": {name: c.spools.count(name) for name in SECTION_ORDER},
+    }
+
+
+def _in_scope(row: dict[str, Any], scope: Scope) -> bool:
+    if not scope.in_period(str(row["time"])):
+        return False
+    people = row.get("participants")
+    return scope.participant is None or (isinstance(people, list) and scope.participant in people)
+
+
+def add_party_logs(
+    engine: Engine, spools: Spools, scope: Scope, sources: tuple[PartySource, ...], origin: str
+) -> dict[str, Any]:
+    """Read, verify and cross-check the party logs into their sections; return ``meta.parties``."""
+    read = read_party_logs(sources, configured_from=origin)
+    for log in read.logs:
+        spools.add("party_logs", log.row())
+    for row in read.decryptions:
+        if _in_scope(row, scope):
+            spools.add("party_decryptions", row)
+    for row in read.events:
+        if scope.participant is None and scope.in_period(str(row["time"])):
+            spools.add("party_events", row)
+    checks = cross_check_parties(read, ledger_rounds(engine)) if sources else []
+    for row in checks:
+        spools.add("party_cross_check", row)
+    return {
+        "configured_from": origin,
+        "included": [log.party for log in read.logs if log.included],
+        "not_included": {
+            log.party: f"{log.status}: {log.reason}" for log in read.logs if not log.included
+        },
+        "disagreements": sum(1 for r in checks if r["agree"] is not True),
     }
 
 
@@ -165,6 +204,8 @@ def export_report(
     produced_by: str,
     max_rows: int = 1000,
     clock: Callable[[], float] = time.time,
+    party_logs: tuple[PartySource, ...] = (),
+    party_logs_from: str = "none configured",
 ) -> ExportResult:
     """Verify the ledger's audit log and write a report about ``scope`` to ``out``.
 
@@ -190,6 +231,12 @@ def export_report(
         Rows shown per table in ``html`` and ``pdf`` (the bundle has every row).
     clock
         Source of the production time.
+    party_logs
+        The key authority's and the helper's audit logs
+        (:func:`compliance.parties.run_folder_sources`): each is verified,
+        listed in section ``party_logs``, and cross-checked against the ledger.
+    party_logs_from
+        Where :paramref:`party_logs` came from, as the report states it.
 
     Returns
     -------
@@ -216,11 +263,14 @@ def export_report(
         raise ReportParameterInvalid("produced_by: must be 1-256 characters")
     spools = Spools()
     try:
-        collected = collect(engine, scope or Scope(), log_public_key=log_public_key, spools=spools)
+        scope = scope or Scope()
+        collected = collect(engine, scope, log_public_key=log_public_key, spools=spools)
+        parties = add_party_logs(engine, spools, scope, tuple(party_logs), party_logs_from)
         signer = None if signing_key is None else signing_key.public_key
         meta = build_meta(
             collected, produced_by=produced_by, produced_at=timestamp(clock()), signer=signer
         )
+        meta["federation"]["party_logs"] = parties  # signature-only, like the rest of it
         render(
             ReportContext(
                 collected=collected,
@@ -231,7 +281,10 @@ def export_report(
             )
         )
         disagreements = tuple(r for r in spools.rows("cross_check") if r["agree"] is not True)
+        party = tuple(r for r in spools.rows("party_cross_check") if r["agree"] is not True)
     finally:
         spools.close()
     logger.info("exported %s report to %s (%d entries cited)", fmt, out, meta["cited"]["entries"])
-    return ExportResult(path=Path(out), fmt=fmt, meta=meta, disagreements=disagreements)
+    return ExportResult(
+        path=Path(out), fmt=fmt, meta=meta, disagreements=disagreements, party_disagreements=party
+    )

@@ -21,6 +21,7 @@ from compliance.view import (
     text,
     when,
 )
+from compliance.view_parties import parties_fact, party_tables
 
 __all__ = ["build_view", "VERIFY_COMMANDS"]
 
@@ -60,6 +61,7 @@ def _facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
             hexgroups(log["key_fingerprint"])
             + ("" if log["key_pinned"] else " (read from the database, not pinned)"),
         ),
+        ("Party audit logs included", parties_fact(meta)),
         (
             "Cited entries",
             f"{cited['entries']} under the signed head of size "
@@ -217,7 +219,7 @@ def _outliers(spools: Any, max_rows: int) -> Table:
 
 
 def _openings(spools: Any) -> Iterator[list[str]]:
-    for r in sections_rows(spools, "decryptions", "decryption_requests"):
+    for r in sections_rows(spools, "decryptions", "decryption_requests", "party_decryptions"):
         if r.get("source") == "ledger table decryption_requests":
             kind = f"{r['kind']} (ledger table)"
             yield [
@@ -238,8 +240,10 @@ def _openings(spools: Any) -> Iterator[list[str]]:
                 text(r["purpose"]),
                 text(r["shape"]),
                 text(r["contributors"]),
-                text(r["party"]),
-                text(r["requester"]),
+                f"{text(r['party']).replace('_', ' ')} (own log)"
+                if "log" in r
+                else text(r["party"]),
+                text(r["requester"]) + (f"; {r['reason']}" if r["reason"] != NOT_RECORDED else ""),
             ]
 
 
@@ -350,7 +354,8 @@ def build_view(ctx: ReportContext) -> ReportView:
             ],
             [19, 7, 17, 11, 11, 10, 13, 12],
             intro="Who opened what: every decryption or share opening requested, released "
-            "or refused, with the number of contributors.",
+            "or refused, with the number of contributors, from the ledger's log and from the "
+            "key authority's and helper's own logs (marked with their source).",
         ),
         _openings(spools),
         n,
@@ -384,6 +389,7 @@ def build_view(ctx: ReportContext) -> ReportView:
         openings,
         egress,
         *_misc(spools, n),
+        *party_tables(spools, n),
     ]
     scope = ctx.meta["scope"]
     title = f"Audit report: {scope['participant'] or ctx.meta['federation']['log_origin']}"

@@ -25,6 +25,7 @@ from api.cli.errors import CrossCheckMismatch
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from compliance.parties import PartySource
     from crypto.sm import SM2PublicKey
 
 audit_app = typer.Typer(
@@ -103,6 +104,18 @@ def export(
         int,
         typer.Option("--max-rows", help="Rows shown per table in html/pdf (the bundle has all)."),
     ] = 1000,
+    party_logs: Annotated[
+        Path | None,
+        typer.Option(
+            "--party-logs",
+            metavar="DIR",
+            help="Deployment folder holding the key authority's (and helper's) audit logs "
+            "(default: the 'deploy local' folder the --db SQLite file lies in).",
+        ),
+    ] = None,
+    no_party_logs: Annotated[
+        bool, typer.Option("--no-party-logs", help="Report on the ledger's own log only.")
+    ] = False,
 ) -> None:
     """Verify the audit log and write a report for a participant and period."""
     from rich.console import Console
@@ -118,6 +131,7 @@ def export(
     key = None if signing_key is None else load_private_key(signing_key)
     pinned = _public_key(log_public_key)
     engine = open_engine(db, writable=False)
+    sources, origin = _party_sources(engine, party_logs, no_party_logs)
     try:
         with Console(stderr=True).status(f"verifying the audit log and writing the {fmt} report"):
             result = export_report(
@@ -129,6 +143,8 @@ def export(
                 log_public_key=pinned,
                 produced_by=produced_by or _who(),
                 max_rows=max_rows,
+                party_logs=sources,
+                party_logs_from=origin,
             )
     finally:
         engine.dispose()
@@ -142,10 +158,30 @@ def export(
             f"verify it offline with: secure-fed audit verify {out} --public-key "
             "REPORT-PUB.pem --log-public-key LOG-PUB.pem"
         )
-    _refuse_disagreements(result.disagreements)
+    included = ", ".join(result.meta["federation"]["party_logs"]["included"]) or "none"
+    typer.echo(f"party audit logs included: {included} (from {origin})")
+    _refuse_disagreements(result.disagreements, result.party_disagreements)
 
 
-def _refuse_disagreements(rows: tuple[dict[str, Any], ...]) -> None:
+def _party_sources(
+    engine: Engine, folder: Path | None, off: bool
+) -> tuple[tuple[PartySource, ...], str]:
+    """Return the party logs to read and where they came from (as the report says it)."""
+    from compliance.parties import discover_run_folder, run_folder_sources
+
+    if off:
+        return (), "none (--no-party-logs)"
+    if folder is None:
+        folder = discover_run_folder(database_url=engine.url.render_as_string(False))
+        if folder is None:
+            return (), "none found (not a 'deploy local' ledger; pass --party-logs DIR)"
+        return run_folder_sources(folder), f"the deployment folder of the ledger, {folder}"
+    return run_folder_sources(folder), f"--party-logs {folder}"
+
+
+def _refuse_disagreements(
+    rows: tuple[dict[str, Any], ...], party_rows: tuple[dict[str, Any], ...] = ()
+) -> None:
     """Print every cross-check row that disagrees and exit 1 (the report stays written)."""
     for r in rows:
         typer.echo(
@@ -153,10 +189,21 @@ def _refuse_disagreements(rows: tuple[dict[str, Any], ...]) -> None:
             f"{r['audit_log']}, ledger tables {r['ledger_tables']}",
             err=True,
         )
-    if rows:
+    for r in party_rows:
+        typer.echo(f"MISMATCH: round {r['round']} {r['rule']}: {r['detail']}", err=True)
+    if rows or party_rows:
+        hint = None
+        if party_rows:
+            hint = (
+                "the report was written and shows the rows: a party log is missing or does not "
+                "verify, or the party logs and the ledger record different decryptions; see "
+                "docs/compliance.md, 'Every party's log', and run 'secure-fed ledger verify' "
+                "on the party's audit database"
+            )
         raise CrossCheckMismatch(
-            f"{len(rows)} cross-check row(s) disagree: the ledger tables do not match "
-            "what the audit log records"
+            f"{len(rows) + len(party_rows)} cross-check row(s) disagree: the ledger tables, "
+            "the audit log and the party logs do not record the same",
+            hint=hint,
         )
 
 

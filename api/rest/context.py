@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.rest.errors import ServiceMisconfigured
 from api.rest.settings import ApiSettings
+from compliance.errors import PartyLogsConfigInvalid
+from compliance.parties import PartySource, run_folder_sources
 from crypto.errors import CryptoError
 from crypto.sm import SM2PrivateKey, SM2PublicKey
 from privacy_ledger import AuditLog, PrivacyLedger, RoundStore
@@ -62,6 +64,10 @@ class AppContext:
         The log's pinned public key, if configured.
     session_key
         Key of the console's session cookies.
+    party_logs
+        The key authority's and helper's audit logs to read (may be empty).
+    party_logs_from
+        Where :attr:`party_logs` came from (shown by the console and reports).
     """
 
     settings: ApiSettings
@@ -75,6 +81,8 @@ class AppContext:
     receipts: ReceiptIssuer | None
     log_public_key: SM2PublicKey | None
     session_key: bytes
+    party_logs: tuple[PartySource, ...] = ()
+    party_logs_from: str = "none configured"
 
     def close(self) -> None:
         """Release the database connections."""
@@ -157,6 +165,11 @@ def build_context(settings: ApiSettings, *, migrate: bool = True) -> AppContext:
             log_public_key = SM2PublicKey.from_pem(pem)
         except CryptoError as exc:
             raise ServiceMisconfigured(f"log public key: {exc}") from None
+    folder, party_from = settings.resolved_party_logs_dir()
+    try:
+        parties = () if folder is None else run_folder_sources(folder)
+    except PartyLogsConfigInvalid as exc:
+        raise ServiceMisconfigured(f"api_party_logs_dir: {exc.message}") from None
     engine = create_ledger_engine(settings.resolved_database_url(), pool_size=10)
     if migrate:
         upgrade(engine)
@@ -175,4 +188,6 @@ def build_context(settings: ApiSettings, *, migrate: bool = True) -> AppContext:
         receipts=None if receipt_key is None else ReceiptIssuer(ledger=ledger, key=receipt_key),
         log_public_key=log_public_key,
         session_key=settings.session_key(),
+        party_logs=parties,
+        party_logs_from=party_from,
     )

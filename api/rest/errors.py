@@ -19,6 +19,7 @@ __all__ = [
     "RequestInvalid",
     "NotReady",
     "ServiceMisconfigured",
+    "ReportCrossCheckMismatch",
     "InternalFault",
 ]
 
@@ -107,6 +108,21 @@ class ServiceMisconfigured(RestError):
     """The service cannot start or serve: a key file or setting is missing or unreadable."""
 
     code = "API_SERVICE_MISCONFIGURED"
+
+
+class ReportCrossCheckMismatch(RestError):
+    """A report export's cross-check disagrees (HTTP 409): no report is returned.
+
+    Raised when the ledger tables disagree with the audit log, or a party log
+    (key authority, helper) is missing, does not verify, or records other
+    decryptions than the ledger; ``rows`` lists every disagreeing row.
+    """
+
+    code = "API_REPORT_CROSS_CHECK_MISMATCH"
+
+    def __init__(self, message: str, *, rows: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.rows = rows
 
 
 class InternalFault(RestError):

@@ -28,6 +28,7 @@ from api.rest.errors import (
     MethodNotAllowed,
     NotFound,
     NotReady,
+    ReportCrossCheckMismatch,
     RequestInvalid,
     RestError,
     ServiceMisconfigured,
@@ -64,6 +65,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     RequestInvalid.code: 422,
     NotReady.code: 503,
     ServiceMisconfigured.code: 503,
+    ReportCrossCheckMismatch.code: 409,
     InternalFault.code: 500,
     # privacy_ledger
     "LEDGER_TOKEN_INVALID": 401,
@@ -182,13 +184,21 @@ def render_error(request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         logger.error("%s on %s %s: %s", code, request.method, request.url.path, message)
     headers = {"WWW-Authenticate": 'Bearer realm="secure-fed"'} if status == 401 else None
-    budget = None
+    budget, errors = None, None
+    if isinstance(exc, ReportCrossCheckMismatch):
+        errors = [dict(r) for r in exc.rows[:50]]
     if isinstance(exc, BudgetExceeded):
         budget = {
             name: str(getattr(exc, name)) for name in ("limit", "spent", "reserved", "requested")
         }
     return problem_response(
-        request, code=code, status=status, detail=message, headers=headers, budget=budget
+        request,
+        code=code,
+        status=status,
+        detail=message,
+        headers=headers,
+        budget=budget,
+        errors=errors,
     )
 
 

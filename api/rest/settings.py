@@ -70,6 +70,13 @@ class ApiSettings(BaseSettings):
         demo's ``<workdir>/demo/receipt-key.pem`` likewise, else none (no receipts).
     api_log_public_key_file
         The log's public key obtained out of band, pinned by report exports.
+    api_party_logs_dir
+        Deployment folder holding the key authority's (and, in shares mode, the
+        helper's) own audit logs and keys (``compliance.parties``): the console
+        and report exports read and verify them. Default: the ``secure-fed deploy
+        local`` folder the ledger's SQLite file or the audit key lies in, if any.
+    api_party_logs_off
+        Read no party log, even from a deployment folder found by default.
     api_max_body_bytes
         Largest accepted request body (HTTP 413 beyond).
     api_session_seconds
@@ -94,6 +101,8 @@ class ApiSettings(BaseSettings):
     api_report_key_file: Path | None = None
     api_receipt_key_file: Path | None = None
     api_log_public_key_file: Path | None = None
+    api_party_logs_dir: Path | None = None
+    api_party_logs_off: bool = False
     api_max_body_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     api_session_seconds: int = Field(default=8 * 3600, ge=60, le=7 * 86400)
 
@@ -179,6 +188,21 @@ class ApiSettings(BaseSettings):
     def resolved_receipt_key_file(self) -> Path | None:
         """Return the receipt key path: configured, else the demo's if present."""
         return self._demo_key(self.api_receipt_key_file, "receipt-key.pem")
+
+    def resolved_party_logs_dir(self) -> tuple[Path | None, str]:
+        """Return the folder of the party audit logs and where that setting came from."""
+        from compliance.parties import discover_run_folder
+
+        if self.api_party_logs_off:
+            return None, "none (api_party_logs_off)"
+        if self.api_party_logs_dir is not None:
+            return self.api_party_logs_dir, f"api_party_logs_dir {self.api_party_logs_dir}"
+        found = discover_run_folder(
+            database_url=self.resolved_database_url(), audit_key=self.resolved_audit_key_file()
+        )
+        if found is None:
+            return None, "none found (set api_party_logs_dir)"
+        return found, f"the deployment folder of the ledger, {found}"
 
     def session_key(self) -> bytes:
         """Return the session-cookie key (a random one when none is configured)."""

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from api.rest.auth import context
 from api.rest.console.access import Officer
 from api.rest.console.audit_view import chain_status
+from api.rest.console.party_view import party_view
 from api.rest.console.render import page
 
 __all__ = ["router"]
@@ -24,5 +25,13 @@ router = APIRouter(include_in_schema=False)
 @router.get("/console/chain", response_class=HTMLResponse)
 def chain(request: Request, principal: Officer) -> HTMLResponse:
     """Verify the audit log now and show the result with the latest signed tree head."""
-    status = chain_status(context(request))
-    return page(request, "chain.html", title="Chain status", principal=principal, status=status)
+    ctx = context(request)
+    status = chain_status(ctx)
+    return page(
+        request,
+        "chain.html",
+        title="Chain status",
+        principal=principal,
+        status=status,
+        parties=party_view(ctx),
+    )

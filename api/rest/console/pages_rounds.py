@@ -4,7 +4,8 @@ Rounds, their stored decisions, uploads and decryption requests come from
 :class:`privacy_ledger.RoundStore`; the outlier decisions and decryption
 events recorded in the audit log are derived by the compliance report's
 :class:`compliance.derive.Deriver` (through :mod:`api.rest.console.audit_view`),
-so both views of a round can be compared side by side.
+so both views of a round can be compared side by side; the key authority's and
+helper's own logs are read and verified by :mod:`api.rest.console.party_view`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from api.rest.auth import context
 from api.rest.console.access import Officer
 from api.rest.console.audit_view import MAX_AUDIT_ROWS, audit_rows
 from api.rest.console.ledger_view import MAX_ROUNDS, all_decryptions, round_detail, round_timeline
+from api.rest.console.party_view import party_view
 from api.rest.console.render import page
 from api.rest.v1.schemas import ID_PATTERN
 from privacy_ledger.errors import RoundUnknown
@@ -66,6 +68,7 @@ def round_page(request: Request, round_id: RoundId, principal: Officer) -> HTMLR
         principal=principal,
         detail=detail,
         audit=audit_rows(ctx, rounds=detail.aliases),
+        parties=party_view(ctx, rounds=detail.aliases),
     )
 
 
@@ -94,4 +97,5 @@ def decryptions(request: Request, principal: Officer) -> HTMLResponse:
         principal=principal,
         requests=all_decryptions(ctx, round_timeline(ctx)),
         events=audit_rows(ctx)["decryptions"],
+        parties=party_view(ctx),
     )

@@ -3,13 +3,19 @@
 ``GET /v1/reports/export`` runs :func:`compliance.export_report` (which first
 verifies the whole audit log) into a temporary file and sends it as an
 attachment: a signed JSON bundle (needs ``api_report_key_file``), HTML or PDF.
-The console's session cookie is accepted here (GET). ``POST /v1/reports/verify``
-checks an uploaded bundle with :func:`compliance.verify_bundle` against the
-pinned keys, when configured (the request size limit applies).
+The console's session cookie is accepted here (GET). Entries not yet under a
+signed head are signed first (the service holds the log key). The key authority's and
+helper's own audit logs (``api_party_logs_dir``) are verified and cross-checked
+too; when any cross-check row disagrees the export is refused with
+``API_REPORT_CROSS_CHECK_MISMATCH`` (409), the rows in the problem's ``errors``.
+``POST /v1/reports/verify`` checks an uploaded bundle with
+:func:`compliance.verify_bundle` against the pinned keys, when configured (the
+request size limit applies).
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,11 +27,16 @@ from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
 from api.rest.auth import BrowserReports, ReadReports, context
+from api.rest.context import AppContext
+from api.rest.errors import ReportCrossCheckMismatch
 from api.rest.problems import problem_responses
 from api.rest.v1.schemas import ID_PATTERN
-from compliance import Scope, export_report, parse_bound, verify_bundle
+from compliance import ExportResult, Scope, export_report, parse_bound, verify_bundle
+from privacy_ledger.errors import LedgerError
 
 __all__ = ["router", "MEDIA_TYPES"]
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/reports", tags=["reports"], responses=problem_responses(401, 403))
 
@@ -80,10 +91,11 @@ def export(
     """Export the compliance report (json bundle, html or pdf) after verifying the log."""
     ctx = context(request)
     scope = _scope(participant, start, end)
+    _sign_pending(ctx)
     folder = Path(tempfile.mkdtemp(prefix="secure-fed-report-"))
     out = folder / f"report.{format}"
     try:
-        export_report(
+        result = export_report(
             ctx.engine,
             fmt=format,
             out=out,
@@ -91,7 +103,10 @@ def export(
             signing_key=ctx.report_key,
             log_public_key=ctx.log_public_key,
             produced_by=f"{principal.name} ({principal.role}) via secure-fed api"[:256],
+            party_logs=ctx.party_logs,
+            party_logs_from=ctx.party_logs_from,
         )
+        _refuse_disagreements(result)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -101,6 +116,32 @@ def export(
         filename=f"secure-fed-report.{format}",
         background=BackgroundTask(shutil.rmtree, folder, True),
     )
+
+
+def _sign_pending(ctx: AppContext) -> None:
+    """Sign the log's pending entries first, so the report covers what the tables hold.
+
+    A report covers the entries under the newest signed head; budget entries the
+    service wrote since would otherwise show as a cross-check disagreement. A log
+    this service cannot sign (another key) is left as it is: the export says why.
+    """
+    try:
+        with ctx.sessions() as session, session.begin():
+            ctx.audit.checkpoint(session, force=True)
+    except LedgerError as exc:
+        logger.warning("report export: pending entries not signed first: %s", exc)
+
+
+def _refuse_disagreements(result: ExportResult) -> None:
+    """Refuse a report whose cross-check disagrees, as ``secure-fed audit export`` does."""
+    rows = [*result.disagreements, *result.party_disagreements]
+    if rows:
+        raise ReportCrossCheckMismatch(
+            f"{len(rows)} cross-check row(s) disagree: the ledger tables, the audit log and "
+            "the party logs (key authority, helper) do not record the same; no report is "
+            "returned (the rows are in 'errors')",
+            rows=rows,
+        )
 
 
 @router.post(
