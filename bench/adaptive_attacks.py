@@ -62,6 +62,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3, help="local epochs per round")
     parser.add_argument("--architectures", default="mlp,logreg")
     parser.add_argument("--private", action="store_true", help="DP-SGD local training")
+    parser.add_argument(
+        "--secret-slice",
+        action="store_true",
+        help="servers draw the slice with a secret key (default: from the seed, reproducible)",
+    )
     parser.add_argument("--partial", type=Path, default=None, help="rewrite with runs so far")
     parser.add_argument(
         "--no-baselines",
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     private=args.private,
                     epochs=args.epochs,
                     architectures=tuple(args.architectures.split(",")),
+                    secret_slice=args.secret_slice,
                 )
                 for arm in arms:
                     t = time.perf_counter()
@@ -128,6 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "modes": modes,
         "dirichlet": args.dirichlet,
         "private_training": args.private,
+        "secret_slice": args.secret_slice,
         "epochs_per_round": args.epochs,
         "architectures": args.architectures.split(","),
         "target": {"mean_points": TARGET_MEAN_POINTS, "worst_seed_points": TARGET_WORST_POINTS},

@@ -59,7 +59,12 @@ ARMS = ("absent", "honest")
 
 @dataclass(frozen=True, kw_only=True)
 class ArmSettings:
-    """One federation of the benchmark (everything but the arm)."""
+    """One federation of the benchmark (everything but the arm).
+
+    ``secret_slice``: the servers draw each round's slice with a fresh secret key
+    (a real run); otherwise the key follows from the seed (a reproducible run,
+    where the slice-aware attacker's recomputation is right).
+    """
 
     dirichlet: float
     mode: str
@@ -68,6 +73,7 @@ class ArmSettings:
     private: bool = False
     epochs: int = 3
     architectures: tuple[str, ...] = ("mlp", "logreg")
+    secret_slice: bool = False
 
     def config(self) -> FederationConfig:
         """Return the run's configuration; the last :data:`ATTACKERS` are marked attackers."""
@@ -114,13 +120,13 @@ def _as_slice(value: object) -> EvidenceSlice | None:
 
 
 def build_federation(task: TaskData, settings: ArmSettings) -> Federation:
-    """Build the arm's federation (reproducible: seeded noise and slice key)."""
+    """Build the arm's federation (seeded noise and slice key unless ``secret_slice``)."""
     return Federation(
         config=settings.config(),
         task=task,
         budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
         store=JsonFileRoundStore(directory=tempfile.mkdtemp(prefix="adaptive-")),
-        insecure_noise=True,
+        insecure_noise=not settings.secret_slice,
     )
 
 
