@@ -10,6 +10,7 @@ plan for that round (a real refusal), and writes the ledger
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -18,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from api.services.run import party_audit
 from privacy_ledger import AuditLog, PrivacyLedger, RoundStore
+from secure_fed.deploy.authority import KeyAuthorityParty
 from secure_fed.deploy.ceremony import read_sm2
-from secure_fed.deploy.keys import create_keys, load_aggregator, load_key_authority
+from secure_fed.deploy.keys import create_keys, load_aggregator, load_helper, load_key_authority
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.parties.key_authority import plan_request
 from secure_fed.secure.server_auth import ServerSigningKey
@@ -60,16 +62,34 @@ def _ledger(run: Path, *, stage: str) -> None:
     ledger.engine.dispose()
 
 
-def build_deployment(run: Path, *, stage: str = "published") -> Deployment:
-    """Write the folder described in the module docstring; the round is stored at ``stage``."""
+def _helper(keys: Path, run: Path) -> Callable[[bytes], bytes]:
+    state = run / "helper"
+    state.mkdir(parents=True)
+    audit = party_audit(keys / "helper", state, party="helper", database_url=None)
+    return load_helper(keys / "helper", audit=audit, state_dir=state).handle
+
+
+def build_deployment(run: Path, *, stage: str = "published", mode: str = "ckks") -> Deployment:
+    """Write the folder described in the module docstring; the round is stored at ``stage``.
+
+    In ``shares`` mode the helper runs too, on its own log (``<run>/helper/audit.db``).
+    """
     keys = run / "keys"
-    create_keys(keys, mode="ckks", participant_ids=IDS, shape=SHAPE, min_participants=2)
+    create_keys(keys, mode=mode, participant_ids=IDS, shape=SHAPE, min_participants=2)
     state = run / "keyauthority"
     state.mkdir(parents=True)
     audit = party_audit(keys / "keyauthority", state, party="keyauthority", database_url=None)
     ka = load_key_authority(keys / "keyauthority", audit=audit, state_dir=state)
-    agg = load_aggregator(keys / "aggregator", authority=ka.channels())
+    helper = _helper(keys, run) if mode == "shares" else None
+    agg = load_aggregator(keys / "aggregator", authority=ka.channels(), helper=helper)
     run_round(agg, keys, run / "round")
+    if mode == "ckks":
+        _refuse_second_plan(ka, keys)
+    _ledger(run, stage=stage)
+    return Deployment(run=run)
+
+
+def _refuse_second_plan(ka: KeyAuthorityParty, keys: Path) -> None:
     signer = ServerSigningKey(name="aggregator", key=read_sm2(keys / "aggregator", "aggregator"))
     try:  # another plan for round 1: refused and audited by the key authority
         ka.plan(plan_request(plan(1, SHAPE, min_participants=3), signer=signer))
@@ -77,5 +97,3 @@ def build_deployment(run: Path, *, stage: str = "published") -> Deployment:
         pass
     else:
         raise AssertionError("the key authority accepted a second plan for round 1")
-    _ledger(run, stage=stage)
-    return Deployment(run=run)

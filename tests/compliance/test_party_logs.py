@@ -195,3 +195,17 @@ def test_a_bundle_exported_before_the_party_sections_still_verifies(
     path.write_bytes(resign(b"".join(kept), key))
     with pytest.raises(BundleInvalid):  # a stated party section that is not there
         verify_bundle(path, public_key=key.public_key)
+
+
+def test_a_shares_deployment_reads_the_helper_s_log_too(tmp_path: Path) -> None:
+    shares = build_deployment(tmp_path / "run", mode="shares")
+    sources = run_folder_sources(shares.run)
+    assert [s.party for s in sources] == ["key_authority", "helper"]
+    result = _export(shares, tmp_path / "report.html", fmt="html")
+    assert result.meta["federation"]["party_logs"]["included"] == ["key_authority", "helper"]
+    assert result.party_disagreements == ()
+    assert "helper (own log)" in (tmp_path / "report.html").read_text()
+    (shares.run / "helper" / "audit.db").unlink()  # the helper's log is expected in shares mode
+    rows = _export(shares, tmp_path / "again.html", fmt="html").party_disagreements
+    assert rows[0]["rule"] == "party log included" and "helper" in rows[0]["detail"]
+    assert "no audit database at" in rows[0]["detail"]
