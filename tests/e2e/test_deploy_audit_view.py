@@ -65,7 +65,7 @@ def test_the_console_and_the_report_show_the_key_authority_s_decryptions(tmp_pat
             env=ENV, stdout=sink, stderr=sink, cwd=tmp_path,
         )  # fmt: skip
         try:
-            wait_for_text(err, "run ended", timeout=1200, proc=command)
+            wait_for_text(err, "rounds published", timeout=1200, proc=command)  # stdout's report
             text = err.read_text()
             assert "1 of 1 rounds published" in text, text
             found = re.search(r"API (https://127\.0\.0\.1:\d+)", text)
