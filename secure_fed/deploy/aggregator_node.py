@@ -48,6 +48,7 @@ from secure_fed.deploy.config_errors import ServerConfigInvalid
 from secure_fed.deploy.errors import StoredPublicationInvalid
 from secure_fed.deploy.keys import MANIFEST, load_aggregator
 from secure_fed.deploy.server_config import ServerConfig, settings_of
+from secure_fed.deploy.slice_key import slice_key
 from secure_fed.deploy.tls import ClientTLS
 from secure_fed.deploy.transport import AuthorityChannels, remote_authority, remote_helper
 from secure_fed.errors import RoundStateError, SecureFedError
@@ -57,16 +58,15 @@ from secure_fed.federation.aggregator_builder import (
     private_parts,
 )
 from secure_fed.federation.config import ASSET_ID, PlannedParticipant, plan_participants
-from secure_fed.federation.evidence import carve_evidence
+from secure_fed.federation.evidence import EvidencePool
 from secure_fed.federation.messages import decode_publication
 from secure_fed.federation.stages import RoundConfig, RoundState, Stage
 from secure_fed.federation.store import LedgerRoundStore
-from secure_fed.learning.data import load_task
+from secure_fed.learning.data import TaskData, load_task
 from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
-from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
 __all__ = ["PARTICIPANT_DROPPED", "AggregatorNode", "PublishedRound"]
@@ -89,6 +89,16 @@ def _read_key(path: Path | None, passphrase_file: Path | None, field: str) -> SM
         raise ServerConfigInvalid(
             f"{field}: {path} is not a readable SM2 key: {exc}", field=field
         ) from None
+
+
+def _evidence(config: ServerConfig, task: TaskData) -> EvidencePool | None:
+    """Each round's labeled slice, drawn with a key no participant holds (or, tests: seeded)."""
+    rows, seed = config.federation.evidence_rows, config.federation.seed
+    if config.insecure_seeded_slice:
+        _log.warning("evidence slice key derived from the seed: PREDICTABLE (tests only)")
+        return EvidencePool.insecure_from_seed(task, rows=rows, seed=seed)
+    key = slice_key(config.key_dir or config.source.parent)
+    return EvidencePool.from_task(task, rows=rows, key=key)
 
 
 def _plaintext_keys(config: ServerConfig, key_dir: Path) -> dict[str, SM2PublicKey]:
@@ -170,12 +180,10 @@ class AggregatorNode:
         plan = plan_participants(federation)
         keys = _aggregator_keys(config, audit)
         _enrol(ledger, plan, keys.participant_keys)
-        evidence: EvidenceSlice | None = None
+        evidence: EvidencePool | None = None
         if config.builtin:
             task = load_task(config.builtin, seed=federation.seed)
-            task, evidence = carve_evidence(
-                task, rows=federation.evidence_rows, seed=federation.seed
-            )
+            evidence = _evidence(config, task)
             shape = (len(task.public_x), task.num_classes)
             parts = private_parts(task, federation)
             rows = {p.participant_id: len(idx) for p, idx in zip(plan, parts, strict=True)}

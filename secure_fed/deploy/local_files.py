@@ -33,7 +33,6 @@ from secure_fed.deploy.keys import create_keys, read_manifest
 from secure_fed.deploy.supervisor import free_port
 from secure_fed.errors import FederationConfigInvalid
 from secure_fed.federation.config import ASSET_ID, KINDS
-from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.participant import public_set_digest
 from secure_fed.learning.data import load_task
 
@@ -129,9 +128,8 @@ def _q(value: object) -> str:
 
 def _public_set(options: LocalOptions) -> tuple[str, tuple[int, int]]:
     task = load_task(options.builtin, seed=options.seed)
-    public, _ = carve_evidence(task, rows=_EVIDENCE_ROWS, seed=options.seed)
     classes = int(task.private_y.max()) + 1
-    return public_set_digest(public.public_x), (int(public.public_x.shape[0]), classes)
+    return public_set_digest(task.public_x), (int(task.public_x.shape[0]), classes)
 
 
 def _seed_ledger(

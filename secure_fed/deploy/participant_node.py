@@ -35,7 +35,6 @@ from secure_fed.deploy.server_config import config_from_settings
 from secure_fed.federation.aggregator_builder import private_parts
 from secure_fed.federation.builders import build_participant
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
-from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.messages import decode_publication
 from secure_fed.federation.stages import RoundConfig
@@ -82,7 +81,6 @@ def load_node_data(config: ParticipantConfig, federation: FederationConfig, inde
     """
     if config.builtin:
         task = load_task(config.builtin, seed=federation.seed)
-        task, _ = carve_evidence(task, rows=federation.evidence_rows, seed=federation.seed)
         public = config.load_public(task.public_x)
         rows = private_parts(task, federation)[index]
         return NodeData(

@@ -26,7 +26,9 @@ are taken from the file's folder. Format::
     epochs_per_round = 8             # optional training knobs (FederationConfig's defaults)
     lr = 0.3
     batch_size = 128
-    evidence_rows = 100              # built-in tasks only
+    evidence_rows = 100              # built-in tasks only: rows of each round's slice
+    insecure_seeded_slice = false    # true: the slice's key follows from the seed --
+                                     # PREDICTABLE by every participant (tests only)
 
     [public]
     sm3 = "<64 hex>"                 # SM3 of the public set every node must hold
@@ -46,6 +48,11 @@ are taken from the file's folder. Format::
     [receipts]
     required = true                  # uploads need the ledger's signed budget receipt
     public_key = "keys/api/receipt-public.pem" # optional: the key ceremony's manifest has it
+
+Each round's labeled slice (built-in tasks) is drawn with the aggregator's secret
+key, ``<key_dir>/evidence-slice.key`` (:mod:`secure_fed.deploy.slice_key`, made on
+the first start); ``insecure_seeded_slice`` derives it from the seed instead, so
+that a test can compare a deployment with an in-process run.
 
 ``key_dir`` is the aggregator's directory of the key ceremony
 (:func:`secure_fed.deploy.keys.create_keys`), whose manifest names the mode,
@@ -121,6 +128,7 @@ class ServerConfig:
     client_key: Path | None
     receipts_required: bool
     receipt_public_key: Path | None
+    insecure_seeded_slice: bool = False
 
 
 def load_server_config(path: str | Path) -> ServerConfig:
@@ -167,6 +175,7 @@ def load_server_config(path: str | Path) -> ServerConfig:
         client_key=f.path_of("parties.client_key", optional=True),
         receipts_required=_flag(f, "receipts.required", default=mode != "plaintext"),
         receipt_public_key=f.path_of("receipts.public_key", optional=True),
+        insecure_seeded_slice=_flag(f, "federation.insecure_seeded_slice", default=False),
     )
 
 

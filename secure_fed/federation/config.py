@@ -34,9 +34,9 @@ class FederationConfig:
 
     ``weighting_alpha`` and ``weighting_beta`` are the merit's inverse temperature
     and the evidence EMA of :class:`~secure_fed.federation.weighting.DynamicWeighting`;
-    ``evidence_rows`` labeled rows of the private pool become the public slice the
-    evidence of correctness is measured on (0: no slice, every merit 1;
-    :func:`~secure_fed.federation.evidence.carve_evidence`).
+    ``evidence_rows`` public rows whose labels the servers hold form each round's
+    slice the evidence of correctness is measured on, drawn afresh with a secret key
+    (0: no slice, every merit 1; :class:`~secure_fed.federation.evidence.EvidencePool`).
 
     ``logit_adjustment`` (on by default) keeps minority classes under label skew and
     imbalance: DP-SGD minimises the logit-adjusted loss with each participant's own

@@ -11,10 +11,6 @@ federation still cannot tell which rows of the next round are evaluated, so
 being right on a guessed slice buys nothing on the rows that count
 (docs/learning.md, "A slice nobody can predict"). The slice is fixed in the
 round's release plan before any upload and never reaches a participant.
-
-:func:`carve_evidence`, the older rule that moves labeled private rows into the
-public set at positions that follow from the run seed, is kept only for the
-deployed runtime's participants, which rebuild the same public set.
 """
 
 from __future__ import annotations
@@ -22,21 +18,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from dataclasses import replace
 from typing import NoReturn, Protocol
-
-import numpy as np
 
 from secure_fed.errors import FederationConfigInvalid
 from secure_fed.learning.data import TaskData
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 
-__all__ = ["MAX_POOL_FRACTION", "EvidencePool", "EvidenceSource", "carve_evidence"]
+__all__ = ["EvidencePool", "EvidenceSource"]
 
 _log = logging.getLogger(__name__)
-
-#: At most this fraction of the private pool goes into the labeled slice.
-MAX_POOL_FRACTION = 0.1
 
 #: Domain of the slice key's keyed hash (one per draw, never reused elsewhere).
 _DOMAIN = b"secure-fed/evidence-slice/1"
@@ -175,45 +165,3 @@ class EvidencePool:
     def __reduce__(self) -> NoReturn:
         """Refuse pickling: the key stays in this process."""
         raise TypeError("EvidencePool holds a secret key and cannot be pickled")
-
-
-def carve_evidence(
-    task: TaskData, *, rows: int, seed: int
-) -> tuple[TaskData, EvidenceSlice | None]:
-    """Move up to ``rows`` labeled private rows into the public set; return both.
-
-    At most :data:`MAX_POOL_FRACTION` of the pool is taken. ``rows == 0``, or a
-    task made of per-participant tables, returns the task unchanged and None.
-
-    Raises
-    ------
-    FederationConfigInvalid
-        If ``rows`` is negative.
-    """
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-        raise FederationConfigInvalid(f"evidence_rows must be an integer >= 0, got {rows!r}")
-    count = min(rows, int(MAX_POOL_FRACTION * len(task.private_y)))
-    if count == 0 or task.parts is not None:
-        return task, None
-    rng = np.random.default_rng([seed, 0x5E1])
-    taken = rng.choice(len(task.private_y), size=count, replace=False)
-    keep = np.setdiff1d(np.arange(len(task.private_y)), taken)
-    public_x = np.concatenate([task.public_x, task.private_x[taken]])
-    order = rng.permutation(len(public_x))  # labeled rows land among the unlabeled ones
-    position = np.empty_like(order)
-    position[order] = np.arange(len(order))
-    slots = position[len(task.public_x) :]
-    labels = task.private_y[taken]
-    by_row = np.argsort(slots)
-    carved = replace(
-        task,
-        public_x=public_x[order],
-        private_x=task.private_x[keep],
-        private_y=task.private_y[keep],
-        public_y=None,
-    )
-    _log.info("labeled public slice: %d rows moved from the private pool", count)
-    return carved, EvidenceSlice(
-        rows=tuple(int(r) for r in slots[by_row]),
-        labels=tuple(int(y) for y in labels[by_row]),
-    )

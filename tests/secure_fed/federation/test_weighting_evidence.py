@@ -7,13 +7,10 @@ import pytest
 
 from secure_fed.errors import (
     AttackSpecInvalid,
-    FederationConfigInvalid,
     ScoringInvalid,
     UnknownAttack,
 )
 from secure_fed.evaluation.collusion import COLLUSION_REGISTRY, collude
-from secure_fed.federation.evidence import MAX_POOL_FRACTION, carve_evidence
-from secure_fed.learning.data import load_task
 from secure_fed.secure.scoring.evidence import (
     EvidenceSlice,
     evidence_mask,
@@ -88,31 +85,6 @@ def test_near_duplicates_validate_their_input() -> None:
         near_duplicates({}, ["a", "b"])
     with pytest.raises(ScoringInvalid, match="finite"):
         near_duplicates({("a", "b"): -1.0}, ["a", "b"])
-
-
-def test_carve_moves_labeled_rows_from_the_pool_into_the_public_set() -> None:
-    task = load_task("digits", seed=0)
-    carved, piece = carve_evidence(task, rows=100, seed=3)
-    assert piece is not None and len(piece.rows) == 100
-    assert len(carved.public_x) == len(task.public_x) + 100
-    assert len(carved.private_y) == len(task.private_y) - 100
-    # every slice row is a former pool row with its label; the pool no longer has it
-    pool = {task.private_x[i].tobytes(): int(task.private_y[i]) for i in range(len(task.private_y))}
-    left = {carved.private_x[i].tobytes() for i in range(len(carved.private_y))}
-    for row, label in zip(piece.rows, piece.labels, strict=True):
-        key = carved.public_x[row].tobytes()
-        assert pool[key] == label and key not in left
-    # the labeled rows are spread among the unlabeled ones, not appended
-    assert min(piece.rows) < len(task.public_x) - 50
-
-
-def test_carve_takes_at_most_a_tenth_of_the_pool_and_never_a_participant_table() -> None:
-    task = load_task("digits", seed=0)
-    carved, piece = carve_evidence(task, rows=10**6, seed=0)
-    assert piece is not None and len(piece.rows) == int(MAX_POOL_FRACTION * len(task.private_y))
-    assert carve_evidence(task, rows=0, seed=0) == (task, None)
-    with pytest.raises(FederationConfigInvalid, match="evidence_rows"):
-        carve_evidence(task, rows=-1, seed=0)
 
 
 def test_collusion_hooks_see_the_honest_uploads() -> None:

@@ -5,17 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from crypto.sm import SM2PrivateKey
-from secure_fed.federation.evidence import carve_evidence
 from secure_fed.federation.participant import public_set_digest
 from secure_fed.learning.data import load_task
 
 ARCHITECTURES = ("mlp", "logreg")
 
 
-def builtin_public_sm3(name: str, *, seed: int, evidence_rows: int) -> str:
-    """SM3 of the public set a built-in task gives every node (evidence slice included)."""
-    task, _ = carve_evidence(load_task(name, seed=seed), rows=evidence_rows, seed=seed)
-    return public_set_digest(task.public_x)
+def builtin_public_sm3(name: str, *, seed: int) -> str:
+    """SM3 of the public set a built-in task gives every node (each round's slice is in it)."""
+    return public_set_digest(load_task(name, seed=seed).public_x)
 
 
 def write_keys(root: Path, ids: list[str]) -> None:
@@ -55,7 +53,7 @@ def write_federation(
     simulation runtime's virtual node ``k``).
     """
     write_keys(root / "keys", ids)
-    sm3 = builtin_public_sm3(builtin, seed=seed, evidence_rows=evidence_rows)
+    sm3 = builtin_public_sm3(builtin, seed=seed)
     entries = "".join(
         f'\n[[participants]]\nid = "{pid}"\narchitecture = "{ARCHITECTURES[k % 2]}"\n'
         for k, pid in enumerate(ids)
@@ -81,6 +79,7 @@ builtin = "{builtin}"
 epochs_per_round = 1
 batch_size = 64
 evidence_rows = {evidence_rows}
+insecure_seeded_slice = {str(insecure_noise).lower()}
 {extra}
 [public]
 sm3 = "{sm3}"
