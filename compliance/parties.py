@@ -232,7 +232,7 @@ def _open(source: PartySource) -> Engine | str:
         return f"cannot open the audit database: {exc}"
 
 
-def _verify(source: PartySource, engine: Session) -> PartyLog | tuple[PartyLog, int]:
+def _verify(source: PartySource, engine: Session) -> PartyLog | tuple[PartyLog, int, int]:
     origin = f"secure-fed/{PARTIES[source.party]}"
     try:
         key = source.public_key or stored_public_key(engine)
@@ -271,7 +271,7 @@ def _verify(source: PartySource, engine: Session) -> PartyLog | tuple[PartyLog, 
         key_fingerprint=report.key_fingerprint,
         key_from=source.key_from,
     )
-    return log if fails is not None else (log, report.tree_size)
+    return log if fails is not None else (log, report.tree_size, report.latest_head_size)
 
 
 def _requester(fields: dict[str, Any], party: str) -> str:
@@ -286,8 +286,8 @@ def _requester(fields: dict[str, Any], party: str) -> str:
 class _Rows:
     """Turns one party's verified entries into report rows."""
 
-    def __init__(self, party: str, read: PartyRead, scope: Scope) -> None:
-        self.party, self.read = party, read
+    def __init__(self, party: str, read: PartyRead, scope: Scope, signed: int) -> None:
+        self.party, self.read, self.signed = party, read, signed
         self.pending: dict[tuple[object, object, str], str] = {}
         self.deriver = Deriver(scope=scope, sink=self._sink)
         self.fields: dict[str, Any] = {}
@@ -311,6 +311,8 @@ class _Rows:
                 "log": self.party,
                 "requester": requester,
                 "step": f.get("step", NOT_RECORDED),
+                # under the party's newest signed head, or protected by the hash chain only
+                "signed_head": int(row["entry"]) < self.signed,
             }
         )
 
@@ -370,8 +372,8 @@ def read_party_logs(
             with snapshot(opened) as session:  # verified and read in one snapshot
                 checked = _verify(source, session)
                 if isinstance(checked, tuple):
-                    log, size = checked
-                    _scan(session, size, _Rows(source.party, read, scope or Scope()))
+                    log, size, signed = checked
+                    _scan(session, size, _Rows(source.party, read, scope or Scope(), signed))
                 else:
                     log = checked
         except SQLAlchemyError as exc:

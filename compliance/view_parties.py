@@ -6,7 +6,15 @@ from typing import Any
 
 from compliance.view import Table, fill, hexgroups, text, when
 
-__all__ = ["parties_fact", "party_tables"]
+__all__ = ["parties_fact", "party_cell", "party_tables"]
+
+
+def party_cell(r: dict[str, Any]) -> str:
+    """Who released or refused: the party, and whether its own log is the source."""
+    if "log" not in r:
+        return text(r["party"])
+    cell = f"{text(r['party']).replace('_', ' ')} (own log)"
+    return cell if r.get("signed_head", True) else f"{cell}; after its newest signed head"
 
 
 def parties_fact(meta: dict[str, Any]) -> str:

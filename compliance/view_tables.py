@@ -21,7 +21,7 @@ from compliance.view import (
     text,
     when,
 )
-from compliance.view_parties import parties_fact, party_tables
+from compliance.view_parties import parties_fact, party_cell, party_tables
 
 __all__ = ["build_view", "VERIFY_COMMANDS"]
 
@@ -240,9 +240,7 @@ def _openings(spools: Any) -> Iterator[list[str]]:
                 text(r["purpose"]),
                 text(r["shape"]),
                 text(r["contributors"]),
-                f"{text(r['party']).replace('_', ' ')} (own log)"
-                if "log" in r
-                else text(r["party"]),
+                party_cell(r),
                 text(r["requester"]) + (f"; {r['reason']}" if r["reason"] != NOT_RECORDED else ""),
             ]
 

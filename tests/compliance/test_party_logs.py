@@ -96,6 +96,8 @@ def test_the_report_includes_the_key_authority_s_decryptions(
     _export(deployment, tmp_path / "report.html", fmt="html")
     html = (tmp_path / "report.html").read_text()
     assert "key authority (own log)" in html and REFUSAL in html
+    unsigned = [r for r in read.decryptions if not r["signed_head"]]  # after the newest head
+    assert ("after its newest signed head" in html) == bool(unsigned)
     assert "Party audit logs included" in html and "verified" in html
     _export(deployment, tmp_path / "report.pdf", fmt="pdf")
     assert (tmp_path / "report.pdf").read_bytes().startswith(b"%PDF")
