@@ -228,7 +228,8 @@ class CrossCheckMismatch(CliError):
     exit_code = EXIT_REFUSED
     default_hint = (
         "the report was written and shows the rows; a budget changed without its audit "
-        "entry: run 'secure-fed ledger verify' and set it again with 'secure-fed budget set'"
+        "entry (run 'secure-fed ledger verify' and set it again with 'secure-fed budget set'), "
+        "or a party's own audit log disagrees with the ledger (see the report's party rows)"
     )
 
 
