@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -44,7 +45,7 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
     UploadRejected,
 )
-from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.parties.helper import HelperParty
 
 __all__ = ["DEFAULT_MAX_BODY", "create_helper_app", "create_keyauthority_app", "party_status"]
@@ -87,7 +88,13 @@ async def _on_party_error(request: Request, exc: Exception) -> JSONResponse:
 def _base_app(
     title: str, *, max_body: int, hsts: bool, client_name: str | None, audit: AuditSink | None
 ) -> FastAPI:
-    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if isinstance(audit, LedgerAuditSink):  # a clean stop: no entry outside a signed head
+            audit.sign_pending()
+
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     install_problem_handlers(app)
     app.add_exception_handler(SecureFedError, _on_party_error)
     app.add_exception_handler(CryptoError, _on_party_error)

@@ -38,7 +38,9 @@ SERVICE_STARTED = register_event(
 ).name
 
 
-def party_audit(keys: Path, state: Path, *, party: str, database_url: str | None) -> AuditSink:
+def party_audit(
+    keys: Path, state: Path, *, party: str, database_url: str | None
+) -> LedgerAuditSink:
     """Open (and migrate) the party's audit ledger, heads signed with ``keys/audit.key.pem``."""
     from privacy_ledger.audit.log import AuditLog
     from privacy_ledger.db import create_ledger_engine, upgrade

@@ -132,6 +132,16 @@ class LedgerAuditSink:
             self.log.checkpoint(session)
             session.commit()
 
+    def sign_pending(self) -> None:
+        """Sign a tree head over every entry not yet under one (a party stopping cleanly).
+
+        Heads are signed in batches as entries arrive, so a service's last few
+        events would otherwise stay under the hash chain alone until the next event.
+        """
+        with Session(self.engine) as session:
+            self.log.checkpoint(session, force=True)
+            session.commit()
+
 
 def record_plan_installed(
     audit: AuditSink | None,

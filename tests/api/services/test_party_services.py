@@ -214,6 +214,31 @@ def test_a_request_replayed_after_a_restart_is_refused(shares_keys: Path, tmp_pa
     assert _audited(tmp_path / "state" / "audit.db", '"tls":"mutual"')
 
 
+def test_a_service_stopped_cleanly_leaves_every_entry_under_a_signed_head(
+    shares_keys: Path, tmp_path: Path
+) -> None:
+    """Heads are signed in batches; the last events of a run are signed when it stops."""
+    import sqlite3
+
+    service = Service("keyauthority", shares_keys / "keyauthority", tmp_path / "state").start()
+    try:
+        deal = RemoteDealer(service.url, AUTHORITY_PATHS["deal"], tls=_aggregator_tls(shares_keys))
+        captured = deal_request(round_id=3, tensor="t", count=8, signer=_signer(shares_keys))
+        deal(captured)
+        with pytest.raises(ServerRequestReplayed):
+            deal(captured)  # audited right after the first entries: no head is due yet
+        deal.close()
+        database = tmp_path / "state" / "audit.db"
+        with sqlite3.connect(database) as db:
+            size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
+        assert signed < size  # the refusal sits outside every signed head while serving
+    finally:
+        service.stop()
+    with sqlite3.connect(database) as db:
+        size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
+    assert signed == size
+
+
 def _audited(database: Path, code: str) -> bool:
     import sqlite3
 
