@@ -44,3 +44,24 @@ if _PROFILE is not None:
         rss, peak = _memory_kib()
         with _OUT.open("a", encoding="utf-8") as out:
             out.write(f"{item.nodeid}\t{rss // 1024}\t{peak // 1024}\t{(peak - before) // 1024}\n")
+
+
+_FRESH_CLONE = "tests/e2e/test_fresh_clone.py"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """When the fresh-clone test runs, its two suite files run there, not twice.
+
+    The fresh-clone test runs the REST fuzz test and the central-DP test with
+    the fresh environment's Python in the clone; running them again here would
+    only add their minutes to the suite. Without it (``-m "not slow"``, or the
+    file deselected) they run here as usual.
+    """
+    if not any(item.nodeid.startswith(_FRESH_CLONE) for item in items):
+        return
+    from tests.e2e.test_fresh_clone import SUITE_TESTS as _IN_THE_CLONE
+
+    moved = [item for item in items if item.nodeid.startswith(_IN_THE_CLONE)]
+    if moved:
+        items[:] = [item for item in items if not item.nodeid.startswith(_IN_THE_CLONE)]
+        config.hook.pytest_deselected(items=moved)
