@@ -4,7 +4,8 @@ The command starts the key ceremony, the key authority, the helper (shares
 mode), the API, the SuperLink and the SuperNodes, then the run; a ``SIGINT``
 sent as soon as the services are up must stop all of them -- every process
 that descended from the command, including Flower's own sub-processes --
-and the command must exit 130. A ckks run to its end prints its result on standard
+and the command must exit 130. A ckks run shows the key authority's decryptions in the
+console and the report while its services are up, prints its result on standard
 output, and the recomputation it names passes on the run folder.
 """
 
@@ -14,21 +15,27 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
+from privacy_ledger import create_ledger_engine
+from privacy_ledger.api_tokens import ApiTokenStore
 from tests.api.cli.test_ledger_recompute import _alter_decryption, _alter_upload
+from tests.api.rest.console.pages import parse
 from tests.e2e.procs import descendants, survivors, wait_for_text
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-c", "from api.cli import main; main()"]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SECURE_FED_")}
 runner = CliRunner()
+ROUND = "local:00000001"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -71,25 +78,86 @@ def _printed_command(stdout: str, label: str, run: Path) -> list[str]:
     return words[1:]
 
 
-@pytest.mark.timeout(1800)
-def test_a_ckks_run_prints_its_result_and_every_decryption_recomputes(tmp_path: Path) -> None:
-    """The result on stdout (100 columns), progress on stderr; the printed recompute passes,
-    and names an altered upload; an altered decryption record fails the authority's log."""
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [*CLI, "deploy", "local", "--participants", "2", "--mode", "ckks", "--rounds", "1",
-         "--exit", "--run-dir", str(run_dir)],
-        env=ENV, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=1700,
+def _officer(run: Path) -> str:
+    engine = create_ledger_engine(f"sqlite:///{run / 'ledger.db'}")
+    try:
+        return ApiTokenStore(engine).create(name="e2e officer", role="officer").secret
+    finally:
+        engine.dispose()
+
+
+def _check_console(api: str, run: Path) -> None:
+    headers = {"Authorization": f"Bearer {_officer(run)}"}
+    with httpx.Client(verify=str(run / "keys" / "tls" / "ca.pem"), timeout=120.0) as client:
+        page = parse(client.get(f"{api}/console/rounds/{ROUND}", headers=headers).text)
+        rows = page.body_rows("Decryptions and refusals of this round recorded by the key")
+        released = [r for r in rows if r[3] == "decryption.released"]
+        assert released, page.html
+        assert all(r[2] == "key authority" for r in rows)
+        assert {r[6] for r in released} >= {"score", "aggregate"}
+        assert any(r[5] == "aggregator" for r in released)
+        assert "verified" in " ".join(page.texts["party-status"])
+        report = client.get(f"{api}/v1/reports/export?format=html", headers=headers)
+        assert report.status_code == 200, report.text
+        assert "key authority (own log)" in report.text
+        assert "decryption.released" in report.text
+
+
+def _check_export(run: Path, out: Path) -> None:
+    export = subprocess.run(
+        [*CLI, "audit", "export", "--db", f"sqlite:///{run / 'ledger.db'}",
+         "--format", "html", "--out", str(out)],
+        env=ENV, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert done.returncode == 0, (done.stdout, done.stderr[-6000:])
-    out = done.stdout
+    assert export.returncode == 0, export.stdout + export.stderr
+    assert "party audit logs included: key_authority" in export.stdout
+    assert "key authority (own log)" in out.read_text()
+
+
+@pytest.mark.timeout(1800)
+def test_a_ckks_run_shows_its_decryptions_prints_its_result_and_recomputes(tmp_path: Path) -> None:
+    """One real ckks run, as a user runs it, checked as the officer and the auditor would.
+
+    While the services are up, the console's round page and the run's report export
+    (HTTPS over loopback, the run's CA) show the decryptions the key authority recorded
+    in its own audit log, and so does ``secure-fed audit export`` with no flag beyond
+    ``--db``: both find the party logs in the run folder. After Ctrl-C: the result was
+    on stdout (100 columns), progress on stderr; the printed recompute passes and names
+    an altered upload; an altered decryption record fails the authority's log.
+    """
+    run_dir = tmp_path / "run"
+    out_file, err_file = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out_file.open("wb") as out_sink, err_file.open("wb") as err_sink:
+        command = subprocess.Popen(
+            [*CLI, "deploy", "local", "--participants", "2", "--mode", "ckks",
+             "--rounds", "1", "--run-dir", str(run_dir)],
+            env=ENV, stdout=out_sink, stderr=err_sink, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            wait_for_text(out_file, "rounds published", timeout=1200, proc=command)
+            found = re.search(
+                r"API (https://127\.0\.0\.1:\d+)", out_file.read_text() + err_file.read_text()
+            )
+            assert found, (out_file.read_text(), err_file.read_text()[-6000:])
+            _check_console(found.group(1), run_dir)
+            _check_export(run_dir, tmp_path / "report.html")
+            command.send_signal(signal.SIGINT)
+            assert command.wait(timeout=120) == 130, err_file.read_text()[-6000:]
+        finally:
+            if command.poll() is None:
+                command.kill()
+                command.wait()
+    with sqlite3.connect(run_dir / "keyauthority" / "audit.db") as db:
+        size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
+    assert signed == size  # stopped cleanly: its last decryptions are under a signed head
+    out = out_file.read_text()
     assert out.startswith(f"run {run_dir}: 1 of 1 rounds published"), out
     assert max(len(line) for line in out.splitlines()) <= 100, out
     assert re.search(
         r"^1 +published +published [0-9a-f]{16}\.\.\.; uploaded: bank-1, hospital-1;", out, re.M
     ), out
     assert re.search(r"^keyauthority +log   logs/keyauthority\.log$", out, re.M), out
-    assert "services up" in done.stderr and "services up" not in out
+    assert "services up" in err_file.read_text() and "services up" not in out
     assert f"    RUN={run_dir}" in out.splitlines(), out
     assert "{" not in out, out  # no Python dict any more
     for label in ("recompute every scoring decryption", "recompute every publication decryption"):
