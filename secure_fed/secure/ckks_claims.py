@@ -50,6 +50,7 @@ from crypto.sm import sm3_digest
 from secure_fed.errors import AuthorityRequestMalformed
 from secure_fed.secure.modes import ckks_scoring as hidden
 from secure_fed.secure.modes.evidence import ckks_evidence, ckks_pair_distance, slice_from_fields
+from secure_fed.secure.protocol.vocabulary import ClaimOp, Purpose
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import class_pairs
 from secure_fed.wire import number_from_wire
@@ -59,12 +60,12 @@ __all__ = ["OPS", "array_sm3", "check_claim", "claim_plan_fields", "evaluate"]
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 #: Operations a claim may name, and the purposes each may serve.
 OPS: Mapping[str, tuple[str, ...]] = {
-    "weighted_sum": ("aggregate",),
-    "mean": ("mean",),
-    "moments": ("moments",),
-    "score": ("score",),
-    "evidence": ("score",),
-    "distance": ("distance",),
+    ClaimOp.WEIGHTED_SUM: (Purpose.AGGREGATE,),
+    ClaimOp.MEAN: (Purpose.MEAN,),
+    ClaimOp.MOMENTS: (Purpose.MOMENTS,),
+    ClaimOp.SCORE: (Purpose.SCORE,),
+    ClaimOp.EVIDENCE: (Purpose.SCORE,),
+    ClaimOp.DISTANCE: (Purpose.DISTANCE,),
 }
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from secure_fed.errors import ModeSetupInvalid, ReleaseRefused
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.protocol.vocabulary import AuditEvent, Purpose
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 
 __all__ = [
@@ -56,11 +57,11 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Purposes whose value must be an aggregate over >= min_participants.
-AGGREGATE_PURPOSES = ("aggregate", "mean", "moments")
+AGGREGATE_PURPOSES = (Purpose.AGGREGATE, Purpose.MEAN, Purpose.MOMENTS)
 #: Every purpose a gatekeeper may be asked to release.
-PURPOSES = (*AGGREGATE_PURPOSES, "score", "distance")
+PURPOSES = (*AGGREGATE_PURPOSES, Purpose.SCORE, Purpose.DISTANCE)
 #: Purposes whose value is one scalar (a ``score``-kind ciphertext in ckks mode).
-SCALAR_PURPOSES = ("score", "distance")
+SCALAR_PURPOSES = (Purpose.SCORE, Purpose.DISTANCE)
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,12 @@ def _shape_reason(request: ReleaseRequest, min_participants: int) -> str | None:
     distinct = len(set(request.contributors))
     if distinct != len(request.contributors):
         return f"participant ids repeat ({len(request.contributors)} ids, {distinct} distinct)"
-    if request.purpose == "score":
+    if request.purpose == Purpose.SCORE:
         if len(request.contributors) != 1:
             return "a score belongs to exactly one participant"
         if math.prod(request.shape) != 1:
             return f"a score is one scalar, not shape {request.shape}"
-    elif request.purpose == "distance":
+    elif request.purpose == Purpose.DISTANCE:
         if distinct != 2:
             return "a pair distance belongs to exactly two distinct participants"
         if math.prod(request.shape) != 1:
@@ -256,7 +257,7 @@ class ReleasePolicy:
             "%s refused %s of round %d: %s", self.party, request.purpose, request.round_id, reason
         )
         if self.audit is not None:
-            self.audit.record("access.denied", {**fields, "reason": reason})
+            self.audit.record(AuditEvent.ACCESS_DENIED, {**fields, "reason": reason})
         raise self.refusal(f"round {request.round_id}, {request.purpose}: {reason}")
 
     def released(
@@ -282,7 +283,7 @@ class ReleasePolicy:
             if request.weights is not None:
                 extra["weights"] = list(request.weights)
             ids = {"participant_ids": list(request.contributors)}
-            self.audit.record("decryption.released", {**fields, **extra, **ids})
+            self.audit.record(AuditEvent.DECRYPTION_RELEASED, {**fields, **extra, **ids})
 
     def _record(
         self, request: ReleaseRequest, *, released: bool, central_dp: bool = False

@@ -13,21 +13,23 @@ from __future__ import annotations
 import time
 
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
-from secure_fed.errors import AuthorityRequestMalformed
 from secure_fed.secure.modes.share_range import (
     COMPARE_PARTICIPANT,
     RANGE_PARTICIPANT,
     RANGE_SPEC,
     compare_spec,
 )
+from secure_fed.secure.protocol.authority_requests import (
+    DealRequest,
+    compare_request,
+    deal_request,
+)
+from secure_fed.secure.protocol.vocabulary import AuthorityOp
 from secure_fed.secure.release_policy import DecryptionRecord
 from secure_fed.secure.server_auth import (
     RequestVerifier,
-    Signer,
     VerifiedRequest,
-    authenticate_request,
 )
-from secure_fed.wire import KEY_AUTHORITY_REQUEST
 
 __all__ = ["Dealer", "compare_request", "deal_request"]
 
@@ -45,7 +47,11 @@ class Dealer:
     _range_verifier: RequestVerifier | None
 
     def _verify(
-        self, request: bytes, verifier: RequestVerifier | None = None, *, op: str = "decrypt"
+        self,
+        request: bytes,
+        verifier: RequestVerifier | None = None,
+        *,
+        op: str = AuthorityOp.DECRYPT,
     ) -> VerifiedRequest:
         raise NotImplementedError  # the key authority's
 
@@ -59,12 +65,12 @@ class Dealer:
         ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
             As :meth:`handle`; a request for anything but triples is malformed.
         """
-        verified = self._verify(request, op="triples")
-        tensor, count = _deal_fields(verified, "triples")
+        verified = self._verify(request, op=AuthorityOp.TRIPLES)
+        asked = _deal_request(verified, AuthorityOp.TRIPLES)
         return self.deal(
             round_id=verified.round_id,
-            tensor=tensor,
-            count=count,
+            tensor=asked.tensor,
+            count=asked.count,
             key_aggregator=key_aggregator,
             key_helper=key_helper,
         )
@@ -87,7 +93,14 @@ class Dealer:
         t0, t1 = deal_triples(count, label=label, seeded=True)
         self.log.append(
             DecryptionRecord(
-                round_id, f"triples:{tensor}", "triples", (count,), 0, (), False, time.time()
+                round_id,
+                f"triples:{tensor}",
+                AuthorityOp.TRIPLES,
+                (count,),
+                0,
+                (),
+                False,
+                time.time(),
             )
         )
         return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
@@ -105,12 +118,12 @@ class Dealer:
         ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
             As :meth:`handle_deal`; a request for anything but a range check is malformed.
         """
-        verified = self._verify(request, self._range_verifier, op="range")
-        tensor, count = _deal_fields(verified, "range")
+        verified = self._verify(request, self._range_verifier, op=AuthorityOp.RANGE)
+        asked = _deal_request(verified, AuthorityOp.RANGE)
         return self.deal_range(
             round_id=0,
-            tensor=tensor,
-            count=count,
+            tensor=asked.tensor,
+            count=asked.count,
             key_aggregator=key_aggregator,
             key_helper=key_helper,
         )
@@ -132,7 +145,7 @@ class Dealer:
         label = ShareLabel(round_id=round_id, participant_id=RANGE_PARTICIPANT, tensor=tensor)
         m0, m1 = deal_range_check(count, label=label, spec=RANGE_SPEC)
         record = DecryptionRecord(
-            round_id, f"range:{tensor}", "range", (count,), 0, (), False, time.time()
+            round_id, f"range:{tensor}", AuthorityOp.RANGE, (count,), 0, (), False, time.time()
         )
         self.log.append(record)
         return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
@@ -153,11 +166,10 @@ class Dealer:
             As :meth:`handle_deal`; a request for anything but a comparison, or
             without an integer ``upper`` in ``[0, 2^62)``, is malformed.
         """
-        verified = self._verify(request, op="compare")
-        tensor, count = _deal_fields(verified, "compare")
-        upper = verified.header.get("upper")
-        if not isinstance(upper, int) or isinstance(upper, bool) or not 0 <= upper < 1 << 62:
-            raise AuthorityRequestMalformed("a comparison names an integer 'upper' in [0, 2^62)")
+        verified = self._verify(request, op=AuthorityOp.COMPARE)
+        asked = _deal_request(verified, AuthorityOp.COMPARE)
+        tensor, count, upper = asked.tensor, asked.count, asked.upper
+        assert upper is not None  # a comparison's model names its threshold
         label = ShareLabel(
             round_id=verified.round_id, participant_id=COMPARE_PARTICIPANT, tensor=tensor
         )
@@ -166,7 +178,7 @@ class Dealer:
             DecryptionRecord(
                 verified.round_id,
                 f"compare:{tensor}",
-                "compare",
+                AuthorityOp.COMPARE,
                 (count,),
                 0,
                 (),
@@ -177,43 +189,6 @@ class Dealer:
         return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
 
 
-def _deal_fields(verified: VerifiedRequest, purpose: str) -> tuple[str, int]:
-    """Return the signed request's tensor label and count; refuse another purpose."""
-    head = verified.header
-    tensor, count = head.get("tensor"), head.get("count")
-    if verified.purpose != purpose or not isinstance(tensor, str):
-        raise AuthorityRequestMalformed(f"a dealing request names purpose {purpose!r} and a tensor")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise AuthorityRequestMalformed("a dealing request needs a count >= 1")
-    return tensor, count
-
-
-def deal_request(
-    *, round_id: int, tensor: str, count: int, signer: Signer, purpose: str = "triples"
-) -> bytes:
-    """Build the bytes of a signed request for ``count`` Beaver triples (aggregator side).
-
-    ``purpose="range"`` asks for one upload's range-check material instead
-    (:meth:`KeyAuthority.handle_deal_range`; ``round_id`` is then the aggregator's
-    current round, for freshness).
-    """
-    header: dict[str, object] = {"round_id": round_id, "tensor": tensor, "count": count}
-    return authenticate_request(
-        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose=purpose
-    )
-
-
-def compare_request(*, round_id: int, tensor: str, count: int, upper: int, signer: Signer) -> bytes:
-    """Build the bytes of a signed request for ``count`` per-value comparisons with ``[0, upper]``.
-
-    Served by :meth:`KeyAuthority.handle_deal_compare` (purpose ``"compare"``).
-    """
-    header: dict[str, object] = {
-        "round_id": round_id,
-        "tensor": tensor,
-        "count": count,
-        "upper": upper,
-    }
-    return authenticate_request(
-        KEY_AUTHORITY_REQUEST, header, signer=signer, round_id=round_id, purpose="compare"
-    )
+def _deal_request(verified: VerifiedRequest, purpose: AuthorityOp) -> DealRequest:
+    """Parse the signed request for ``purpose``; refuse another purpose."""
+    return DealRequest.from_wire(verified.header, signed_purpose=verified.purpose, purpose=purpose)

@@ -12,7 +12,6 @@ through the release policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -43,53 +42,28 @@ from secure_fed.secure.modes.share_copies import (
 )
 from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, HelperRangeChecks, compare_spec
 from secure_fed.secure.parties.registry import HelperRegistry
+from secure_fed.secure.protocol.helper_requests import CopiesRequest, DistanceAsk
+from secure_fed.secure.protocol.vocabulary import (
+    AuditEvent,
+    CopiesStage,
+    Key,
+    Party,
+    Purpose,
+    Step,
+)
 from secure_fed.secure.release_plan import PlanBook, PlanTracker
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
 
 __all__ = [
     "COPIES_STEP_LABEL",
-    "DERIVED_FIELDS",
     "CopiesMachine",
     "CopiesRun",
     "Reply",
-    "split_parts",
 ]
 
 Reply = tuple[dict[str, object], bytes]
-#: Inputs the helper derives itself; a request that carries one is refused.
-DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
-#: What a copies request may not carry: the helper derives the pairs and the threshold
-#: itself, and a pair distance is never opened (only the near-duplicate counts).
-COPIES_REFUSED_FIELDS = (*DERIVED_FIELDS, "pairs", "threshold", "upper", "lower", "open")
 #: Registry label that marks a round's copies step as run (one run per round).
 COPIES_STEP_LABEL = "copies-step"
-
-
-def split_parts(header: Mapping[str, object], payload: bytes) -> list[bytes]:
-    """Split ``payload`` by ``header["parts"]`` (a list of byte lengths).
-
-    Raises
-    ------
-    AuthorityRequestMalformed
-        If the lengths are missing, negative or do not add up to the payload.
-    """
-    sizes = header.get("parts")
-    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-        raise AuthorityRequestMalformed("request needs a 'parts' list of byte lengths")
-    if sum(sizes) != len(payload):
-        raise AuthorityRequestMalformed("request parts do not add up to the payload length")
-    out, pos = [], 0
-    for s in sizes:
-        out.append(payload[pos : pos + s])
-        pos += s
-    return out
-
-
-def _int(header: Mapping[str, object], name: str) -> int:
-    value = header.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise AuthorityRequestMalformed(f"request field {name!r} must be an integer >= 0")
-    return value
 
 
 @dataclass
@@ -99,7 +73,7 @@ class CopiesRun:
     party: RangeCheckParty
     asks: list[ReleaseRequest]
     pids: tuple[str, ...]
-    stage: str = "compare"  # then "convert" (bits compared), "count" (bits converted)
+    stage: str = CopiesStage.COMPARE  # then CONVERT (bits compared), COUNT (bits converted)
     counts: np.ndarray | None = None  # the helper's count shares, once converted
 
 
@@ -130,48 +104,45 @@ class CopiesMachine:
 
     # -- near-duplicates: counts opened, no pair bit, no distance -----------------------
 
-    def _refuse_distance(self, header: Mapping[str, object], round_id: int) -> None:
+    def _refuse_distance(self, request: DistanceAsk) -> None:
         """Refuse (audited) a linear or Beaver opening asked for under a distance's name."""
-        raw = header.get("uids")
-        uids = [u for u in raw if isinstance(u, str)] if isinstance(raw, list) else []
-        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
-        ask = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
+        pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in request.uids)
+        ask = distance_request(
+            round_id=request.round_id,
+            pair=pids,  # type: ignore[arg-type]
+            members=pids,
+            samples=self.shape[0],
+        )
         self.policy.refuse(
             ask, "a pair distance is never opened in shares mode; only the near-duplicate counts"
         )
 
-    def _copies(self, header: dict[str, object], payload: bytes) -> Reply:
+    def _copies(self, request: CopiesRequest) -> Reply:
         """Serve the copies step: start it (the request names the uploads), or take a step."""
-        round_id = _int(header, "round_id")
-        check = header.get("check")
-        if not isinstance(check, str):
-            raise AuthorityRequestMalformed("a copies request names its comparison ('check')")
-        if "uids" in header:
-            return self._copies_start(header, payload, check, round_id)
+        round_id, check = request.round_id, request.check
+        if request.uids is not None:
+            return self._copies_start(request, request.uids)
         run = self._copies_runs.get(check)
         if run is None or run.asks[0].round_id != round_id:
             raise AuthorityRequestMalformed(f"no running copies comparison {check!r}")
-        stage = header.get("stage", "compare")
+        stage = request.stage
         if stage != run.stage:
             raise AuthorityRequestMalformed(f"copies {check!r} is at {run.stage!r}, not {stage!r}")
-        if stage == "convert":
-            return self._copies_convert(run, header, payload, round_id)
-        if stage == "count":
-            return self._copies_count(run, check, payload, round_id)
-        return self._copies_step(run, check, round_id, payload)
+        if stage == CopiesStage.CONVERT:
+            return self._copies_convert(run, request)
+        if stage == CopiesStage.COUNT:
+            return self._copies_count(run, check, request.payload, round_id)
+        return self._copies_step(run, check, round_id, request.payload)
 
     def _copy_asks(
-        self, header: Mapping[str, object], round_id: int
+        self, request: CopiesRequest, uids: tuple[str, ...]
     ) -> tuple[list[str], tuple[str, ...], list[ReleaseRequest]]:
         """Check a copies request against the helper's view; refusals are audited.
 
         The pairs are every pair of the named uploads (the helper derives them);
         a refusal names all the request's participants.
         """
-        raw = header.get("uids")
-        if not isinstance(raw, list) or not raw or not all(isinstance(u, str) for u in raw):
-            raise AuthorityRequestMalformed("a copies request needs a non-empty list of upload ids")
-        uids = [str(u) for u in raw]
+        round_id = request.round_id
         pids = tuple(self._seeds[u][0] if u in self._seeds else f"upload {u}" for u in uids)
         whole = distance_request(round_id=round_id, pair=pids, members=pids, samples=self.shape[0])  # type: ignore[arg-type]
         missing = [u for u in uids if u not in self._seeds]
@@ -182,14 +153,14 @@ class CopiesMachine:
         unchecked = [u for u in uids if not self.range_checks.verdicts.get(u, False)]
         if unchecked:
             self.policy.refuse(whole, f"uploads {unchecked} have not passed the range check")
-        carried = sorted(f for f in COPIES_REFUSED_FIELDS if f in header)
-        if carried:
+        if request.carried:
             self.policy.refuse(
                 whole,
-                f"the helper derives {carried} itself and opens no distance; the request set them",
+                f"the helper derives {list(request.carried)} itself and opens no distance; "
+                "the request set them",
             )
         order = sorted(range(len(uids)), key=lambda i: pids[i])
-        uids, pids = [uids[i] for i in order], tuple(pids[i] for i in order)
+        ordered, pids = [uids[i] for i in order], tuple(pids[i] for i in order)
         asks = [
             distance_request(
                 round_id=round_id, pair=(pids[a], pids[b]), members=pids, samples=self.shape[0]
@@ -200,13 +171,12 @@ class CopiesMachine:
             self.policy.refuse(whole, "the copies step needs at least two uploads")
         for ask in asks:
             self.policy.check(ask)
-        return uids, pids, asks
+        return ordered, pids, asks
 
-    def _copies_start(
-        self, header: dict[str, object], payload: bytes, check: str, round_id: int
-    ) -> Reply:
-        uids, pids, asks = self._copy_asks(header, round_id)
-        tensor = str(header.get("tensor"))
+    def _copies_start(self, request: CopiesRequest, named: tuple[str, ...]) -> Reply:
+        check, round_id = request.check, request.round_id
+        uids, pids, asks = self._copy_asks(request, named)
+        tensor = request.tensor
         if tensor == COPIES_STEP_LABEL or check in self._copies_runs:
             self.policy.refuse(asks[0], f"labels {tensor!r}, {check!r} are not fresh")
         scored = self._round_uploads.get(round_id, {})
@@ -224,9 +194,7 @@ class CopiesMachine:
         x = distance_factors(shares)
         tracker = self._tracker(asks[0])
         upper = copies_upper(tracker)
-        parts = split_parts(header, payload)
-        if len(parts) != 3:
-            raise AuthorityRequestMalformed("a copies start carries triples, material, opening")
+        parts = request.parts(3, "a copies start carries triples, material, opening")
         triples, material, theirs = parts
         try:
             label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
@@ -252,7 +220,11 @@ class CopiesMachine:
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"copies step refused: {exc}") from exc
         self._copies_runs[check] = CopiesRun(party, asks, pids)
-        head = {"step": "copies", "round_id": round_id, "parts": [len(opening), len(first)]}
+        head: dict[str, object] = {
+            Key.STEP: Step.COPIES,
+            Key.ROUND_ID: round_id,
+            Key.PARTS: [len(opening), len(first)],
+        }
         return head, opening + first
 
     def _copies_step(self, run: CopiesRun, check: str, round_id: int, payload: bytes) -> Reply:
@@ -262,22 +234,18 @@ class CopiesMachine:
         except CryptoError as exc:
             del self._copies_runs[check]
             raise AuthorityRequestMalformed(f"copies comparison refused: {exc}") from exc
-        head: dict[str, object] = {"step": "copies", "round_id": round_id}
+        head: dict[str, object] = {Key.STEP: Step.COPIES, Key.ROUND_ID: round_id}
         if mine is not None:
-            return {**head, "parts": [len(mine)]}, mine
-        run.stage = "convert"  # nothing opened: the bits stay shared
-        return {**head, "parts": []}, b""
+            return {**head, Key.PARTS: [len(mine)]}, mine
+        run.stage = CopiesStage.CONVERT  # nothing opened: the bits stay shared
+        return {**head, Key.PARTS: []}, b""
 
-    def _copies_convert(
-        self, run: CopiesRun, header: Mapping[str, object], payload: bytes, round_id: int
-    ) -> Reply:
+    def _copies_convert(self, run: CopiesRun, request: CopiesRequest) -> Reply:
         """Convert the shared bits to additive shares (one Beaver product ``b0 b1`` each)."""
-        tensor = str(header.get("tensor"))
+        tensor, round_id = request.tensor, request.round_id
         if tensor == COPIES_STEP_LABEL or not self.registry.claim_triple(round_id, tensor):
             self.policy.refuse(run.asks[0], f"Beaver triple label {tensor!r} was already used")
-        parts = split_parts(header, payload)
-        if len(parts) != 2:
-            raise AuthorityRequestMalformed("a bit conversion carries triples and an opening")
+        parts = request.parts(2, "a bit conversion carries triples and an opening")
         bits = run.party.verdict_shares
         try:
             label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
@@ -290,12 +258,12 @@ class CopiesMachine:
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"copies bit conversion refused: {exc}") from exc
         run.counts = count_shares(arithmetic_bits(bits, product), members=len(run.pids))
-        run.stage = "count"
-        return {"step": "copies", "round_id": round_id, "parts": [len(opening)]}, opening
+        run.stage = CopiesStage.COUNT
+        return {Key.STEP: Step.COPIES, Key.ROUND_ID: round_id, Key.PARTS: [len(opening)]}, opening
 
     def _copies_count(self, run: CopiesRun, check: str, payload: bytes, round_id: int) -> Reply:
         """Open the counts with the aggregator's shares, record the release, send this side's."""
-        assert run.counts is not None  # the stage is "count"
+        assert run.counts is not None  # the stage is COUNT
         del self._copies_runs[check]
         theirs = np.frombuffer(payload, dtype="<u8").astype(np.uint64)
         try:
@@ -306,10 +274,10 @@ class CopiesMachine:
         self._release_copies(run, round_id, counts)
         mine = run.counts.astype("<u8").tobytes()
         return {
-            "step": "copies",
-            "round_id": round_id,
-            "parts": [len(mine)],
-            "copies": opened,
+            Key.STEP: Step.COPIES,
+            Key.ROUND_ID: round_id,
+            Key.PARTS: [len(mine)],
+            Key.COPIES: opened,
         }, mine
 
     def _release_copies(self, run: CopiesRun, round_id: int, counts: dict[str, int]) -> None:
@@ -321,12 +289,12 @@ class CopiesMachine:
         tracker.copies = dict(counts)
         if self.audit is not None:
             self.audit.record(
-                "decryption.released",
+                AuditEvent.DECRYPTION_RELEASED,
                 {
-                    "party": "helper",
+                    "party": Party.HELPER,
                     "round_id": round_id,
-                    "purpose": "distance",
-                    "step": "copies",
+                    "purpose": Purpose.DISTANCE,
+                    "step": Step.COPIES,
                     "contributors": len(run.pids),
                     "participant_ids": list(run.pids),
                     "shape": [len(run.pids)],

@@ -18,7 +18,7 @@ from secure_fed.secure.mode import AggregationMode
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksEncoder, CkksKeys
 from secure_fed.secure.modes.share_ops import score_plan
 from secure_fed.secure.parties.central_dp import CentralDP
-from secure_fed.secure.parties.helper import split_parts
+from secure_fed.secure.protocol.codecs import split_parts
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused
-from secure_fed.secure.parties.helper import split_parts
+from secure_fed.secure.protocol.codecs import split_parts
 from secure_fed.wire import (
     HELPER_REPLY,
     KEY_AUTHORITY_REPLY,

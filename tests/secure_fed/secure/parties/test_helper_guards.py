@@ -11,7 +11,10 @@ from __future__ import annotations
 import pytest
 
 from secure_fed.errors import AuthorityRequestMalformed, UploadMalformed
-from secure_fed.secure.parties.helper import _int, _weights, helper_request, split_parts
+from secure_fed.secure.parties.helper import helper_request
+from secure_fed.secure.protocol.codecs import split_parts
+from secure_fed.secure.protocol.codecs import wire_int as _int
+from secure_fed.secure.protocol.helper_requests import wire_weights as _weights
 from secure_fed.secure.server_auth import ChannelKey
 from secure_fed.wire import HELPER_REQUEST, decode_frame
 from tests.secure_fed.secure.conftest import IDS

@@ -27,14 +27,21 @@ from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.parties.key_authority import (
     CentralDP,
     KeyAuthority,
-    _parse_request,
     deal_request,
     plan_fields,
     plan_request,
 )
+from secure_fed.secure.protocol.authority_requests import DecryptionRequest
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.server_auth import ServerSigningKey
 from tests.secure_fed.secure.helpers import plan
+
+
+def _parse_request(header: dict[str, object]) -> tuple[object, ...]:
+    """The decryption request's model, as the tuple the parser returned before it."""
+    asked = DecryptionRequest.from_wire(header)
+    return asked.round_id, asked.purpose, list(asked.participant_ids), asked.shape
+
 
 GOOD = {"round_id": 3, "purpose": "aggregate", "participant_ids": ["a", "b"], "shape": [4, 3]}
 
@@ -247,16 +254,16 @@ def test_max_releases_may_not_exceed_what_the_preset_floods_for() -> None:
 def test_a_request_names_one_of_the_authoritys_key_epochs() -> None:
     keys, pub = generate_keys("CKKS_SCORING"), generate_keys("CKKS_SCORING")
     ka = KeyAuthority(min_participants=2, keys=keys, publication_keys=pub)
-    assert ka._epoch_named({}) is keys
-    assert ka._epoch_named({"epoch": keys.fingerprint.hex()}) is keys
-    assert ka._epoch_named({"epoch": pub.fingerprint.hex()}) is pub
+    assert ka._epoch_named(None) is keys
+    assert ka._epoch_named(keys.fingerprint.hex()) is keys
+    assert ka._epoch_named(pub.fingerprint.hex()) is pub
     with pytest.raises(
         AuthorityRequestMalformed, match="request names no key epoch of this authority: 'ab'$"
     ):
-        ka._epoch_named({"epoch": "ab"})
+        ka._epoch_named("ab")
     alone = KeyAuthority(min_participants=2, keys=keys)
     with pytest.raises(AuthorityRequestMalformed, match="no key epoch"):
-        alone._epoch_named({"epoch": pub.fingerprint.hex()})
+        alone._epoch_named(pub.fingerprint.hex())
 
 
 def test_an_epoch_that_released_its_limit_is_refused_and_audited() -> None:

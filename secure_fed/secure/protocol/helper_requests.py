@@ -1,0 +1,350 @@
+"""The helper's requests, each parsed once on receipt into a frozen model.
+
+:func:`parse_op` reads a request's operation; each operation's model
+(:class:`LoadRequest`, :class:`LinearRequest`, :class:`OpenRequest`,
+:class:`FinishRequest`, :class:`EvidenceRequest`, :class:`CopiesRequest`) is
+built by its ``from_wire`` from the verified header and payload, raising the
+typed error of the check it fails (``AUTHORITY_REQUEST_MALFORMED`` for a
+malformed field, ``UPLOAD_MALFORMED`` for a load naming no participant). What
+needs the helper's own view (the uploads it holds, its plan) is checked by the
+helper on the model. An opening asked under a pair distance's name parses to a
+:class:`DistanceAsk`, which the helper refuses (audited).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from secure_fed.errors import AuthorityRequestMalformed, UploadMalformed
+from secure_fed.secure.protocol.codecs import slice_from_fields, split_parts, wire_int
+from secure_fed.secure.protocol.vocabulary import CopiesStage, HelperOp, Key, Purpose, Step
+from secure_fed.secure.scoring.evidence import EvidenceSlice
+from secure_fed.wire import decode_array, number_from_wire
+
+__all__ = [
+    "BEAVER_KINDS",
+    "COPIES_REFUSED_FIELDS",
+    "DERIVED_FIELDS",
+    "DISTANCE_NAMES",
+    "LINEAR_PURPOSES",
+    "CopiesRequest",
+    "DistanceAsk",
+    "EvidenceRequest",
+    "FinishRequest",
+    "LinearRequest",
+    "LoadRequest",
+    "OpenRequest",
+    "parse_op",
+    "upload_ids",
+    "wire_weights",
+]
+
+#: Purposes a linear opening may name (the plan refuses ``mean``: one publication per round).
+LINEAR_PURPOSES = (Purpose.AGGREGATE, Purpose.MEAN)
+#: Beaver operations: the plan's two scoring passes and its one second moment.
+BEAVER_KINDS = (Step.RANKING, Step.FINAL, Step.MOMENTS)
+#: Names under which a Beaver or linear opening would open a pair distance itself.
+DISTANCE_NAMES = (Purpose.DISTANCE, Step.COPIES)
+#: Inputs the helper derives itself; a request that carries one is refused.
+DERIVED_FIELDS = ("center", "matrix", "samples", "g", "fz", "whitening")
+#: What a copies request may not carry: the helper derives the pairs and the threshold
+#: itself, and a pair distance is never opened (only the near-duplicate counts).
+COPIES_REFUSED_FIELDS = (*DERIVED_FIELDS, "pairs", "threshold", "upper", "lower", "open")
+
+
+def parse_op(header: Mapping[str, object]) -> HelperOp:
+    """Return the request's operation.
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If ``op`` is missing or no :class:`HelperOp`.
+    """
+    op = header.get(Key.OP)
+    if not isinstance(op, str) or op not in set(HelperOp):
+        raise AuthorityRequestMalformed(f"helper op {op!r} is unknown; allowed: {sorted(HelperOp)}")
+    return HelperOp(op)
+
+
+def upload_ids(
+    raw: object, message: str = "request needs a non-empty list of upload ids"
+) -> tuple[str, ...]:
+    """Return a non-empty list of upload ids as a tuple, or refuse it with ``message``."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(u, str) for u in raw):
+        raise AuthorityRequestMalformed(message)
+    return tuple(str(u) for u in raw)
+
+
+def wire_weights(raw: object) -> tuple[float, ...]:
+    """Return a list of wire numbers as floats, or refuse it."""
+    numbers = [number_from_wire(w) for w in raw] if isinstance(raw, list) else [None]
+    if not all(w is not None for w in numbers):
+        raise AuthorityRequestMalformed("linear openings need a list of numeric weights")
+    return tuple(float(w) for w in numbers if w is not None)
+
+
+def _names(raw: object) -> tuple[str, ...]:
+    """Return the string upload ids a (possibly malformed) list names, for a refusal."""
+    return tuple(u for u in raw if isinstance(u, str)) if isinstance(raw, list) else ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistanceAsk:
+    """A linear or Beaver opening asked under a pair distance's name (always refused)."""
+
+    round_id: int
+    uids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRequest:
+    """Load one upload's sealed helper share (op ``load``)."""
+
+    participant_id: str
+    upload_id: str
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object]) -> LoadRequest:
+        """Parse a load request.
+
+        Raises
+        ------
+        UploadMalformed
+            If the participant or upload id is not a string.
+        """
+        pid, uid = header.get(Key.PARTICIPANT_ID), header.get(Key.UPLOAD_ID)
+        if not isinstance(pid, str) or not isinstance(uid, str):
+            raise UploadMalformed(f"helper does not know participant {pid!r}")
+        return cls(participant_id=pid, upload_id=uid)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearRequest:
+    """A weighted sum of the named uploads' shares (op ``linear``)."""
+
+    round_id: int
+    purpose: Purpose
+    uids: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object]) -> LinearRequest | DistanceAsk:
+        """Parse a linear opening (a :class:`DistanceAsk` under a distance's name).
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On an unknown purpose, no upload ids or non-numeric weights.
+        """
+        purpose, round_id = (
+            header.get(Key.PURPOSE, Purpose.AGGREGATE),
+            wire_int(header, Key.ROUND_ID),
+        )
+        if purpose in DISTANCE_NAMES:
+            return DistanceAsk(round_id=round_id, uids=_names(header.get(Key.UIDS)))
+        if purpose not in LINEAR_PURPOSES:
+            raise AuthorityRequestMalformed(
+                f"linear purpose {purpose!r} is unknown; allowed: {list(LINEAR_PURPOSES)}"
+            )
+        uids = upload_ids(header.get(Key.UIDS))
+        weights = wire_weights(header.get(Key.WEIGHTS))
+        return cls(round_id=round_id, purpose=Purpose(str(purpose)), uids=uids, weights=weights)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenRequest:
+    """The helper's half of a Beaver product (op ``open``): a moment or a scoring pass."""
+
+    round_id: int
+    kind: Step
+    op_id: str
+    uids: tuple[str, ...]
+    centre: tuple[str, ...]
+    tensor: str
+    carried: tuple[str, ...]
+    sizes: object
+    payload: bytes
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object], payload: bytes) -> OpenRequest | DistanceAsk:
+        """Parse a Beaver opening (a :class:`DistanceAsk` under a distance's name).
+
+        ``carried`` lists the derived fields the request set (the helper refuses them);
+        the payload's parts are split when the helper reaches them (:meth:`triples`).
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On an unknown kind or no upload or centre ids.
+        """
+        kind, op_id = header.get(Key.KIND), str(header.get(Key.OP_ID))
+        round_id = wire_int(header, Key.ROUND_ID)
+        if kind in DISTANCE_NAMES:
+            return DistanceAsk(round_id=round_id, uids=_names(header.get(Key.UIDS)))
+        if kind not in BEAVER_KINDS:
+            raise AuthorityRequestMalformed(
+                f"Beaver kind {kind!r} is unknown; allowed: {BEAVER_KINDS}"
+            )
+        uids, centre = upload_ids(header.get(Key.UIDS)), upload_ids(header.get(Key.CENTRE))
+        carried = tuple(sorted(f for f in DERIVED_FIELDS if f in header))
+        return cls(
+            round_id=round_id,
+            kind=Step(str(kind)),
+            op_id=op_id,
+            uids=uids,
+            centre=centre,
+            tensor=str(header.get(Key.TENSOR)),
+            carried=carried,
+            sizes=header.get(Key.PARTS),
+            payload=payload,
+        )
+
+    def triples(self) -> bytes:
+        """Return the payload's one part, the helper's Beaver triples.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On malformed parts (another count of parts is a ``ValueError``, as it was).
+        """
+        (triples,) = split_parts({Key.PARTS: self.sizes}, self.payload)
+        return triples
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishRequest:
+    """The end of a Beaver product (op ``finish``): the opening and the aggregator's share."""
+
+    round_id: int
+    op_id: str
+    sizes: object
+    payload: bytes
+    array: object
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object], payload: bytes) -> FinishRequest:
+        """Parse a finish request (its parts are split once the operation is found).
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On a malformed round.
+        """
+        op_id, round_id = str(header.get(Key.OP_ID)), wire_int(header, Key.ROUND_ID)
+        return cls(
+            round_id=round_id,
+            op_id=op_id,
+            sizes=header.get(Key.PARTS),
+            payload=payload,
+            array=header.get(Key.ARRAY),
+        )
+
+    def parts(self) -> tuple[bytes, bytes]:
+        """Return the aggregator's opening and its output share's bytes.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On malformed parts (another count of parts is a ``ValueError``, as it was).
+        """
+        opening, theirs_raw = split_parts({Key.PARTS: self.sizes}, self.payload)
+        return opening, theirs_raw
+
+    def theirs(self, theirs_raw: bytes) -> np.ndarray:
+        """Return the aggregator's output share (``u8``) from its bytes.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On malformed array metadata.
+        """
+        return np.asarray(decode_array(self.array, theirs_raw), dtype=np.uint64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceRequest:
+    """One evidence scalar per upload (op ``evidence``), with the aggregator's sums."""
+
+    round_id: int
+    uids: tuple[str, ...]
+    theirs: np.ndarray
+    evidence: EvidenceSlice | None
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object], payload: bytes) -> EvidenceRequest:
+        """Parse an evidence request.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On no upload ids, malformed sums or a malformed slice.
+        """
+        round_id = wire_int(header, Key.ROUND_ID)
+        uids = upload_ids(header.get(Key.UIDS))
+        theirs = np.asarray(decode_array(header.get(Key.ARRAY), payload), dtype=np.uint64)
+        if theirs.shape != (len(uids),):
+            raise AuthorityRequestMalformed("the aggregator's evidence sums have the wrong shape")
+        return cls(round_id=round_id, uids=uids, theirs=theirs, evidence=slice_from_fields(header))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopiesRequest:
+    """A copies-step request (op ``copies``): a start (it names uploads) or a stage's step."""
+
+    round_id: int
+    check: str
+    uids: tuple[str, ...] | None
+    names: tuple[str, ...]
+    stage: object
+    tensor: str
+    carried: tuple[str, ...]
+    sizes: object
+    payload: bytes
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object], payload: bytes) -> CopiesRequest:
+        """Parse a copies request; a start's upload ids must be a non-empty list.
+
+        ``names`` are the string ids a start names (for a refusal's record);
+        ``carried`` the fields the helper derives itself that the request set.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            If it names no comparison or a start names no upload ids.
+        """
+        round_id = wire_int(header, Key.ROUND_ID)
+        check = header.get(Key.CHECK)
+        if not isinstance(check, str):
+            raise AuthorityRequestMalformed("a copies request names its comparison ('check')")
+        uids = None
+        if Key.UIDS in header:
+            message = "a copies request needs a non-empty list of upload ids"
+            uids = upload_ids(header.get(Key.UIDS), message)
+        return cls(
+            round_id=round_id,
+            check=check,
+            uids=uids,
+            names=_names(header.get(Key.UIDS)),
+            stage=header.get(Key.STAGE, CopiesStage.COMPARE),
+            tensor=str(header.get(Key.TENSOR)),
+            carried=tuple(sorted(f for f in COPIES_REFUSED_FIELDS if f in header)),
+            sizes=header.get(Key.PARTS),
+            payload=payload,
+        )
+
+    def parts(self, count: int, message: str) -> list[bytes]:
+        """Return the payload's parts, refused with ``message`` unless there are ``count``.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On malformed parts or another count.
+        """
+        parts = split_parts({Key.PARTS: self.sizes}, self.payload)
+        if len(parts) != count:
+            raise AuthorityRequestMalformed(message)
+        return parts
