@@ -32,7 +32,7 @@ near-duplicates (docs/learning.md, "Copies").
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,8 +40,9 @@ import numpy as np
 from crypto.ckks import EncryptedMatrix, Layout
 from crypto.ckks.aggregate import score_factor
 from crypto.shares.codec import RING_PREDICTIONS
-from secure_fed.errors import AuthorityRequestMalformed, ScoringInvalid
+from secure_fed.errors import ScoringInvalid
 from secure_fed.secure.modes import ckks_scoring
+from secure_fed.secure.protocol.codecs import slice_fields, slice_from_fields
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 
 __all__ = [
@@ -180,29 +181,3 @@ def open_sums(first: np.ndarray, second: np.ndarray, *, rows: int, classes: int)
     if a.shape != b.shape or a.ndim != 1:
         raise ScoringInvalid(f"evidence sums of shapes {a.shape} and {b.shape} do not match")
     return [open_evidence(x, y, rows=rows, classes=classes) for x, y in zip(a, b, strict=True)]
-
-
-def slice_fields(piece: EvidenceSlice) -> dict[str, object]:
-    """Return the fields naming ``piece`` in a request or claim (``rows``, ``labels``)."""
-    return {"rows": list(piece.rows), "labels": list(piece.labels)}
-
-
-def slice_from_fields(fields: Mapping[str, object]) -> EvidenceSlice | None:
-    """Return the slice a request or claim names (``None`` when it names none).
-
-    Raises
-    ------
-    AuthorityRequestMalformed
-        If ``rows`` or ``labels`` is present but not a list of integers of one length.
-    """
-    rows, labels = fields.get("rows"), fields.get("labels")
-    if rows is None and labels is None:
-        return None
-    if not (isinstance(rows, list) and isinstance(labels, list)) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in (*rows, *labels)
-    ):
-        raise AuthorityRequestMalformed("an evidence slice lists integer 'rows' and 'labels'")
-    try:
-        return EvidenceSlice(rows=tuple(rows), labels=tuple(labels))
-    except ScoringInvalid as exc:
-        raise AuthorityRequestMalformed(f"evidence slice refused: {exc}") from exc

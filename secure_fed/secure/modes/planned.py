@@ -22,6 +22,7 @@ import numpy as np
 
 from secure_fed.errors import ReleaseRefused, ScoringInvalid
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
+from secure_fed.secure.protocol.vocabulary import Purpose, Step
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice
@@ -48,7 +49,7 @@ def score_request(
     """Build the release request of one participant's scalar score at ``step`` (both modes)."""
     return ReleaseRequest(
         round_id=round_id,
-        purpose="score",
+        purpose=Purpose.SCORE,
         contributors=(participant,),
         value_kind="score",
         shape=(1,),
@@ -66,11 +67,11 @@ def distance_request(
     """Build the release request of one pair's distance at the plan's ``copies`` step."""
     return ReleaseRequest(
         round_id=round_id,
-        purpose="distance",
+        purpose=Purpose.DISTANCE,
         contributors=pair,
         value_kind="score",
         shape=(1,),
-        step="copies",
+        step=Step.COPIES,
         roster=tuple(members),
         samples=samples,
     )
@@ -90,7 +91,7 @@ def adopt_counts(tracker: PlanTracker, counts: np.ndarray) -> dict[str, int]:
     """
     members = tracker.copy_set or ()
     values = np.asarray(counts, dtype=np.float64).reshape(-1)
-    if tracker.phase == "copies" or values.shape != (len(members),):
+    if tracker.phase == Step.COPIES or values.shape != (len(members),):
         raise ScoringInvalid(f"the gatekeeper's copies reply has shape {values.shape}")
     if not all(v == int(v) and 0 <= v < len(members) for v in values):
         raise ScoringInvalid(f"near-duplicate counts must be integers in [0, {len(members)})")
@@ -165,7 +166,7 @@ class PlannedAggregator(SecureAggregator):
             replace(
                 score_request(
                     round_id=round_id,
-                    step="evidence",
+                    step=Step.EVIDENCE,
                     participant=pid,
                     roster=ids,
                     centre=(),

@@ -60,6 +60,7 @@ from crypto.shares.linear import sum_axis
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, ScoringInvalid
 from secure_fed.secure.modes.share_ops import CODEC
 from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, compare_spec
+from secure_fed.secure.protocol.vocabulary import HelperOp, Key, Step
 from secure_fed.secure.release_plan import PlanTracker
 from secure_fed.secure.scoring.evidence import DUPLICATE_FLOOR, DUPLICATE_THETA
 from secure_fed.wire import HELPER_REPLY, decode_frame
@@ -221,11 +222,16 @@ class _Keys(Protocol):
 def _request(
     keys: _Keys, header: dict[str, object], *parts: bytes, round_id: int
 ) -> tuple[dict[str, object], list[bytes]]:
-    header = {**header, "op": "copies", "round_id": round_id, "parts": [len(p) for p in parts]}
+    header = {
+        **header,
+        Key.OP: HelperOp.COPIES,
+        Key.ROUND_ID: round_id,
+        "parts": [len(p) for p in parts],
+    }
     reply_head, payload = decode_frame(
         keys.helper(keys.tagged(header, b"".join(parts), round_id=round_id)), HELPER_REPLY
     )
-    if reply_head.get("step") != "copies" or reply_head.get("round_id") != round_id:
+    if reply_head.get(Key.STEP) != Step.COPIES or reply_head.get("round_id") != round_id:
         raise OpeningRefused(f"helper reply does not answer the copies step of round {round_id}")
     sizes = reply_head.get("parts", [len(payload)])
     if not isinstance(sizes, list) or sum(int(s) for s in sizes) != len(payload):

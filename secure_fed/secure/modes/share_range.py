@@ -37,6 +37,7 @@ from crypto.shares import (
     ShareMacKey,
 )
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadOutOfRange
+from secure_fed.secure.protocol.vocabulary import HelperOp, Key
 from secure_fed.wire import HELPER_REPLY, decode_frame
 
 __all__ = [
@@ -74,7 +75,7 @@ def compare_spec(upper: int) -> RangeSpec:
 class RangeDealer(Protocol):
     """Byte channel to the range-check dealer: a signed request in, two blobs out.
 
-    The request is :func:`~secure_fed.secure.parties.key_authority.deal_request`
+    The request is :func:`~secure_fed.secure.protocol.authority_requests.deal_request`
     with ``purpose="range"``; the reply is (blob for the aggregator, blob for the helper).
     """
 
@@ -108,7 +109,7 @@ def _label(check: str) -> ShareLabel:
 
 
 def _request(keys: _Keys, header: dict[str, object], *parts: bytes, round_id: int) -> Reply:
-    header = {**header, "op": "range", "parts": [len(p) for p in parts]}
+    header = {**header, Key.OP: HelperOp.RANGE, Key.PARTS: [len(p) for p in parts]}
     reply = keys.helper(keys.tagged(header, b"".join(parts), round_id=round_id))
     return decode_frame(reply, HELPER_REPLY)
 

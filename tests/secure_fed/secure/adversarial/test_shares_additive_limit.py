@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import secure_fed.secure.modes.shares as shares_module
+import secure_fed.secure.modes.shares_scoring as shares_module
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 

@@ -18,7 +18,7 @@ from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadO
 from secure_fed.federation.messages import decode_publication
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes import shares as shares_mode
+from secure_fed.secure.modes import shares_keys as shares_mode
 from secure_fed.secure.parties.helper import reply_array
 from secure_fed.wire import SHARES_UPLOAD, decode_frame
 from tests.secure_fed.secure.conftest import C, N

@@ -1,0 +1,322 @@
+"""The ``shares`` mode's enrolment, key material, participant encoder and helper channel.
+
+:class:`SharesEnrolment` and :class:`SharesKeys` are what a participant and the
+aggregator hold; :class:`SharesEncoder` splits a participant's matrix into the
+aggregator's share and the helper's sealed seed; ``_call`` and ``_open_linear``
+are the aggregator's side of the helper channel. Importable from
+:mod:`secure_fed.secure.modes.shares`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NoReturn, Protocol
+
+import numpy as np
+
+from crypto.shares import (
+    RING_PREDICTIONS,
+    ShareBundle,
+    ShareLabel,
+    ShareMacKey,
+    split_with_seed,
+)
+from crypto.sm import SM4GCM
+from secure_fed.errors import (
+    AggregationInvalid,
+    ModeSetupInvalid,
+    OpeningRefused,
+)
+from secure_fed.secure.mode import (
+    AggregateHandle,
+    UploadEncoder,
+    UploadHandle,
+)
+from secure_fed.secure.modes.share_range import RangeDealer
+from secure_fed.secure.protocol.authority_requests import compare_request, deal_request
+from secure_fed.secure.protocol.helper_wire import (
+    helper_request,
+    reply_array,
+    seal_key,
+)
+from secure_fed.secure.protocol.vocabulary import AuthorityOp, HelperOp, Key, Purpose
+from secure_fed.secure.release_plan import PlanTracker
+from secure_fed.secure.release_policy import ReleaseRequest
+from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
+from secure_fed.wire import (
+    SHARES_UPLOAD,
+    encode_frame,
+)
+
+__all__ = ["CODEC", "SECRET_BYTES", "Dealer", "SharesEncoder", "SharesEnrolment", "SharesKeys"]
+
+
+CODEC = RING_PREDICTIONS
+SECRET_BYTES = 32
+Channel = Callable[[bytes], bytes]
+
+
+class Dealer(Protocol):
+    """Byte channel to the triple dealer: a signed deal request in, two blobs out.
+
+    The request is built by :func:`~secure_fed.secure.protocol.authority_requests.deal_request`
+    with the aggregator's SM2 key; the reply is (blob for the aggregator, blob for
+    the helper), as :meth:`KeyAuthority.handle_deal` returns it.
+    """
+
+    def __call__(self, request: bytes) -> tuple[bytes, bytes]:
+        """Deal the triples a signed ``request`` asks for."""
+        ...
+
+
+def _secret(name: str, value: object) -> bytes:
+    if not isinstance(value, bytes) or len(value) < SECRET_BYTES:
+        raise ModeSetupInvalid(f"{name} must be at least {SECRET_BYTES} bytes")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharesEnrolment:
+    """One participant's enrolment: a secret shared with the aggregator, one with the helper.
+
+    Never shown by ``repr`` and never pickled.
+    """
+
+    participant_id: str
+    aggregator_secret: bytes = field(repr=False)
+    helper_secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.participant_id, str) or not self.participant_id:
+            raise ModeSetupInvalid(
+                f"participant_id must be a non-empty string, got {self.participant_id!r}"
+            )
+        _secret("aggregator_secret", self.aggregator_secret)
+        _secret("helper_secret", self.helper_secret)
+
+    @classmethod
+    def generate(cls, participant_id: str) -> SharesEnrolment:
+        """Fresh random secrets (from :mod:`secrets`) for ``participant_id``."""
+        return cls(
+            participant_id=participant_id,
+            aggregator_secret=secrets.token_bytes(SECRET_BYTES),
+            helper_secret=secrets.token_bytes(SECRET_BYTES),
+        )
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("SharesEnrolment cannot be pickled")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharesKeys:
+    """What the shares aggregator (party 0) holds. Never pickled.
+
+    Parameters
+    ----------
+    secrets
+        Each participant's enrolment secret shared with the aggregator.
+    helper
+        Bytes channel to :meth:`HelperParty.handle`.
+    dealer
+        Byte channel to the Beaver-triple dealer (the key authority's
+        :meth:`~KeyAuthority.handle_deal` with the MAC keys bound); it deals only
+        for requests signed with ``signing_key``.
+    dealer_key, channel_key
+        MAC keys of the dealer's blobs to the aggregator and of the helper channel.
+    range_dealer
+        Byte channel to the dealer of the range check every upload passes at load
+        (the key authority's :meth:`~KeyAuthority.handle_deal_range`); it deals only
+        for requests signed with ``signing_key``.
+    compare_dealer
+        Byte channel to the dealer of the copies step's per-pair comparison (the
+        key authority's :meth:`~KeyAuthority.handle_deal_compare`), signed likewise.
+    request_key
+        HMAC-SM3 key of the aggregator's requests to the helper (it tags every
+        request: plan, load, range, linear, open, finish; the helper serves none
+        without it).
+    signing_key
+        The aggregator's SM2 key; it signs every deal request to the key authority.
+    """
+
+    secrets: Mapping[str, bytes] = field(repr=False)
+    helper: Channel
+    dealer: Dealer
+    dealer_key: ShareMacKey
+    channel_key: ShareMacKey
+    range_dealer: RangeDealer | None = None
+    compare_dealer: RangeDealer | None = None
+    request_key: ChannelKey | None = field(default=None, repr=False)
+    signing_key: ServerSigningKey | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.secrets:
+            raise ModeSetupInvalid("secrets must name at least one participant")
+        for pid, secret in self.secrets.items():
+            _secret(f"secret of {pid!r}", secret)
+        if not callable(self.helper) or not callable(self.dealer):
+            raise ModeSetupInvalid("helper and dealer must be callables (byte channels)")
+        for name in ("dealer_key", "channel_key"):
+            if not isinstance(getattr(self, name), ShareMacKey):
+                raise ModeSetupInvalid(f"{name} must be a ShareMacKey")
+        if self.request_key is not None and not isinstance(self.request_key, ChannelKey):
+            raise ModeSetupInvalid("request_key must be a ChannelKey")
+        if self.signing_key is not None and not isinstance(self.signing_key, ServerSigningKey):
+            raise ModeSetupInvalid("signing_key must be a ServerSigningKey")
+
+    def tagged(self, header: Mapping[str, object], payload: bytes, *, round_id: int) -> bytes:
+        """Tag a helper request with :attr:`request_key` (bound to its op and ``round_id``).
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no request key is configured.
+        """
+        if self.request_key is None:
+            raise ModeSetupInvalid("request_key is needed to send requests to the helper")
+        return helper_request(header, payload, key=self.request_key, round_id=round_id)
+
+    def deal(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        """Ask the dealer for ``count`` triples labelled ``(round_id, tensor)``, signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no signing key is configured.
+        """
+        if self.signing_key is None:
+            raise ModeSetupInvalid("signing_key is needed to ask the key authority for triples")
+        return self.dealer(
+            deal_request(round_id=round_id, tensor=tensor, count=count, signer=self.signing_key)
+        )
+
+    def deal_range(self, *, round_id: int, tensor: str, count: int) -> tuple[bytes, bytes]:
+        """Ask for one upload's range-check material (``round_id``: the current round), signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no range dealer or no signing key is configured.
+        """
+        if self.range_dealer is None or self.signing_key is None:
+            raise ModeSetupInvalid("a range dealer and signing_key are needed for range checks")
+        request = deal_request(
+            round_id=round_id,
+            tensor=tensor,
+            count=count,
+            signer=self.signing_key,
+            purpose=AuthorityOp.RANGE,
+        )
+        return self.range_dealer(request)
+
+    def deal_compare(
+        self, *, round_id: int, tensor: str, count: int, upper: int
+    ) -> tuple[bytes, bytes]:
+        """Ask for ``count`` per-value comparisons with ``[0, upper]`` (the copies step), signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no comparison dealer or no signing key is configured.
+        """
+        if self.compare_dealer is None or self.signing_key is None:
+            raise ModeSetupInvalid("a comparison dealer and signing_key are needed for copies")
+        request = compare_request(
+            round_id=round_id, tensor=tensor, count=count, upper=upper, signer=self.signing_key
+        )
+        return self.compare_dealer(request)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("SharesKeys cannot be pickled")
+
+
+class SharesEncoder(UploadEncoder):
+    """Participant side: encode, split, tag the aggregator's share, seal the helper's seed."""
+
+    def __init__(self, *, shape: tuple[int, int], bound: float, enrolment: SharesEnrolment) -> None:
+        if not isinstance(enrolment, SharesEnrolment):
+            raise ModeSetupInvalid("enrolment must be a SharesEnrolment")
+        if bound > CODEC.clip_bound:
+            raise ModeSetupInvalid(f"bound {bound} exceeds the ring codec's {CODEC.clip_bound}")
+        self.shape, self.bound, self.pid = shape, bound, enrolment.participant_id
+        self._agg_key = ShareMacKey.derive(enrolment.aggregator_secret, recipient="aggregator")
+        self._helper_key = ShareMacKey.derive(enrolment.helper_secret, recipient="helper")
+        self._seal = SM4GCM(seal_key(enrolment.helper_secret))
+
+    def encode(self, predictions: np.ndarray) -> bytes:
+        """Return ``SFSH`` payload bytes: aggregator share frame + sealed helper seed frame."""
+        arr = np.asarray(predictions, dtype=np.float64)
+        if arr.shape != tuple(self.shape):
+            raise AggregationInvalid(f"predictions shape {arr.shape} differs from {self.shape}")
+        uid = secrets.token_hex(8)
+        label = ShareLabel(round_id=0, participant_id=self.pid, tensor=f"pred-{uid}")
+        ring = CODEC.encode_clipped(np.clip(arr, -self.bound, self.bound)).reshape(-1)
+        share0, seed = split_with_seed(ring, label=label)
+        f = CODEC.frac_bits
+        blob0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f).to_bytes(
+            self._agg_key
+        )
+        bundle1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f)
+        sealed = self._seal.encrypt(
+            bundle1.to_bytes(self._helper_key), associated_data=f"{self.pid}|{uid}".encode()
+        )
+        head: dict[str, object] = {
+            "participant_id": self.pid,
+            "upload_id": uid,
+            "parts": [len(blob0), len(sealed)],
+        }
+        return encode_frame(SHARES_UPLOAD, head, blob0 + sealed)
+
+
+class _ShareUpload(UploadHandle):
+    __slots__ = ("pid", "share", "uid")
+
+    def __init__(self, pid: str, uid: str, share: np.ndarray) -> None:
+        self.pid, self.uid, self.share = pid, uid, share
+
+
+class _ShareAggregate(AggregateHandle):
+    __slots__ = ("pids", "share", "uids", "weights")
+
+    def __init__(
+        self, pids: list[str], uids: list[str], weights: list[float], share: np.ndarray
+    ) -> None:
+        self.pids, self.uids, self.weights, self.share = pids, uids, weights, share
+
+
+def _call(
+    keys: SharesKeys, header: dict[str, object], *parts: bytes, round_id: int
+) -> tuple[dict[str, object], object]:
+    header = {**header, "parts": [len(p) for p in parts]}
+    return reply_array(keys.helper(keys.tagged(header, b"".join(parts), round_id=round_id)))
+
+
+def _open_linear(
+    keys: SharesKeys, aggregate: _ShareAggregate, tracker: PlanTracker, round_id: int
+) -> np.ndarray:
+    ask = ReleaseRequest(
+        round_id=round_id,
+        purpose=Purpose.AGGREGATE,
+        contributors=tuple(aggregate.pids),
+        value_kind="aggregate",
+        shape=(),
+        weights=tuple(aggregate.weights),
+    )
+    _plan_check(tracker, ask)
+    header: dict[str, object] = {
+        Key.OP: HelperOp.LINEAR,
+        Key.PURPOSE: Purpose.AGGREGATE,
+        "uids": aggregate.uids,
+        "weights": aggregate.weights,
+        "round_id": round_id,
+    }
+    _, other = _call(keys, header, round_id=round_id)
+    tracker.record(ask, None)
+    total = aggregate.share + np.asarray(other, dtype=np.uint64)
+    return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
+
+
+def _plan_check(tracker: PlanTracker, ask: ReleaseRequest) -> None:
+    """Hold this side (and so the helper's replies) to the round's plan."""
+    tracker.require(ask, OpeningRefused)
