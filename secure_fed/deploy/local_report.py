@@ -180,8 +180,9 @@ def _command(what: str, command: str, width: int) -> list[str]:
 
 def render(report: RunReport, *, width: int = WIDTH) -> str:
     """Return the report as text; no line is longer than ``width`` (but a longer path)."""
-    title = f"run {report.run_dir}: {report.published} of {report.rounds_wanted} rounds published"
-    lines = _wrap(title, width, "")
+    # the outcome first, whole: a long run folder never splits it (or a script's grep)
+    lines = [f"{report.published} of {report.rounds_wanted} rounds published"]
+    lines += [f"run folder: {report.run_dir}"]
     lines += ["", "Rounds", *_rounds(report, width), "", "Parties (in the run folder)"]
     column = max(len(name) for name, _, _ in report.parties) + 2
     for name, log, state in report.parties:

@@ -151,7 +151,7 @@ def test_a_ckks_run_shows_its_decryptions_prints_its_result_and_recomputes(tmp_p
         size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
     assert signed == size  # stopped cleanly: its last decryptions are under a signed head
     out = out_file.read_text()
-    assert out.startswith(f"run {run_dir}: 1 of 1 rounds published"), out
+    assert out.startswith(f"1 of 1 rounds published\nrun folder: {run_dir}\n"), out
     assert max(len(line) for line in out.splitlines()) <= 100, out
     assert re.search(
         r"^1 +published +published [0-9a-f]{16}\.\.\.; uploaded: bank-1, hospital-1;", out, re.M

@@ -59,7 +59,7 @@ def test_the_result_names_rounds_parties_and_commands_within_100_columns(tmp_pat
     text = render(run_report(_layout(run, url), mode="ckks", rounds_wanted=3))
     lines = text.splitlines()
     assert max(map(len, lines)) <= WIDTH, text
-    assert lines[0] == f"run {run}: 1 of 3 rounds published"
+    assert lines[:2] == ["1 of 3 rounds published", f"run folder: {run}"]
     row = lines.index("Rounds") + 2
     assert lines[row].startswith("1      published   published abababababababab...; uploaded: ")
     assert "excluded: bank-6" in " ".join(lines[row : row + 4])
@@ -90,3 +90,13 @@ def test_a_shares_run_lists_its_helper_and_no_recompute(tmp_path: Path) -> None:
     text = render(run_report(_layout(tmp_path / "run", url), mode="shares", rounds_wanted=2))
     assert "helper           log   logs/helper.log" in text.splitlines()
     assert "recompute" not in text
+
+
+def test_a_long_run_folder_never_splits_the_outcome(tmp_path: Path) -> None:
+    """The first line is the outcome, whole, however long the folder (scripts grep for it)."""
+    run = tmp_path / ("a-long-folder-name-" * 6) / "run"
+    url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
+    _rounds(url)
+    lines = render(run_report(_layout(run, url), mode="ckks", rounds_wanted=3)).splitlines()
+    assert len(str(run)) > WIDTH
+    assert lines[:2] == ["1 of 3 rounds published", f"run folder: {run}"]
