@@ -50,22 +50,18 @@ _FRESH_CLONE = "tests/e2e/test_fresh_clone.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """When the fresh-clone test runs, its two suite files run there, not twice; it runs first.
+    """When the fresh-clone test runs, its two suite files run there, not twice.
 
     The fresh-clone test runs the REST fuzz test and the central-DP test with
     the fresh environment's Python in the clone; running them again here would
     only add their minutes to the suite. Without it (``-m "not slow"``, or the
     file deselected) they run here as usual.
     """
-    clone = [item for item in items if item.nodeid.startswith(_FRESH_CLONE)]
-    if not clone:
+    if not any(item.nodeid.startswith(_FRESH_CLONE) for item in items):
         return
     from tests.e2e.test_fresh_clone import SUITE_TESTS as _IN_THE_CLONE
 
     moved = [item for item in items if item.nodeid.startswith(_IN_THE_CLONE)]
     if moved:
+        items[:] = [item for item in items if not item.nodeid.startswith(_IN_THE_CLONE)]
         config.hook.pytest_deselected(items=moved)
-    # The longest test (minutes of pip and a demo, mostly waiting on the disk) first, so
-    # one worker runs it while the other works through the rest, not at the very end.
-    rest = [i for i in items if not i.nodeid.startswith((_FRESH_CLONE, *_IN_THE_CLONE))]
-    items[:] = clone + rest

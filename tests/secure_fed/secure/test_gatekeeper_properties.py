@@ -76,6 +76,11 @@ SETTINGS = settings(
 )
 
 
+def _within_cap(count: int, cap: float | None) -> bool:
+    """Equal weights over ``count`` fit the plan's cap (a cap of 1/4 refuses three members)."""
+    return cap is not None and 1.0 / count <= cap * (1.0 + 1e-12)
+
+
 def _weights(count: int, odd: float | None) -> list[float]:
     weights = [1.0 / count] * count
     if odd is not None:
@@ -203,6 +208,7 @@ class KeyAuthorityMachine(RuleBasedStateMachine):
             and round_id not in self.published
             and len(set(members)) == len(members) >= MIN
             and odd is None
+            and _within_cap(len(members), self.planned.get(round_id))
         )
         assert granted == fine, (round_id, purpose, members, odd, granted)
         if granted:
@@ -325,6 +331,7 @@ class HelperMachine(RuleBasedStateMachine):
             and round_id not in self.published
             and len(set(owners)) == len(owners) >= MIN
             and odd is None
+            and _within_cap(len(owners), self.planned.get(round_id))
             and all(self.opened_in.get(u, round_id) == round_id for u in uids)
         )
         assert granted == fine, (round_id, purpose, names, odd, granted)
