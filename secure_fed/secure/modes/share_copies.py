@@ -18,11 +18,15 @@ as the ckks mode's.
 The threshold ``tau = max(theta x typical, floor)`` (``theta = 0.25``, floor
 ``10^-2``) takes its typical distance from values both servers already opened:
 ``2K/(K-1)`` times the median of the round's ranking scores (for the mean over
-pairs, ``mean d_jk = 2K/(K-1) mean_k r_k`` exactly; the median keeps a far
-minority from inflating it). The plaintext and ckks modes take the median over
+pairs, ``mean d_jk = 2K/(K-1) mean_k r_k`` exactly). The median does NOT keep a
+far minority out: far uploads pull everybody's mean, so every honest ranking score
+rises with them (measured: three far colluders of ten raise the threshold about
+fivefold and honest uploads are then counted as copies; docs/audit/threat-model.md,
+"Known limitations"). The plaintext and ckks modes take the median over
 participants of each one's median pair distance, which needs the hidden
-distances sorted; the two estimates agree on copies and on distinct uploads and
-may differ near the threshold. Without a ranking pass the threshold is the floor.
+distances sorted and which a minority cannot move; the two estimates agree on
+honest rounds and differ when far uploads are present. Without a ranking pass the
+threshold is the floor.
 Each server derives ``tau`` from its own plan tracker, so the aggregator cannot
 choose it for the helper.
 
