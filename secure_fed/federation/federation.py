@@ -75,12 +75,6 @@ __all__ = ["Federation", "ParticipantRound", "RoundResult"]
 _log = logging.getLogger(__name__)
 
 
-def _secret_pool(task: TaskData, *, rows: int, seed: int) -> EvidencePool | None:
-    """Return the task's evidence pool under a fresh secret key (``seed`` is not used)."""
-    del seed
-    return EvidencePool.from_task(task, rows=rows)
-
-
 @dataclass(frozen=True, kw_only=True)
 class ParticipantRound:
     """One participant's row of the per-round table.
@@ -217,8 +211,11 @@ class Federation:
     ) -> None:
         # Each round's labeled slice of the public set (the servers keep the labels), drawn
         # with a secret key a participant cannot know; predictable only when reproducible.
-        draw = EvidencePool.insecure_from_seed if insecure_noise else _secret_pool
-        self.evidence = draw(task, rows=config.evidence_rows, seed=config.seed)
+        self.evidence = (
+            EvidencePool.insecure_from_seed(task, rows=config.evidence_rows, seed=config.seed)
+            if insecure_noise
+            else EvidencePool.from_task(task, rows=config.evidence_rows)
+        )
         self.config, self.task, self.budget, self.clock = config, task, budget, clock
         self.on_stage, self.insecure_noise = on_stage, insecure_noise
         shape = (len(task.public_x), task.num_classes)
