@@ -37,9 +37,13 @@ from privacy_ledger.budget.event_rows import event_of
 from privacy_ledger.budget.participants import check_id
 from privacy_ledger.budget.service import PrivacyLedger
 from privacy_ledger.errors import CanonicalJSONInvalid, LedgerError, LedgerParameterInvalid
+from privacy_ledger.models import Budget
 
 __all__ = [
     "AUDITED_EVENT",
+    "NOT_AUDITED",
+    "AuditedBudget",
+    "audited_budgets",
     "EmpiricalAudit",
     "EmpiricalAuditInvalid",
     "EmpiricalAuditUnrecordable",
@@ -69,6 +73,9 @@ _FIELDS = (
     "epsilon_accounted",
     "method",
 )
+#: What every display shows for a budget that has no ``budget.audited`` entry.
+NOT_AUDITED = "not audited"
+
 _DECIMALS = ("confidence", "delta", "epsilon_lower_bound", "epsilon_accounted")
 _COUNTS = ("canaries", "guesses", "correct")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,63}$")
@@ -411,3 +418,121 @@ def latest_empirical_audits(
     for recorded in empirical_audits(source):
         latest[(recorded.audit.participant, recorded.audit.asset)] = recorded
     return latest
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditedBudget:
+    """One budget's accounted epsilon beside its newest empirical audit, for displays.
+
+    Attributes
+    ----------
+    participant, asset
+        The budget.
+    epsilon_spent
+        The ledger's epsilon of the whole committed history.
+    recorded
+        The newest ``budget.audited`` entry of this budget, or ``None`` (not audited).
+    epsilon_accounted
+        The ledger's own epsilon over the audited rounds
+        (:func:`accounted_epsilon_over`); ``None`` when not audited or when the
+        audited rounds are no longer committed rounds of the budget.
+    audits
+        How many ``budget.audited`` entries this budget has.
+    exceeding
+        Entry indexes of every audit of this budget whose lower bound exceeds the
+        ledger's epsilon over its rounds.
+    unmatched
+        Entry indexes of audits whose rounds have no committed charge of this
+        budget (the writer refuses those, so only a changed ledger has any).
+    """
+
+    participant: str
+    asset: str
+    epsilon_spent: Decimal
+    recorded: RecordedAudit | None
+    epsilon_accounted: Decimal | None
+    audits: int
+    exceeding: tuple[int, ...] = ()
+    unmatched: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The bound's label (``empirical lower bound (95%, m canaries)``) or ``not audited``."""
+        return NOT_AUDITED if self.recorded is None else self.recorded.audit.label
+
+    @property
+    def bound(self) -> str:
+        """The newest lower bound as a decimal string, or ``not audited``."""
+        return (
+            NOT_AUDITED if self.recorded is None else str(self.recorded.audit.epsilon_lower_bound)
+        )
+
+    @property
+    def text(self) -> str:
+        """One line for tables: ``0.41 (empirical lower bound (95%, 1000 canaries))``."""
+        if self.recorded is None:
+            return NOT_AUDITED
+        return f"{self.bound} ({self.label})"
+
+    @property
+    def exceeds(self) -> bool | None:
+        """Whether the newest bound exceeds the ledger's epsilon over its rounds (``None``: n/a)."""
+        if self.recorded is None or self.epsilon_accounted is None:
+            return None
+        return self.recorded.audit.epsilon_lower_bound > self.epsilon_accounted
+
+
+def _over(ledger: PrivacyLedger, audit: EmpiricalAudit) -> Decimal | None:
+    try:
+        return accounted_epsilon_over(
+            ledger, audit.participant, audit.asset, audit.rounds_from, audit.rounds_to
+        )
+    except LedgerError:
+        return None
+
+
+def audited_budgets(
+    ledger: PrivacyLedger, *, participant: str | None = None
+) -> list[AuditedBudget]:
+    """Return every budget (of ``participant``) with its accounted epsilon and newest audit.
+
+    Everything is read from the ledger: the epsilon from its committed charges,
+    the audits from its signed ``budget.audited`` entries. Sorted by participant, asset.
+
+    Raises
+    ------
+    EmpiricalAuditInvalid
+        A stored audit entry's fields do not parse.
+    """
+    stmt = select(Budget.participant_id, Budget.asset_id).order_by(
+        Budget.participant_id, Budget.asset_id
+    )
+    if participant is not None:
+        stmt = stmt.where(Budget.participant_id == participant)
+    with ledger._sessions() as session:
+        keys = [(str(p), str(a)) for p, a in session.execute(stmt).all()]
+    grouped: dict[tuple[str, str], list[RecordedAudit]] = {}
+    for recorded in empirical_audits(ledger, participant=participant):
+        grouped.setdefault((recorded.audit.participant, recorded.audit.asset), []).append(recorded)
+    out: list[AuditedBudget] = []
+    for key in keys:
+        found = grouped.get(key, [])
+        overs = [(r, _over(ledger, r.audit)) for r in found]
+        exceeding = tuple(
+            r.index for r, eps in overs if eps is not None and r.audit.epsilon_lower_bound > eps
+        )
+        unmatched = tuple(r.index for r, eps in overs if eps is None)
+        newest, newest_over = overs[-1] if overs else (None, None)
+        out.append(
+            AuditedBudget(
+                participant=key[0],
+                asset=key[1],
+                epsilon_spent=ledger.epsilon_spent(*key),
+                recorded=newest,
+                epsilon_accounted=newest_over,
+                audits=len(found),
+                exceeding=exceeding,
+                unmatched=unmatched,
+            )
+        )
+    return out

@@ -16,11 +16,13 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog, PrivacyLedger, verify_log
 from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.budget.empirical import (
+    NOT_AUDITED,
     EmpiricalAudit,
     EmpiricalAuditInvalid,
     EmpiricalAuditUnrecordable,
     accounted_epsilon_over,
     audit_from_fields,
+    audited_budgets,
     empirical_audits,
     latest_empirical_audits,
     record_empirical_audit,
@@ -178,3 +180,21 @@ def test_recording_refuses_unknown_rounds_budgets_and_unsigned_ledgers(
             record_empirical_audit(bare, _audit(rounds_to="r1"))
     finally:
         bare.engine.dispose()
+
+
+def test_audited_budgets_show_the_bound_beside_the_accounted_epsilon(
+    ledger: PrivacyLedger,
+) -> None:
+    ledger.register_asset("h1", "mri", description="MRI")
+    ledger.set_budget("h1", "mri", epsilon="3", delta=1e-5)
+    over = accounted_epsilon_over(ledger, "h1", "ct", "r1", "r2")
+    record_empirical_audit(ledger, _audit(epsilon_lower_bound=over + Decimal("0.5")))
+    below = record_empirical_audit(ledger, _audit())
+    rows = {(b.participant, b.asset): b for b in audited_budgets(ledger)}
+    ct, mri = rows[("h1", "ct")], rows[("h1", "mri")]
+    assert ct.recorded is not None and ct.recorded.index == below and ct.audits == 2
+    assert ct.epsilon_accounted == over and ct.exceeds is False
+    assert ct.exceeding == (below - 1,) and ct.unmatched == ()
+    assert ct.text == "0.412 (empirical lower bound (95%, 1000 canaries))"
+    assert ct.epsilon_spent == ledger.epsilon_spent("h1", "ct")
+    assert mri.recorded is None and mri.text == NOT_AUDITED == mri.bound and mri.exceeds is None
