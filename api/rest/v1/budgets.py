@@ -1,6 +1,9 @@
 """``/v1/budgets``: limit, spent, reserved, remaining, per-round history; reservations, receipts.
 
 Thin router over :class:`privacy_ledger.budget.queries.BudgetQueries` (read)
+and :func:`privacy_ledger.budget.empirical.audited_budgets` (each budget's newest
+empirical privacy audit, read from its ``budget.audited`` log entry, beside the
+accounted epsilon)
 and :meth:`privacy_ledger.PrivacyLedger.set_budget` (administrators; audited
 by the ledger as ``budget.set`` in the same transaction). Receipts are signed by
 :class:`privacy_ledger.budget.receipts.ReceiptIssuer` from the ledger's committed
@@ -29,6 +32,8 @@ from api.rest.v1.schemas import (
     ReservationList,
     ReservationOut,
 )
+from privacy_ledger import PrivacyLedger
+from privacy_ledger.budget.empirical import AuditedBudget, audited_budgets
 from privacy_ledger.models import Budget
 
 __all__ = ["router"]
@@ -39,6 +44,14 @@ ParticipantId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 AssetId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 RoundId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 _STATES = "^(reserved|committed|aborted|expired)$"
+
+
+def _audited(
+    ledger: PrivacyLedger, participant_id: str | None
+) -> dict[tuple[str, str], AuditedBudget]:
+    return {
+        (b.participant, b.asset): b for b in audited_budgets(ledger, participant=participant_id)
+    }
 
 
 @router.get("", response_model=BudgetList)
@@ -52,7 +65,12 @@ def list_budgets(request: Request, principal: ReadBudgets) -> BudgetList:
         stmt = stmt.where(Budget.participant_id == principal.participant_id)
     with ctx.sessions() as session:
         keys = list(session.execute(stmt).all())
-    return BudgetList(budgets=[BudgetSummary.of(ctx.ledger.budget_status(p, a)) for p, a in keys])
+    audits = _audited(ctx.ledger, None if principal.sees_everyone else principal.participant_id)
+    return BudgetList(
+        budgets=[
+            BudgetSummary.of(ctx.ledger.budget_status(p, a), audits.get((p, a))) for p, a in keys
+        ]
+    )
 
 
 @router.get("/{participant_id}", response_model=BudgetList, responses=problem_responses(404))
@@ -63,8 +81,14 @@ def participant_budgets(
     principal.require_participant(participant_id)
     ledger = context(request).ledger
     assets = ledger.budget_assets(participant_id)
+    audits = _audited(ledger, participant_id)
     return BudgetList(
-        budgets=[BudgetSummary.of(ledger.budget_status(participant_id, a)) for a in assets]
+        budgets=[
+            BudgetSummary.of(
+                ledger.budget_status(participant_id, a), audits.get((participant_id, a))
+            )
+            for a in assets
+        ]
     )
 
 
@@ -74,9 +98,11 @@ def participant_budgets(
 def budget(
     request: Request, participant_id: ParticipantId, asset_id: AssetId, principal: ReadBudgets
 ) -> BudgetDetail:
-    """Return one budget with the epsilon after each committed round."""
+    """Return one budget with the epsilon after each committed round and its newest audit."""
     principal.require_participant(participant_id)
-    return BudgetDetail.of(context(request).ledger.budget_status(participant_id, asset_id))
+    ledger = context(request).ledger
+    status = ledger.budget_status(participant_id, asset_id)
+    return BudgetDetail.of(status, _audited(ledger, participant_id).get((participant_id, asset_id)))
 
 
 @router.put(
@@ -96,7 +122,8 @@ def set_budget(
     ledger.set_budget(
         participant_id, asset_id, epsilon=body.epsilon, delta=body.delta, accountant=body.accountant
     )
-    return BudgetDetail.of(ledger.budget_status(participant_id, asset_id))
+    status = ledger.budget_status(participant_id, asset_id)
+    return BudgetDetail.of(status, _audited(ledger, participant_id).get((participant_id, asset_id)))
 
 
 @router.get(

@@ -9,12 +9,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from privacy_ledger import BudgetStatus, Reservation
+from privacy_ledger.budget.empirical import NOT_AUDITED, AuditedBudget
 
 __all__ = [
     "BudgetDetail",
     "BudgetList",
     "BudgetSet",
     "BudgetSummary",
+    "EmpiricalAuditOut",
     "ReceiptOut",
     "ReservationList",
     "ReservationOut",
@@ -30,8 +32,68 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EmpiricalAuditOut(BaseModel):
+    """The newest empirical privacy audit of a budget (its ``budget.audited`` log entry)."""
+
+    entry: int = Field(description="Index of the budget.audited entry in the audit log.")
+    time: str = Field(description="When the entry was written (RFC 3339, UTC).")
+    label: str = Field(description="e.g. 'empirical lower bound (95%, 1000 canaries)'.")
+    epsilon_lower_bound: str = Field(description="The audit's lower bound on epsilon.")
+    epsilon_accounted: str | None = Field(
+        description="The ledger's own epsilon over the audited rounds (null: not computable)."
+    )
+    epsilon_accounted_stated: str = Field(
+        description="The accounted epsilon the auditor stated in the entry."
+    )
+    exceeds_accounted: bool | None = Field(
+        description="Lower bound above the ledger's epsilon: DP was not applied as charged."
+    )
+    rounds_from: str
+    rounds_to: str
+    canaries: int
+    guesses: int
+    correct: int
+    score: str
+    confidence: str
+    delta: str
+    method: str
+    audits: int = Field(description="How many budget.audited entries this budget has.")
+
+    @classmethod
+    def of(cls, audited: AuditedBudget) -> EmpiricalAuditOut | None:
+        """Build from an :class:`~privacy_ledger.budget.empirical.AuditedBudget` or None."""
+        if audited.recorded is None:
+            return None
+        a = audited.recorded.audit
+        accounted = audited.epsilon_accounted
+        return cls(
+            entry=audited.recorded.index,
+            time=audited.recorded.time,
+            label=a.label,
+            epsilon_lower_bound=str(a.epsilon_lower_bound),
+            epsilon_accounted=None if accounted is None else str(accounted),
+            epsilon_accounted_stated=str(a.epsilon_accounted),
+            exceeds_accounted=audited.exceeds,
+            rounds_from=a.rounds_from,
+            rounds_to=a.rounds_to,
+            canaries=a.canaries,
+            guesses=a.guesses,
+            correct=a.correct,
+            score=a.score,
+            confidence=str(a.confidence),
+            delta=str(a.delta),
+            method=a.method,
+            audits=audited.audits,
+        )
+
+
 class BudgetSummary(BaseModel):
-    """Limit, spent, reserved and remaining epsilon of one participant's asset."""
+    """Limit, spent, reserved and remaining epsilon of one participant's asset.
+
+    Beside the accounted epsilon, the newest empirical privacy audit read from the
+    audit log (``empirical_audit``; ``null`` and ``empirical_label`` "not audited"
+    when none was recorded).
+    """
 
     participant_id: str
     asset_id: str
@@ -42,10 +104,18 @@ class BudgetSummary(BaseModel):
     reserved: str = Field(description="Extra epsilon held by active reservations.")
     remaining: str = Field(description="limit - spent - reserved, never below zero.")
     active_reservations: int
+    empirical_label: str = Field(
+        default=NOT_AUDITED,
+        description="Label of the empirical lower bound, e.g. 'empirical lower bound "
+        "(95%, 1000 canaries)', or 'not audited'.",
+    )
+    empirical_audit: EmpiricalAuditOut | None = Field(
+        default=None, description="The newest empirical privacy audit; null: not audited."
+    )
 
     @classmethod
-    def of(cls, status: BudgetStatus) -> BudgetSummary:
-        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus`."""
+    def of(cls, status: BudgetStatus, audited: AuditedBudget | None = None) -> BudgetSummary:
+        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus` and audit, if any."""
         return cls(
             participant_id=status.participant_id,
             asset_id=status.asset_id,
@@ -56,6 +126,8 @@ class BudgetSummary(BaseModel):
             reserved=str(status.reserved),
             remaining=str(status.remaining),
             active_reservations=status.active_reservations,
+            empirical_label=NOT_AUDITED if audited is None else audited.label,
+            empirical_audit=None if audited is None else EmpiricalAuditOut.of(audited),
         )
 
 
@@ -72,11 +144,11 @@ class BudgetDetail(BudgetSummary):
     per_round: list[RoundEpsilonOut]
 
     @classmethod
-    def of(cls, status: BudgetStatus) -> BudgetDetail:
-        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus`."""
-        summary = BudgetSummary.of(status).model_dump()
+    def of(cls, status: BudgetStatus, audited: AuditedBudget | None = None) -> BudgetDetail:
+        """Build from the ledger's :class:`~privacy_ledger.BudgetStatus` and audit, if any."""
+        summary = BudgetSummary.of(status, audited)
         rounds = [RoundEpsilonOut(round_id=r, epsilon_after=str(e)) for r, e in status.per_round]
-        return cls(**summary, per_round=rounds)
+        return cls(**dict(summary), per_round=rounds)
 
 
 class BudgetList(BaseModel):
