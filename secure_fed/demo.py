@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog
 from privacy_ledger.audit.models import TreeHeadRow
+from privacy_ledger.budget.empirical import latest_empirical_audits
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.demo_options import DEMO_FILES, MANIFEST, DemoConfig
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
@@ -329,6 +330,15 @@ def _budgets(ledger: PrivacyLedger, fed_config: FederationConfig) -> dict[str, d
     return budgets
 
 
+def _empirical_audits(ledger: PrivacyLedger) -> dict[str, dict[str, object]]:
+    """Return each participant's newest empirical audit, read back from the signed log."""
+    return {
+        participant: {**recorded.audit.fields(), "entry": recorded.index}
+        for (participant, asset), recorded in sorted(latest_empirical_audits(ledger).items())
+        if asset == ASSET_ID
+    }
+
+
 def _signed_head(ledger: PrivacyLedger, audit: AuditLog, out: Path) -> dict[str, object]:
     """Sign a final tree head and describe it (size, root, signature, how to verify)."""
     with Session(ledger.engine) as session:
@@ -452,6 +462,8 @@ def _run_into(
         contexts = _write_contexts(federation.deployment, staging)
         results.rounds = federation.run(on_round=on_round)
         results.budgets = _budgets(ledger, fed_config)
+        if fed_config.privacy_audit is not None:
+            results.privacy["empirical_audit"] = _empirical_audits(ledger)
         results.ledger = _signed_head(ledger, audit, out)
         if contexts:
             results.ledger["public_contexts"] = {r: str(out / n) for r, n in contexts.items()}

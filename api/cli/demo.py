@@ -435,6 +435,19 @@ def demo(
             "--no-logit-adjustment for the plain losses.",
         ),
     ] = True,
+    privacy_audit: Annotated[
+        bool,
+        typer.Option(
+            help="One-run empirical privacy audit of every participant: synthetic canaries, "
+            "each trained on with probability 1/2, give a 95% lower bound on epsilon beside "
+            "the accounted one (a budget.audited ledger event per round); "
+            "--no-privacy-audit trains without canaries.",
+        ),
+    ] = True,
+    audit_canaries: Annotated[
+        int,
+        typer.Option(metavar="M", help="Canaries per participant for --privacy-audit."),
+    ] = 64,
 ) -> None:
     """Run a complete federation (all parties in one process) and show per-round tables."""
     tables = _participant_tables(participant or [])
@@ -459,6 +472,8 @@ def demo(
         central_dp=central_dp,
         reproducible=reproducible,
         logit_adjustment=logit_adjustment,
+        privacy_audit=privacy_audit,
+        audit_canaries=audit_canaries,
     )
     _validated(config)
     passphrase = _key_passphrase()

@@ -21,6 +21,7 @@ import numpy as np
 from torch import nn
 
 from crypto.sm import SM2PrivateKey
+from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.evaluation.attacks import make_attack
 from secure_fed.federation.aggregator_builder import output_spec, participant_schema
 from secure_fed.federation.config import ASSET_ID, FederationConfig, PlannedParticipant
@@ -28,6 +29,12 @@ from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.participant import LocalTrainer, Participant
 from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.models import build_model, check_private_compatible
+from secure_fed.learning.privacy_audit import (
+    AuditResult,
+    CanaryAudit,
+    make_canaries,
+    record_audit,
+)
 from secure_fed.learning.private_training import (
     DPGoal,
     InsecureSeededNoise,
@@ -38,7 +45,13 @@ from secure_fed.learning.private_training import (
 from secure_fed.learning.public_logits import PUBLIC_LOGIT_BOUND
 from secure_fed.secure.mode import UploadEncoder
 
-__all__ = ["NonPrivateTrainer", "build_participant", "make_trainer", "participant_seed"]
+__all__ = [
+    "NonPrivateTrainer",
+    "build_participant",
+    "make_trainer",
+    "participant_audit",
+    "participant_seed",
+]
 
 
 class NonPrivateTrainer:
@@ -98,13 +111,16 @@ def make_trainer(
     budget: BudgetGate,
     seed: int,
     insecure_noise: InsecureSeededNoise | None = None,
+    audit: CanaryAudit | None = None,
 ) -> LocalTrainer:
     """DP-SGD trainer of one participant (or a non-private one when ``config.private`` is off).
 
     At least 3 batches per epoch: with a batch as large as the data, Poisson
     sampling gives q = 1 and DP-SGD loses its privacy amplification by
     subsampling. The learning rate follows the batch (linear scaling rule,
-    Goyal et al. 2017).
+    Goyal et al. 2017). The batch follows the private rows ``x``; with an
+    ``audit``, the included canaries are added to them inside the trainer,
+    which computes the sample rate the ledger is told from the rows it trains on.
     """
     c = config
     batch = max(4, min(c.batch_size, len(x) // 3))
@@ -127,7 +143,26 @@ def make_trainer(
         seed=seed,
         insecure_noise=insecure_noise,
         logit_adjustment=c.local_adjustment(),
+        audit=audit,
     )
+
+
+def participant_audit(
+    config: FederationConfig, *, public_x: np.ndarray, num_classes: int, seed: int | None
+) -> CanaryAudit | None:
+    """Draw the participant's canaries and coins when ``config.privacy_audit`` is on (else None).
+
+    ``seed`` ``None`` draws them from ``secrets``; an integer (the demo's INSECURE
+    ``--reproducible`` only) makes them reproducible. Canaries come from the
+    public set's feature ranges only (:func:`~secure_fed.learning.privacy_audit.make_canaries`).
+    """
+    settings = config.privacy_audit
+    if settings is None or not config.private:
+        return None
+    canaries = make_canaries(
+        settings.canaries, public_x=public_x, num_classes=num_classes, seed=seed
+    )
+    return CanaryAudit(canaries, settings, delta=config.delta)
 
 
 def build_participant(
@@ -168,6 +203,12 @@ def build_participant(
     if planned.attacker and config.attack is not None:
         attack = make_attack(config.attack.kind, bound=PUBLIC_LOGIT_BOUND, seed=config.seed + index)
     noise = InsecureSeededNoise(seed=seed * 2) if insecure_noise else None
+    audit = participant_audit(
+        config,
+        public_x=public_x,
+        num_classes=num_classes,
+        seed=seed * 2 + 1 if insecure_noise else None,
+    )
     trainer = make_trainer(
         config,
         model=model,
@@ -177,7 +218,15 @@ def build_participant(
         budget=budget,
         seed=seed,
         insecure_noise=noise,
+        audit=audit,
     )
+    if (
+        audit is not None
+        and isinstance(trainer, PrivateTrainer)
+        and isinstance(budget, PrivacyLedger)
+    ):
+        ledger = budget
+        trainer.on_audit = lambda result: _record(ledger, result)
     participant = Participant(
         participant_id=planned.participant_id,
         model=model,
@@ -199,3 +248,8 @@ def build_participant(
         receipts=receipts,
         delta=config.delta,
     )
+
+
+def _record(ledger: PrivacyLedger, result: AuditResult) -> None:
+    """Write one audit to the ledger's signed log (``budget.audited``)."""
+    record_audit(ledger, result)

@@ -20,6 +20,7 @@ from secure_fed.secure.mode import get_mode, mode_names
 
 if TYPE_CHECKING:
     from secure_fed.learning.logit_adjustment import LogitAdjustment
+    from secure_fed.learning.privacy_audit import AuditSettings
 
 __all__ = ["ASSET_ID", "KINDS", "FederationConfig", "PlannedParticipant", "plan_participants"]
 
@@ -44,6 +45,11 @@ class FederationConfig:
     distillation the logit-adjusted loss with the published aggregate's class mass
     (Menon et al. 2021; :mod:`secure_fed.learning.logit_adjustment`). ``False``: plain
     cross-entropy and plain distillation, nothing extra charged.
+
+    ``privacy_audit`` (off by default; on in ``secure-fed demo``) is the one-run
+    empirical audit of every participant's DP-SGD: its
+    :class:`~secure_fed.learning.privacy_audit.AuditSettings` (canaries, guesses,
+    confidence), fixed before training. ``None``: no canaries, no audit.
     """
 
     participants: int = 4
@@ -72,6 +78,7 @@ class FederationConfig:
     max_weight: float | None = None
     participant_ids: tuple[str, ...] | None = None
     logit_adjustment: bool = True
+    privacy_audit: AuditSettings | None = None
 
     def __post_init__(self) -> None:
         checks = [

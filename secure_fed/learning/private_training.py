@@ -57,6 +57,7 @@ from secure_fed.learning.logit_adjustment import (
     resume_prior,
 )
 from secure_fed.learning.models import check_private_compatible
+from secure_fed.learning.privacy_audit import AuditResult, CanaryAudit
 
 __all__ = [
     "DPGoal",
@@ -335,6 +336,20 @@ class PrivateTrainer:
         Gaussian mechanism charged to the same budget (event round id
         ``<round>-label-prior``), and every DP-SGD step minimises the
         cross-entropy of ``logits + tau * log(noisy prior)`` (Menon et al. 2021).
+    audit
+        ``None`` (no audit) or a :class:`~secure_fed.learning.privacy_audit.CanaryAudit`:
+        its included canaries are appended to ``x, y`` before anything else, so
+        the row count, the Poisson sample rate the ledger is told and the label
+        prior are those of the rows actually trained on; after every committed
+        round the model is audited over the rounds trained so far
+        (:attr:`audits`, :attr:`on_audit`).
+    test_noise_scale
+        TEST ONLY. Fraction of the reserved noise multiplier actually applied
+        (1.0, the default: all of it). Below 1 the ledger still charges the
+        reserved multiplier while DP-SGD adds less (0.0: no noise at all), which
+        voids the guarantee; every reserved event then records
+        ``noise_applied``. It exists so that a test can show the audit catch
+        a run whose accounting is false.
 
     Attributes
     ----------
@@ -351,6 +366,10 @@ class PrivateTrainer:
         and again after (a deployed node's state directory). A restarted
         participant hands the kept prior to :meth:`adopt_prior`: it is reused,
         never released or charged a second time.
+    audits, on_audit
+        The audit results so far (one per committed round, each over rounds
+        ``first..this``), and an optional callback given each one as it is made
+        (the ledger writer).
 
     Raises
     ------
@@ -394,10 +413,18 @@ class PrivateTrainer:
         max_noise_multiplier: float = 20.0,
         insecure_noise: InsecureSeededNoise | None = None,
         logit_adjustment: LogitAdjustment | None = None,
+        audit: CanaryAudit | None = None,
+        test_noise_scale: float = 1.0,
     ) -> None:
         check_private_compatible(model)
         check_xy(x, y)
         check_positive(batch_size=batch_size, lr=lr, max_noise_multiplier=max_noise_multiplier)
+        if not (math.isfinite(test_noise_scale) and 0 <= test_noise_scale <= 1):
+            raise LearningParameterInvalid(
+                f"test_noise_scale must be in [0, 1], got {test_noise_scale!r}"
+            )
+        if audit is not None:
+            x, y = audit.training_rows(x, y)
         if (epochs_per_round is None) == (steps_per_round is None):
             raise LearningParameterInvalid(
                 "give exactly one of epochs_per_round and steps_per_round, got "
@@ -428,6 +455,14 @@ class PrivateTrainer:
         self._versions = dict(_VERSIONS)
         if insecure_noise is not None:
             self._versions["noise_rng"] = insecure_noise.label
+        self.audit, self.test_noise_scale = audit, float(test_noise_scale)
+        if self.test_noise_scale != 1.0:
+            self._versions["noise_applied"] = (
+                f"{self.test_noise_scale!r} of the charged (TEST ONLY)"
+            )
+        self.audits: list[AuditResult] = []
+        self.on_audit: Callable[[AuditResult], None] | None = None
+        self._first_round: str | None = None
         self.logit_adjustment = logit_adjustment
         #: ``tau * log(noisy prior)`` once released (None: not yet, or no adjustment).
         self.logit_offset: torch.Tensor | None = None
@@ -534,7 +569,30 @@ class PrivateTrainer:
             self.model.load_state_dict(snapshot)
             raise
         self.rounds_trained += 1
+        if self.audit is not None:
+            self._audit(self.audit, round_id)
         return self._report(round_id, trained=True, refused_reason=None, sigma=sigma, loss=loss)
+
+    def _audit(self, audit: CanaryAudit, round_id: str) -> None:
+        """Audit the model over the charges made so far; keep and hand on the result.
+
+        The span starts at the first charge of rows with canaries: the label
+        prior's (``r1-label-prior``) when it was released with them, else the
+        first DP-SGD round.
+        """
+        if self._first_round is None:
+            prior = self.prior
+            self._first_round = prior.round_id if prior is not None else round_id
+        result = audit.run(
+            self.model,
+            participant=self.participant_id,
+            asset=self.asset_id,
+            rounds=(self._first_round, round_id),
+            epsilon_accounted=self.budget.epsilon_spent(self.participant_id, self.asset_id),
+        )
+        self.audits.append(result)
+        if self.on_audit is not None:
+            self.on_audit(result)
 
     def adopt_prior(self, prior: ReleasedPrior) -> None:
         """Reuse a prior released before (a restarted participant): never released twice.
@@ -630,7 +688,7 @@ class PrivateTrainer:
             module=self.model,
             optimizer=optimizer,
             data_loader=loader,
-            noise_multiplier=sigma,
+            noise_multiplier=sigma * self.test_noise_scale,
             max_grad_norm=norm,
             poisson_sampling=True,
             clipping=self.clipping,
