@@ -4,20 +4,24 @@ Budgets come from :class:`privacy_ledger.budget.queries.BudgetQueries`
 (``budget_assets``, ``budget_status``, ``events``): the console shows the
 limit, spent, reserved and remaining epsilon and the per-round history
 exactly as the ledger computes them (whole-history accounting), never
-recomputed here. Rounds come from :class:`privacy_ledger.RoundStore`
-(stage, the decisions the round applied, uploads, decryption requests).
+recomputed here. Beside them, each budget's newest empirical privacy audit comes
+from :func:`privacy_ledger.budget.empirical.audited_budgets` (its ``budget.audited``
+log entry, compared with the ledger's epsilon over the audited rounds). Rounds
+come from :class:`privacy_ledger.RoundStore` (stage, the decisions the round
+applied, uploads, decryption requests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
 
 from api.rest.console.charts import Chart, epsilon_chart
 from api.rest.context import AppContext
+from privacy_ledger.budget.empirical import AuditedBudget, audited_budgets
 from privacy_ledger.budget.types import BudgetStatus, Reservation
 from privacy_ledger.models import Participant, RoundRow
 from privacy_ledger.rounds import DecryptionRecord, RoundRecord, UploadRecord
@@ -28,6 +32,7 @@ __all__ = [
     "ParticipantBudgets",
     "RoundDetail",
     "RoundItem",
+    "budget_audit",
     "budget_detail",
     "participant_budgets",
     "round_count",
@@ -50,6 +55,8 @@ class ParticipantBudgets:
     status: str
     budgets: list[BudgetStatus]
     chart: Chart
+    #: Newest empirical audit per asset id (from the log); an asset absent here is not audited.
+    audits: dict[str, AuditedBudget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,10 @@ def participant_budgets(ctx: AppContext) -> list[ParticipantBudgets]:
     with ctx.sessions() as session:
         rows = list(session.execute(select(Participant).order_by(Participant.id)).scalars())
         people = [(p.id, p.institution, p.kind, p.status) for p in rows]
+    audited: dict[str, dict[str, AuditedBudget]] = {}
+    for found in audited_budgets(ctx.ledger):
+        if found.recorded is not None:
+            audited.setdefault(found.participant, {})[found.asset] = found
     result = []
     for pid, institution, kind, status in people:
         budgets = [ctx.ledger.budget_status(pid, asset) for asset in ctx.ledger.budget_assets(pid)]
@@ -93,9 +104,18 @@ def participant_budgets(ctx: AppContext) -> list[ParticipantBudgets]:
                 status=status,
                 budgets=budgets,
                 chart=epsilon_chart(budgets),
+                audits=audited.get(pid, {}),
             )
         )
     return result
+
+
+def budget_audit(ctx: AppContext, participant_id: str, asset_id: str) -> AuditedBudget | None:
+    """Return the budget's newest empirical audit beside the ledger's epsilon, or ``None``."""
+    for found in audited_budgets(ctx.ledger, participant=participant_id):
+        if found.asset == asset_id and found.recorded is not None:
+            return found
+    return None
 
 
 def budget_detail(

@@ -5,7 +5,9 @@ spent, reserved and remaining epsilon of each of its budgets and a chart of
 epsilon over rounds; ``GET /console/budgets/{participant}/{asset}`` adds the
 per-round table and the budget's privacy events. Every number comes from
 :class:`privacy_ledger.budget.queries.BudgetQueries` (through
-:mod:`api.rest.console.ledger_view`).
+:mod:`api.rest.console.ledger_view`); the empirical lower bound shown beside the
+spent epsilon from the budget's newest ``budget.audited`` log entry ("not audited"
+when there is none).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from fastapi.responses import HTMLResponse
 
 from api.rest.auth import context
 from api.rest.console.access import Officer
-from api.rest.console.ledger_view import budget_detail, participant_budgets, stored_rounds
+from api.rest.console.ledger_view import (
+    budget_audit,
+    budget_detail,
+    participant_budgets,
+    stored_rounds,
+)
 from api.rest.console.render import page
 from api.rest.v1.schemas import ID_PATTERN
 from privacy_ledger.errors import BudgetNotSet
@@ -61,5 +68,6 @@ def budget(request: Request, participant_id: Id, asset_id: Id, principal: Office
         used=status.limit - status.remaining,
         events=events,
         chart=chart,
+        audited=budget_audit(ctx, participant_id, asset_id),
         stored=stored_rounds(ctx, [r.round_id for r in status.per_round]),
     )

@@ -67,6 +67,7 @@ def test_budget_table_equals_the_ledger(service: Service, officer: TestClient) -
             rounded(status.remaining),
             str(status.active_reservations),
             f"{status.accountant}, {status.delta}",
+            "not audited",  # no budget.audited entry seeded
         ]
         assert page.body_rows(f"Budgets of {pid}") == [expected]
     dots = page.texts["dot"]
