@@ -5,6 +5,8 @@ For each participant's data asset, :class:`BudgetTrack` replays the
 delta and accountant; each ``budget.reserved`` records the mechanism inputs
 (noise multiplier, sample rate, steps, clipping norm, library versions);
 ``budget.committed``, ``budget.aborted`` and ``budget.expired`` resolve them.
+``budget.audited`` entries (empirical privacy audits) are kept with the
+ledger's epsilon over their rounds, recomputed from the commits replayed so far.
 Epsilon is then recomputed over the committed history with the ledger's own
 accountant (:func:`privacy_ledger.budget.accountant.epsilon`: RDP or PRV,
 whole-history composition, rounded up), never summed per round. The same
@@ -21,6 +23,7 @@ from typing import Any
 
 from compliance.scope import NOT_RECORDED
 from privacy_ledger.budget import accountant as acc
+from privacy_ledger.budget.empirical import AUDITED_EVENT, NOT_AUDITED, audit_from_fields
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.errors import LedgerError
 
@@ -79,6 +82,7 @@ class BudgetTrack:
     secure_rng: set[str] = field(default_factory=set)
     privacy_units: set[str] = field(default_factory=set)
     mechanisms: set[str] = field(default_factory=set)
+    audits: list[dict[str, Any]] = field(default_factory=list)
 
     def apply(self, event: str, fields: dict[str, Any], index: int) -> dict[str, Any] | None:
         """Replay one entry; return a mechanism-event row when it commits a reservation."""
@@ -89,6 +93,8 @@ class BudgetTrack:
             self.set_entries.append(index)
         elif event == "budget.refused":
             self.refusals += 1
+        elif event == AUDITED_EVENT:
+            self.audits.append(self._audit(fields, index))
         elif not isinstance(reservation, str):
             return None
         elif event == "budget.reserved":
@@ -137,6 +143,60 @@ class BudgetTrack:
         ):
             row[key] = planned.get(key, NOT_RECORDED)
         return row
+
+    def _audit(self, fields: dict[str, Any], index: int) -> dict[str, Any]:
+        """Return the report's view of one ``budget.audited`` entry (bound beside accounted)."""
+        try:
+            audit = audit_from_fields(fields)
+        except LedgerError as exc:
+            return {"entry": index, "label": f"unreadable audit entry ({exc.code})"}
+        accounted = self._epsilon_over(audit.rounds_from, audit.rounds_to)
+        exceeds: object = NOT_RECORDED
+        if accounted is not None:
+            exceeds = audit.epsilon_lower_bound > accounted
+        return {
+            "entry": index,
+            "label": audit.label,
+            "epsilon_lower_bound": str(audit.epsilon_lower_bound),
+            "epsilon_accounted": NOT_RECORDED if accounted is None else str(accounted),
+            "epsilon_accounted_stated": str(audit.epsilon_accounted),
+            "exceeds_accounted": exceeds,
+            "rounds_from": audit.rounds_from,
+            "rounds_to": audit.rounds_to,
+            "canaries": audit.canaries,
+            "guesses": audit.guesses,
+            "correct": audit.correct,
+            "score": audit.score,
+            "confidence": str(audit.confidence),
+            "delta": str(audit.delta),
+            "method": audit.method,
+        }
+
+    def _epsilon_over(self, rounds_from: str, rounds_to: str) -> Decimal | None:
+        """Return the epsilon of the commits so far from round ``rounds_from`` to ``rounds_to``."""
+        labels = [c[0] for c in self.commits]
+        if rounds_from not in labels or rounds_to not in labels:
+            return None
+        first, last = labels.index(rounds_from), len(labels) - 1 - labels[::-1].index(rounds_to)
+        merged: dict[Pair, int] = {}
+        for _, pair, steps, _ in self.commits[first : last + 1]:
+            if pair is None:
+                return None
+            merged[pair] = merged.get(pair, 0) + steps
+        return self._epsilon(merged, 1.0) if merged else None
+
+    def empirical(self) -> dict[str, Any] | str:
+        """Return the newest audit, the count, and the entries above their accounted epsilon."""
+        if not self.audits:
+            return NOT_AUDITED
+        exceeding = [a["entry"] for a in self.audits if a.get("exceeds_accounted") is True]
+        unchecked = [a["entry"] for a in self.audits if a.get("exceeds_accounted") is not False]
+        return {
+            **self.audits[-1],
+            "audits": len(self.audits),
+            "exceeding": exceeding,
+            "unchecked": [e for e in unchecked if e not in exceeding],
+        }
 
     # -- accounting -------------------------------------------------------------------
 
@@ -241,6 +301,7 @@ class BudgetTrack:
             "sample_rate": _span(rates),
             "secure_rng": _rng(self.secure_rng),
             "privacy_unit": _joined(self.privacy_units),
+            "empirical_audit": self.empirical(),
         }
 
 

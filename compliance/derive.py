@@ -23,7 +23,9 @@ Sections (one row per entry, in index order unless noted):
     ``budget.refused`` and other ``access.denied`` entries;
 ``dp_filing`` and ``epsilon_series``
     one row per participant asset, computed when the feed ends
-    (:mod:`compliance.budgets`).
+    (:mod:`compliance.budgets`); a filing row's ``empirical_audit`` is the newest
+    ``budget.audited`` entry of that asset (subject ``participant:<id>``, asset in
+    its fields) beside the epsilon the commits give over its rounds, or "not audited".
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from compliance.budgets import BudgetTrack
 from compliance.scope import NOT_RECORDED, Scope
+from privacy_ledger.budget.empirical import AUDITED_EVENT
 
 __all__ = ["Deriver", "ROW_SECTIONS", "SUMMARY_SECTIONS", "SECTIONS", "RowSink"]
 
@@ -60,6 +63,16 @@ def _budget_key(subject: str) -> tuple[str, str] | None:
     if not head.startswith("participant:") or not tail.startswith("asset:"):
         return None
     return head.removeprefix("participant:"), tail.removeprefix("asset:")
+
+
+def _key(event: str, subject: str, fields: dict[str, Any]) -> tuple[str, str] | None:
+    """Return the budget an entry belongs to: from its subject, or an audit's fields."""
+    if event != AUDITED_EVENT:
+        return _budget_key(subject)
+    participant, asset = fields.get("participant"), fields.get("asset")
+    if subject != f"participant:{participant}" or not isinstance(asset, str) or not asset:
+        return None
+    return str(participant), asset
 
 
 def _outlier(index: int, time: str, f: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +149,7 @@ class Deriver:
         fields = entry["fields"] if isinstance(entry["fields"], dict) else {}
         if not self.scope.about(subject, fields):
             return None
-        if event.startswith("budget.") and _budget_key(subject) is not None:
+        if event.startswith("budget.") and _key(event, subject, fields) is not None:
             return "budget" if self.scope.before_end(time) else None
         return "period" if self.scope.in_period(time) else None
 
@@ -148,7 +161,7 @@ class Deriver:
         event, time = entry["event"], entry["time"]
         fields = entry["fields"] if isinstance(entry["fields"], dict) else {}
         if role == "budget":
-            key = _budget_key(entry["subject"])
+            key = _key(event, entry["subject"], fields)
             assert key is not None
             track = self._budgets.setdefault(key, BudgetTrack(participant=key[0], asset=key[1]))
             row = track.apply(event, fields, index)

@@ -22,6 +22,7 @@ from compliance.view import (
     when,
 )
 from compliance.view_parties import parties_fact, party_cell, party_tables
+from privacy_ledger.budget.empirical import NOT_AUDITED
 
 __all__ = ["build_view", "VERIFY_COMMANDS"]
 
@@ -146,7 +147,54 @@ def _filing(spools: Any, max_rows: int) -> list[Table]:
         ),
         max_rows,
     )
-    return [budget, mech]
+    return [budget, mech, _empirical(rows, max_rows)]
+
+
+#: Explains the empirical audit table (the same words in HTML and PDF).
+EMPIRICAL_NOTE = (
+    "A one-run empirical privacy audit (canaries, membership guesses) gives a lower bound "
+    "on epsilon at the stated confidence; the accountant's epsilon is an upper bound. The "
+    "bound is compared with the epsilon the signed log gives over the audited rounds: a "
+    "bound above it means differential privacy was not applied as charged."
+)
+
+
+def _empirical_cells(r: dict[str, Any]) -> list[str]:
+    audit = r.get("empirical_audit", NOT_AUDITED)
+    head = [r["participant"], r["asset"], text(r["epsilon_spent"])]
+    if not isinstance(audit, dict):
+        return [*head, text(audit), "-", "-", "-"]
+    exceeds = audit.get("exceeds_accounted")
+    if exceeds is True:
+        result = "EXCEEDS the accounted epsilon: DP not applied as charged"
+    elif exceeds is False:
+        result = "within the accounted epsilon"
+    else:
+        result = "not checkable: " + text(exceeds)
+    if audit.get("exceeding") and exceeds is not True:
+        result += f"; earlier audits exceed it (entries {text(audit['exceeding'])})"
+    rounds = f"{round_label(audit.get('rounds_from'))} to {round_label(audit.get('rounds_to'))}"
+    bound = f"{text(audit.get('epsilon_lower_bound'))} ({text(audit.get('label'))})"
+    return [*head, bound, rounds, text(audit.get("epsilon_accounted")), result]
+
+
+def _empirical(rows: list[dict[str, Any]], max_rows: int) -> Table:
+    table = Table(
+        "empirical",
+        "DP parameter filing: empirical privacy audits",
+        [
+            "participant",
+            "asset",
+            "epsilon spent",
+            "empirical lower bound",
+            "audited rounds",
+            "accounted over them",
+            "result",
+        ],
+        [13, 10, 11, 22, 12, 11, 17],
+        intro=EMPIRICAL_NOTE,
+    )
+    return fill(table, (_empirical_cells(r) for r in rows), max_rows)
 
 
 def _events(spools: Any, max_rows: int) -> Table:
