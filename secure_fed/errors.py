@@ -388,6 +388,35 @@ class PublicationInconsistent(DecryptionRefused):
     code = "KEY_AUTHORITY_PUBLICATION_INCONSISTENT"
 
 
+class ReleaseUnattested(DecryptionRefused):
+    """The key authority refused a request its enrolled verifier did not attest.
+
+    With a verifier enrolled (the ``ckks`` mode's default with a consortium), every
+    decryption request needs the verifier's SM2 attestation that the ciphertext is the
+    claim recomputed from the participants' signed uploads, for exactly that request and
+    ciphertext. Nothing was decrypted.
+    """
+
+    code = "KEY_AUTHORITY_RELEASE_UNATTESTED"
+
+
+class AttestationRefused(ReleaseRefused):
+    """The verifier refused to attest a decryption request.
+
+    The request is not signed by the enrolled aggregator, names an upload the verifier
+    does not hold for the round, a centre whose bytes do not match its digest, or its
+    ciphertext is not what its claim recomputes to from the verifier's uploads.
+    """
+
+    code = "VERIFIER_ATTESTATION_REFUSED"
+
+
+class VerifierUploadRefused(SecureFedError):
+    """The verifier refused a forwarded upload (signature, round, sender or a second upload)."""
+
+    code = "VERIFIER_UPLOAD_REFUSED"
+
+
 # --- DataError: a participant's data cannot be loaded or split ------------------------
 
 

@@ -163,6 +163,7 @@ def build_aggregator(
         receipts=None
         if receipt_key is None
         else ReceiptVerifier(public_key=receipt_key, clock=clock),
+        forward=aggregator.forward_upload,
     )
     return AggregatorParts(
         handler=AggregatorHandler(engine=engine, gate=gate),

@@ -160,6 +160,10 @@ class EnvelopeVerifier:
         Verifier of the privacy ledger's budget receipts; when given, every
         upload needs a fresh receipt of its sender's committed charge for the
         round, for the DP plan its envelope declares (None: not required).
+    forward
+        Called with ``(envelope, round_id=...)`` after the engine stored an upload:
+        the aggregator forwarding it, as signed, to the ckks mode's verifier
+        (``SecureAggregator.forward_upload``; None: nothing forwarded).
     """
 
     def __init__(
@@ -171,8 +175,10 @@ class EnvelopeVerifier:
         max_bytes: int,
         audit: AuditSink | None = None,
         receipts: ReceiptVerifier | None = None,
+        forward: Callable[..., object] | None = None,
     ) -> None:
         self.keys, self.submit, self.params = dict(keys), submit, params
+        self.forward = forward
         self.max_bytes, self.audit, self.receipts = max_bytes, audit, receipts
         # An unknown sender's signature is checked against this key, so both refusals
         # take the same path and say the same thing.
@@ -188,13 +194,33 @@ class EnvelopeVerifier:
         """
         try:
             head, upload = self._verify(envelope)
-            return self.submit(upload, round_id=round_id)
+            sender = self.submit(upload, round_id=round_id)
+            if self.forward is not None:
+                self.forward(envelope, round_id=round_id)
+            return str(sender)
         except SecureFedError as exc:
             _log.warning("upload rejected: %s", exc)
             if self.audit is not None:
                 details = {"round_id": round_id, "code": exc.code, "reason": exc.message}
                 self.audit.record("upload.rejected", {**details, "bytes": len(envelope)})
             raise
+
+    def open(self, envelope: bytes, round_id: int) -> tuple[str, bytes]:
+        """Check an envelope as :meth:`accept` does, submit nothing; return (sender, payload).
+
+        The ckks mode's verifier checks every upload the aggregator forwards with this
+        (its own instance, over the enrolled keys).
+
+        Raises
+        ------
+        UploadMalformed, UploadSignatureInvalid, UploadBindingInvalid
+            From the envelope checks, or an envelope of another round.
+        """
+        _head, upload = self._verify(envelope)
+        inner, payload = decode_upload(upload, max_bytes=self.max_bytes)
+        if inner.round_id != round_id:
+            raise UploadMalformed(f"envelope of round {inner.round_id}, not {round_id}")
+        return inner.participant_id, payload
 
     def _verify(self, data: bytes) -> tuple[dict[str, object], bytes]:
         if not isinstance(data, bytes) or len(data) > self.max_bytes:

@@ -33,7 +33,12 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.receipts import ReceiptIssuer
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import SecureFedError, TooFewParticipants
-from secure_fed.federation.aggregator_builder import build_aggregator, output_spec, private_parts
+from secure_fed.federation.aggregator_builder import (
+    MAX_UPLOAD_BYTES,
+    build_aggregator,
+    output_spec,
+    private_parts,
+)
 from secure_fed.federation.builders import build_participant, make_trainer, participant_seed
 from secure_fed.federation.config import (
     ASSET_ID,
@@ -42,6 +47,7 @@ from secure_fed.federation.config import (
     plan_participants,
 )
 from secure_fed.federation.decisions import DecisionRecorder
+from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.federation.evidence import EvidencePool
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.observer import (
@@ -288,6 +294,15 @@ class Federation:
         self.output = output_spec(task.num_classes)
         self.contract, self.registry, self.policy = built.contract, built.registry, built.policy
         self.engine, self.gate, self.aggregator = built.engine, built.gate, built.handler
+        # the ckks verifier checks every forwarded upload with its own envelope gate
+        self.deployment.link_upload_verifier(
+            EnvelopeVerifier(
+                keys={p: k.public_key for p, k in signing_keys.items()},
+                submit=self.engine.submit,
+                params=self.deployment.params,
+                max_bytes=MAX_UPLOAD_BYTES,
+            ).open
+        )
         self.public_sm3 = public_set_digest(task.public_x)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
         self.members = [

@@ -16,7 +16,7 @@ secrets, the aggregator never receives a CKKS secret key or a helper secret.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +73,14 @@ class DeploymentPlan:
         or nothing (the default policy of the roster, shape and quorum); it is
         then signed with keys generated here for the in-process participants,
         and pinned the same way.
+    verified_release
+        ``ckks`` mode: enrol a verifier (:mod:`secure_fed.secure.verifier`) with the
+        key authority, which then decrypts nothing the verifier has not recomputed
+        from the participants' signed uploads and attested. ``None`` (the default):
+        on when ``participant_keys`` are given (a consortium whose envelope keys the
+        verifier checks forwarded uploads against), off otherwise (no envelope keys:
+        a forgery is then only detected afterwards, by ``ledger verify --recompute``).
+        Other modes ignore it.
     """
 
     shape: tuple[int, int]
@@ -86,6 +94,7 @@ class DeploymentPlan:
     publication_preset: str | None = "CKKS_PUBLICATION"
     policy: SignedPolicy | ConsortiumPolicy | None = field(default=None, repr=False)
     participant_keys: Mapping[str, SM2PublicKey] | None = field(default=None, repr=False)
+    verified_release: bool | None = None
 
     def __post_init__(self) -> None:
         ids = self.participant_ids
@@ -110,6 +119,13 @@ class DeploymentPlan:
             _check_publication_preset(self.publication_preset)
         if isinstance(self.policy, SignedPolicy) != (self.participant_keys is not None):
             raise ModeSetupInvalid("a signed policy and participant_keys go together")
+
+    @property
+    def verifies_releases(self) -> bool:
+        """Whether a verifier is enrolled (``verified_release``, or its default)."""
+        if self.verified_release is None:
+            return self.participant_keys is not None
+        return bool(self.verified_release)
 
     def consortium_pin(self, party: str) -> PolicyPin:
         """Pin the consortium's policy for gatekeeper ``party`` (``policy.pinned`` event).
@@ -214,6 +230,7 @@ class SecureDeployment(ABC):
         publication_preset: str | None = "CKKS_PUBLICATION",
         policy: SignedPolicy | ConsortiumPolicy | None = None,
         participant_keys: Mapping[str, SM2PublicKey] | None = None,
+        verified_release: bool | None = None,
     ) -> SecureDeployment:
         """Enrol every participant and build the parties of the registered ``mode``.
 
@@ -243,6 +260,7 @@ class SecureDeployment(ABC):
             publication_preset=publication_preset,
             policy=policy,
             participant_keys=participant_keys,
+            verified_release=verified_release,
         )
         return spec.deploy(plan)
 
@@ -250,6 +268,16 @@ class SecureDeployment(ABC):
     def shape(self) -> tuple[int, int]:
         """``(N_pub, C)`` of every upload."""
         return self.plan.shape
+
+    def link_upload_verifier(self, opener: Callable[[bytes, int], tuple[str, bytes]]) -> bool:
+        """Give the mode's verifier its envelope verification; return whether it has one.
+
+        ``opener(envelope, round_id)`` checks a forwarded envelope's signature under
+        the participant's enrolled key and its round, and returns ``(participant id,
+        mode payload)``. The base deployment has no verifier.
+        """
+        del opener
+        return False
 
     @property
     @abstractmethod

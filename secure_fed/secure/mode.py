@@ -160,6 +160,9 @@ class SecureAggregator(ABC):
         """
         return None
 
+    def forward_upload(self, envelope: bytes, *, round_id: int) -> None:  # noqa: B027
+        """Send an accepted upload's signed envelope to the mode's verifier (none here)."""
+
     def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
         """Robust pooled Mahalanobis score of every upload (one scalar each).
 
@@ -187,6 +190,9 @@ class AggregatorWrapper(SecureAggregator):
 
     def load(self, payload: bytes) -> UploadHandle:  # noqa: D102
         return self.inner.load(payload)
+
+    def forward_upload(self, envelope: bytes, *, round_id: int) -> None:  # noqa: D102
+        self.inner.forward_upload(envelope, round_id=round_id)
 
     def weighted_sum(  # noqa: D102
         self, handles: Mapping[str, UploadHandle], weights: Mapping[str, float]

@@ -51,6 +51,7 @@ from secure_fed.secure.modes.ckks_round import CkksScoringRound
 from secure_fed.secure.modes.ckks_upload import encode_upload, epoch_part, split_upload
 from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.server_auth import ServerSigningKey
+from secure_fed.secure.verifier import CkksVerifier, UploadOpener
 
 __all__ = [
     "PRESET",
@@ -95,11 +96,14 @@ class CkksDeployment(SecureDeployment):
         self._signer = signer
         #: The publication epoch's public context (``None``: opted out).
         self.publication_context: PublicContext | None = None
+        #: The verifier the key authority enrolled (``None``: releases are not attested).
+        self.verifier: CkksVerifier | None = None
 
     @classmethod
     def deploy(cls, plan: DeploymentPlan) -> CkksDeployment:
         """Generate the key epoch and load its public context by SM3 fingerprint."""
         signer = plan.enrol_server("aggregator")
+        attesting = plan.enrol_server("verifier") if plan.verifies_releases else None
         authority = KeyAuthority.for_ckks(
             min_participants=plan.min_participants,
             preset=PRESET,
@@ -111,6 +115,7 @@ class CkksDeployment(SecureDeployment):
             enrolled=frozenset(plan.participant_ids),
             upload_shape=plan.shape,
             consortium=plan.consortium_pin("key_authority"),
+            verifier=None if attesting is None else attesting.identity,
         )
         public = PublicContext.from_bytes(
             authority.public_context, preset=PRESET, expected_fingerprint=authority.fingerprint
@@ -122,7 +127,24 @@ class CkksDeployment(SecureDeployment):
                 preset=plan.publication_preset,
                 expected_fingerprint=authority.publication_fingerprint,
             )
+        if attesting is not None:
+            dep.verifier = CkksVerifier(
+                signer=attesting,
+                aggregator=signer.identity,
+                public_context=public,
+                publication_context=dep.publication_context,
+                participant_ids=frozenset(plan.participant_ids),
+                shape=plan.shape,
+                audit=plan.audit,
+            )
         return dep
+
+    def link_upload_verifier(self, opener: UploadOpener) -> bool:
+        """Give the verifier the envelope verification it checks forwarded uploads with."""
+        if self.verifier is None:
+            return False
+        self.verifier.opener = opener
+        return True
 
     @property
     def params(self) -> str:
@@ -147,6 +169,8 @@ class CkksDeployment(SecureDeployment):
             signer=self._signer,
             plans=self.authority.install_plan,
             publication_context=self.publication_context,
+            attest=None if self.verifier is None else self.verifier.attest,
+            forward=None if self.verifier is None else self.verifier.receive,
         )
 
     def aggregator(self, *, bound: float) -> CkksAggregator:

@@ -94,6 +94,16 @@ class CkksAggregator(PlannedAggregator):
             plan = ReleasePlan.from_bytes(fixed) if isinstance(fixed, bytes) else plan
         self._plans[plan.round_id] = PlanTracker(plan=plan)
 
+    def forward_upload(self, envelope: bytes, *, round_id: int) -> None:
+        """Forward an accepted upload, as its participant signed it, to the verifier.
+
+        The envelope gate calls this after the round engine stored the upload; without
+        a verifier it does nothing. The verifier's refusal propagates (the round's
+        releases over that upload would be refused anyway).
+        """
+        if self.keys.forward is not None:
+            self.keys.forward(envelope, round_id)
+
     def load(self, payload: bytes) -> UploadHandle:
         """Validate ciphertext bytes (size, header, epoch, shape, level, scale).
 

@@ -35,7 +35,7 @@ PRESET = "CKKS_SCORING"
 #: The publication epoch's preset (N = 4096, flooded at s >= 40 for 16,384 ciphertexts).
 PUBLICATION_PRESET = "CKKS_PUBLICATION"
 
-Channel = Callable[[bytes], bytes]
+Channel = Callable[..., bytes]
 
 
 def _public(public_context: object) -> PublicContext:
@@ -64,6 +64,15 @@ class CkksKeys:
         The publication epoch's public context: uploads must carry ciphertexts
         under it and the published weighted sum is computed on them. ``None``:
         the publication is computed on the scoring ciphertexts (weaker flooding).
+    attest
+        Channel to the verifier's attestation (:meth:`CkksVerifier.attest
+        <secure_fed.secure.verifier.CkksVerifier.attest>`): every request is sent
+        to it first and its attestation travels with the request to the key
+        authority. ``None``: no verifier (the key authority enrols none).
+    forward
+        Channel forwarding each accepted upload's signed envelope to the verifier
+        (:meth:`CkksVerifier.receive <secure_fed.secure.verifier.CkksVerifier.receive>`,
+        ``forward(envelope, round_id)``); ``None`` with no verifier.
     """
 
     public_context: PublicContext
@@ -71,6 +80,8 @@ class CkksKeys:
     signer: ServerSigningKey
     plans: Callable[[bytes], object] | None = None
     publication_context: PublicContext | None = None
+    attest: Callable[[bytes], bytes] | None = None
+    forward: Callable[[bytes, int], object] | None = None
 
     def __post_init__(self) -> None:
         _public(self.public_context)
@@ -142,5 +153,10 @@ class _CkksAggregate(AggregateHandle):
 
 
 def _decrypt(keys: CkksKeys, request: bytes) -> np.ndarray:
-    header, payload = decode_frame(keys.authority(request), KEY_AUTHORITY_REPLY)
+    """Send ``request`` (attested first, with a verifier) and decode the released array."""
+    if keys.attest is None:
+        reply = keys.authority(request)
+    else:
+        reply = keys.authority(request, keys.attest(request))
+    header, payload = decode_frame(reply, KEY_AUTHORITY_REPLY)
     return decode_array(header.get("array"), payload)

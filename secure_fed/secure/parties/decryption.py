@@ -27,11 +27,13 @@ from crypto.ckks import (
     load_encrypted,
 )
 from crypto.errors import AggregateInconsistent, CryptoError, ReleaseLimitReached
+from crypto.sm import sm3_digest
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     KeyEpochExhausted,
     PublicationInconsistent,
     ReleaseRefused,
+    ReleaseUnattested,
 )
 from secure_fed.secure.ckks_claims import check_claim
 from secure_fed.secure.modes.ckks_scoring import moment_matrix
@@ -42,6 +44,7 @@ from secure_fed.secure.parties.central_dp import (
     central_sensitivity,
 )
 from secure_fed.secure.parties.decryption_checks import DecryptionChecks, plan_fields
+from secure_fed.secure.protocol.attestation import Attested, check_attestation
 from secure_fed.secure.protocol.authority_requests import DecryptionRequest
 from secure_fed.secure.protocol.vocabulary import (
     AuditEvent,
@@ -55,9 +58,11 @@ from secure_fed.secure.publication_check import ciphertext_sm3, split_witness
 from secure_fed.secure.release_policy import (
     SCALAR_PURPOSES,
     ReleasePolicy,
+    ReleaseRequest,
 )
 from secure_fed.secure.server_auth import (
     RequestVerifier,
+    ServerIdentity,
     VerifiedRequest,
 )
 from secure_fed.wire import (
@@ -102,6 +107,7 @@ class DecryptionService(DecryptionChecks):
     budget: ChargeGate | None
     requests: list[SignedRequestRecord]
     policy: ReleasePolicy
+    verifier: ServerIdentity | None
 
     def _verify(
         self,
@@ -114,8 +120,13 @@ class DecryptionService(DecryptionChecks):
 
     # -- decryption ---------------------------------------------------------------
 
-    def handle(self, request: bytes) -> bytes:
+    def handle(self, request: bytes, attestation: bytes | None = None) -> bytes:
         """Serve one signed decryption request (bytes in, bytes out).
+
+        With a verifier enrolled (:attr:`verifier`), ``attestation`` must be its
+        attestation of exactly this request and ciphertext
+        (:mod:`secure_fed.secure.protocol.attestation`), checked after the plan's
+        checks and before any decryption; without one nothing is decrypted.
 
         Raises
         ------
@@ -126,6 +137,9 @@ class DecryptionService(DecryptionChecks):
         DecryptionRefused
             Not an aggregate over enough contributors nor a single scalar score,
             a centre this authority did not release, or an exhausted key epoch.
+        ReleaseUnattested
+            A verifier is enrolled and the request carries no valid attestation of
+            it (an ``access.denied`` event naming the request; a publication is spent).
         """
         verified = self._verify(request)
         asked = DecryptionRequest.from_wire(verified.header)
@@ -146,6 +160,7 @@ class DecryptionService(DecryptionChecks):
             step = self._release_step(ask)
             self._check_step_epoch(ask, step, keys)
             self._check_witness(ask, step, witness)
+            self._check_attested(ask, step, verified, attestation)  # before any decryption
         except ReleaseRefused as exc:
             self._journal(verified, claim, granted=False, reason=str(exc))
             raise
@@ -177,6 +192,46 @@ class DecryptionService(DecryptionChecks):
         meta, raw = encode_array(values)
         reply: dict[str, object] = {Key.PURPOSE: purpose, Key.ARRAY: meta, Key.CENTRAL_DP: dp}
         return encode_frame(KEY_AUTHORITY_REPLY, reply, raw)
+
+    def _check_attested(
+        self,
+        ask: ReleaseRequest,
+        step: str,
+        verified: VerifiedRequest,
+        attestation: bytes | None,
+    ) -> None:
+        """Refuse, before any decryption, a request the enrolled verifier did not attest.
+
+        The round's publication is spent by the refusal (like a witness refusal: one
+        attempt per round); other steps stay open, since an unattested request learns
+        nothing about any value (the verifier's answer depends on ciphertexts only).
+        """
+        if self.verifier is None:
+            return
+        expected = Attested(
+            round_id=verified.round_id,
+            purpose=verified.purpose,
+            request_sm3=verified.request_sm3,
+            ciphertext_sm3=sm3_digest(verified.payload).hex(),
+        )
+        try:
+            check_attestation(attestation, self.verifier, expected)
+        except ReleaseUnattested as exc:
+            if step == Step.PUBLICATION:
+                self.plans.observe(ask, None)  # the round's publication is spent, unopened
+            if self.audit is not None:
+                self.audit.record(
+                    AuditEvent.ACCESS_DENIED,
+                    {
+                        "party": Party.KEY_AUTHORITY,
+                        "round_id": ask.round_id,
+                        "purpose": ask.purpose,
+                        "request_sm3": verified.request_sm3,
+                        "code": exc.code,
+                        "reason": str(exc),
+                    },
+                )
+            raise ReleaseUnattested(f"round {ask.round_id}, {ask.purpose}: {exc}") from None
 
     def _copy_counts(self, round_id: int) -> np.ndarray:
         """Return the copies step's reply: nothing until the last pair, then the counts.

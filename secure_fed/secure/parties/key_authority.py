@@ -155,6 +155,12 @@ class KeyAuthority(Dealer, DecryptionService):
         (:class:`~secure_fed.secure.consortium_policy.PolicyPin`): a plan outside
         it is refused (``PLAN_OUTSIDE_POLICY``, audited). Its quorum must be
         ``min_participants``; its participants become ``enrolled``.
+    verifier
+        The enrolled verifier's SM2 identity (:mod:`secure_fed.secure.verifier`):
+        every decryption request then needs its attestation that the ciphertext is
+        the claim recomputed from the participants' signed uploads, checked before
+        anything is decrypted (``KEY_AUTHORITY_RELEASE_UNATTESTED``). ``None``: no
+        verifier, forgeries are only detected afterwards (:mod:`secure_fed.secure.recompute`).
     """
 
     min_participants: int
@@ -172,6 +178,7 @@ class KeyAuthority(Dealer, DecryptionService):
     nonces: FreshnessStore | None = field(default=None, repr=False)
     plan_journal: PlanJournal | None = field(default=None, repr=False)
     consortium: PolicyPin | None = field(default=None, repr=False)
+    verifier: ServerIdentity | None = None
     log: list[DecryptionRecord] = field(default_factory=list)
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)

@@ -123,6 +123,7 @@ class Party(Word):
 
     KEY_AUTHORITY = "key_authority"
     HELPER = "helper"
+    VERIFIER = "verifier"
 
 
 class AuditEvent(Word):
