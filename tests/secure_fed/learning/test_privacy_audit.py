@@ -78,8 +78,14 @@ def test_bad_counts_are_refused_with_a_typed_error(
 
 @pytest.mark.parametrize(
     "over",
-    [{"canaries": 1}, {"canaries": True}, {"guess_fraction": 0.6}, {"guess_fraction": 0.0},
-     {"canaries": 3, "guess_fraction": 0.25}, {"confidence": 1.0}],
+    [
+        {"canaries": 1},
+        {"canaries": True},
+        {"guess_fraction": 0.6},
+        {"guess_fraction": 0.0},
+        {"canaries": 3, "guess_fraction": 0.25},
+        {"confidence": 1.0},
+    ],
 )
 def test_bad_settings_are_refused(over: dict[str, object]) -> None:
     with pytest.raises(LearningParameterInvalid):
