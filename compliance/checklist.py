@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from compliance.checklist_base import STATUSES, Facts, Item
 from compliance.checklist_config import ChecklistConfig, load_config
+from compliance.checklist_empirical import EMPIRICAL_ITEMS
 from compliance.checklist_items import LEDGER_ITEMS
 from compliance.checklist_more import MORE_ITEMS
 from compliance.checklist_parties import PARTY_ITEMS
@@ -27,7 +28,7 @@ __all__ = ["ITEMS", "ChecklistEntry", "ChecklistResult", "run_checklist", "load_
 logger = logging.getLogger(__name__)
 
 #: Every checklist item, in the order they are reported.
-ITEMS: list[Item] = [*LEDGER_ITEMS, *PARTY_ITEMS, *MORE_ITEMS]
+ITEMS: list[Item] = [*LEDGER_ITEMS, *PARTY_ITEMS, *MORE_ITEMS, *EMPIRICAL_ITEMS]
 
 
 @dataclass(frozen=True, kw_only=True)
