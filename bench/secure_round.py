@@ -21,6 +21,15 @@ inside its byte handler):
   gatekeeper's share of it (``evidence_gatekeeper_seconds``) and its ratio to
   ``server_seconds`` (``evidence_share_of_server``).
 
+With ``ckks`` among the modes the same round runs once more with verified release
+(``ckks_verified``): the verifier enrolled with the key authority, every upload forwarded
+to it in its participant-signed envelope, every decryption request recomputed and
+attested before it is decrypted. Its ``verifier`` section gives the seconds the verifier
+spent receiving the uploads and attesting the requests (``attest_seconds_in_server`` is
+its share of ``server_seconds``), the number of attestations and the bytes forwarded to
+it and exchanged for attestations; ``server_seconds_ratio_to_unverified`` compares the
+two ckks rounds. ``--no-verified`` skips it.
+
 The ``flooding`` section (ckks run) counts the ciphertexts the key authority
 decrypted in the round (the ``t`` of the noise-flooding bound, per round), the
 statistical security the default epoch's flooding keeps after one round and
@@ -43,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -64,6 +74,10 @@ from crypto.shares import (
     range_cost,
     split,
 )
+from crypto.sm import SM2PrivateKey, sm3_digest
+from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
+from secure_fed.federation.messages import UploadHeader, encode_upload
+from secure_fed.federation.schema import ModelSchema, OutputSpec, RoundSchema, SemVer
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.modes.ckks import PRESET as CKKS_MODE_PRESET
@@ -103,17 +117,52 @@ def population(k: int, n: int, c: int, *, attackers: int, seed: int = 0) -> dict
 
 
 class _Timed:
-    """Wrap a byte handler and add up the seconds spent inside it."""
+    """Wrap a byte handler; add up the seconds spent inside it and the bytes in and out."""
 
     def __init__(self, fn: Callable[..., object]) -> None:
-        self.fn, self.seconds = fn, 0.0
+        self.fn, self.seconds, self.bytes, self.calls = fn, 0.0, 0, 0
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         t = time.perf_counter()
+        self.calls += 1
+        self.bytes += sum(len(a) for a in args if isinstance(a, bytes))
         try:
-            return self.fn(*args, **kwargs)
+            out = self.fn(*args, **kwargs)
+            self.bytes += len(out) if isinstance(out, bytes) else 0
+            return out
         finally:
             self.seconds += time.perf_counter() - t
+
+
+def _envelopes(
+    dep: SecureDeployment, payloads: dict[str, bytes], round_id: int
+) -> tuple[dict[str, bytes], Callable[[bytes, int], tuple[str, bytes]]]:
+    """Each payload in a participant-signed envelope, and the verifier's envelope check."""
+    n, c = dep.shape
+    output = OutputSpec(num_classes=c, bound=BOUND)
+    contract = RoundSchema(major=1, output=output)
+    model = ModelSchema(model_id="mlp", version=SemVer(1, 0, 0), output=output)
+    keys = {p: SM2PrivateKey.generate() for p in payloads}
+    out = {}
+    for pid, payload in payloads.items():
+        header = UploadHeader(
+            round_id=round_id,
+            participant_id=pid,
+            mode=dep.mode,
+            schema=model,
+            schema_hash=contract.schema_hash(),
+            num_samples=100,
+            nonce=secrets.token_hex(16),
+            payload_sm3=sm3_digest(payload).hex(),
+        )
+        out[pid] = seal_upload(encode_upload(header, payload), key=keys[pid], params=dep.params)
+    gate = EnvelopeVerifier(
+        keys={p: k.public_key for p, k in keys.items()},
+        submit=lambda *_a, **_k: "",
+        params=dep.params,
+        max_bytes=1 << 30,
+    )
+    return out, gate.open
 
 
 def _timed_aggregator(
@@ -125,6 +174,8 @@ def _timed_aggregator(
         keys = dep.server_keys()
         ka = _Timed(keys.authority)
         timed = replace(keys, authority=ka)
+        if keys.attest is not None and keys.forward is not None:  # the verifier's channels
+            timed = replace(timed, attest=_Timed(keys.attest), forward=_Timed(keys.forward))
         return CkksAggregator(shape=(n, c), bound=BOUND, keys=timed), ka, None, None
     if isinstance(dep, SharesDeployment):
         keys = dep.server_keys()
@@ -135,11 +186,18 @@ def _timed_aggregator(
 
 
 def run_mode(
-    mode: str, preds: dict[str, np.ndarray], *, publication_preset: str | None = "CKKS_PUBLICATION"
+    mode: str,
+    preds: dict[str, np.ndarray],
+    *,
+    publication_preset: str | None = "CKKS_PUBLICATION",
+    verified: bool = False,
 ) -> dict[str, object]:
     """Encode, load, filter and aggregate one round in ``mode``; return the figures.
 
     ``publication_preset=None``: ckks without the publication epoch (the weaker opt-out).
+    ``verified``: ckks with the verifier enrolled (every upload forwarded in its signed
+    envelope, every request recomputed and attested before the key authority decrypts);
+    its seconds and bytes are reported on their own and included in ``server_seconds``.
     """
     ids = sorted(preds)
     n, c = next(iter(preds.values())).shape
@@ -150,6 +208,7 @@ def run_mode(
         participant_ids=ids,
         min_participants=max(2, len(ids) // 2),
         publication_preset=publication_preset,
+        verified_release=verified,
     )
     setup = time.perf_counter() - t
     agg, ka, helper, dealer = _timed_aggregator(dep)
@@ -160,6 +219,14 @@ def run_mode(
     t = time.perf_counter()
     handles = {p: agg.load(payloads[p]) for p in ids}
     load = time.perf_counter() - t
+    keys = getattr(agg, "keys", None)
+    attest, forward = getattr(keys, "attest", None), getattr(keys, "forward", None)
+    if verified:
+        assert isinstance(dep, CkksDeployment) and isinstance(attest, _Timed)
+        envelopes, opener = _envelopes(dep, payloads, 1)
+        dep.link_upload_verifier(opener)
+        for p in ids:  # the gate forwards each accepted upload as signed
+            agg.forward_upload(envelopes[p], round_id=1)
     load_helper = helper.seconds if helper else 0.0
     piece = evidence_slice(n, c)
     quorum = max(2, len(ids) // 2)
@@ -174,13 +241,26 @@ def run_mode(
     gate = [x for x in (ka, helper) if x is not None]
     gate_before = sum(x.seconds for x in gate)
     t = time.perf_counter()
+    attest_before = attest.seconds if isinstance(attest, _Timed) else 0.0
     agg.evidence(handles, piece.mask((n, c)), round_id=1)
     evidence = time.perf_counter() - t
     evidence_gate = sum(x.seconds for x in gate) - gate_before
+    attest_evidence = (attest.seconds if isinstance(attest, _Timed) else 0.0) - attest_before
     t = time.perf_counter()
     kept = {p: h for p, h in handles.items() if p not in excluded}
     agg.reveal(agg.weighted_sum(kept, {p: 1.0 / len(kept) for p in kept}), round_id=1)
     server = scoring + time.perf_counter() - t
+    verifier: dict[str, object] | None = None
+    if isinstance(attest, _Timed) and isinstance(forward, _Timed):
+        verifier = {
+            "receive_seconds": round(forward.seconds, 3),
+            "attest_seconds": round(attest.seconds, 3),
+            # the verifier's share of server_seconds (the evidence step is timed apart)
+            "attest_seconds_in_server": round(attest.seconds - attest_evidence, 3),
+            "attestations": attest.calls,
+            "forwarded_bytes": forward.bytes,
+            "attest_bytes": attest.bytes,
+        }
     return {
         "mode": mode,
         "K": len(ids),
@@ -204,6 +284,8 @@ def run_mode(
         "scores": {p: round(float(v), 4) for p, v in scores.items()},
         "ciphertexts_released": _released(dep),
         "publication_ciphertexts_released": _released(dep, "publication_keys"),
+        "verified_release": verified,
+        "verifier": verifier,
     }
 
 
@@ -325,12 +407,24 @@ def main() -> None:
     parser.add_argument(
         "--no-range-check", action="store_true", help="skip the range-check section"
     )
+    parser.add_argument(
+        "--no-verified",
+        action="store_true",
+        help="skip the ckks round with verified release (the verifier's time and bytes)",
+    )
     args = parser.parse_args()
     n = 2000 if args.quick else 10_000
     ks = (5, 10) if args.quick else (5, 10, 20, 40)
     preds = population(10, n, 10, attackers=3)
     modes = [m for m in args.modes.split(",") if m]
     main_runs = {m: run_mode(m, preds) for m in modes}
+    if "ckks" in modes and not args.no_verified:  # the same round, every release attested
+        main_runs["ckks_verified"] = run_mode("ckks", preds, verified=True)
+        plain, checked = main_runs["ckks"], main_runs["ckks_verified"]
+        checked["server_seconds_ratio_to_unverified"] = round(
+            float(str(checked["server_seconds"])) / (float(str(plain["server_seconds"])) or 1e-9),
+            2,
+        )
     full = {"plaintext", "ckks"} <= set(modes)
     if full:  # the same ckks round without the publication epoch (the opt-out), for the ratio
         main_runs["ckks_without_publication_epoch"] = run_mode(
