@@ -4,7 +4,9 @@ The repository's committed ``HEAD`` is cloned into a temporary folder; a new
 virtual environment (no system site packages) is put first on ``PATH`` and the
 README's "Two commands" line runs in the clone's root, word for word: it
 installs ``torch`` first, then the project with ``-c constraints.txt``, then
-runs ``secure-fed demo``. The suite's REST fuzz test and central-DP test then
+runs ``secure-fed demo``. The demo's results are the embedded defaults' (at
+least four architectures, DP on, several rounds, federation helps): this is
+the suite's only run of the full default demo. The suite's REST fuzz test and central-DP test then
 run with the fresh environment's Python in the clone. Nothing is installed into
 the environment by hand; pip's own cache and the machine's configured indexes
 are used as any pip would. Each phase's wall time is printed (``-s`` shows it).
@@ -12,6 +14,7 @@ are used as any pip would. Each phase's wall time is printed (``-s`` shows it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -65,6 +68,7 @@ def test_readme_set_up_demo_and_suite_tests_work_in_a_fresh_clone(tmp_path: Path
         _run(["bash", "-euc", step], cwd=clone, env=env, what=step)
     demo = clone / "secure-fed-work" / "demo"
     assert (demo / "results.json").is_file() and (demo / "ledger.db").is_file()
+    _check_default_demo(json.loads((demo / "results.json").read_text(encoding="utf-8")))
     python = str(venv / "bin" / "python")
     found = subprocess.run(
         [python, "-c", "import api, torch; print(api.__file__, torch.__version__)"],
@@ -74,3 +78,13 @@ def test_readme_set_up_demo_and_suite_tests_work_in_a_fresh_clone(tmp_path: Path
     tests = [python, "-m", "pytest", *SUITE_TESTS, "-q", "-x", "-p", "no:cacheprovider"]
     _run(tests, cwd=clone, env=env, what="fuzz and central-DP tests")
     print(f"fresh clone: total {time.monotonic() - started:.1f} s")
+
+
+def _check_default_demo(data: dict[str, object]) -> None:
+    """The embedded defaults: >= 4 architectures, DP on, several rounds; federation helps."""
+    rounds = data["rounds"]
+    assert isinstance(rounds, list) and len(rounds) >= 3, rounds
+    rows = rounds[-1]["rows"]
+    assert len({r["architecture"] for r in rows}) >= 4, rows
+    final = data["final_mean_accuracy"]
+    assert isinstance(final, dict) and final["federated"] > final["local_only"] + 0.05, final

@@ -161,17 +161,3 @@ def test_budget_refusal_aborts_the_rounds_with_the_reason_shown(tmp_path: Path) 
     assert all(row["upload"].startswith("refused: [UPLOAD_RECEIPT_MISSING]") for row in rows)
     assert all(row["weight"] is None and row["decision"] is None for row in rows)
     assert all(b["spent"] == 0 for b in data["budgets"].values())
-
-
-@pytest.mark.slow
-def test_full_default_demo(tmp_path: Path) -> None:
-    """The embedded defaults: >= 4 architectures, DP on, several rounds; federation helps."""
-    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--json"])
-    assert result.exit_code == 0, result.output
-    data = _json(result.stdout)
-    rounds = data["rounds"]
-    assert isinstance(rounds, list) and len(rounds) >= 3
-    rows = rounds[-1]["rows"]
-    assert len({r["architecture"] for r in rows}) >= 4
-    final = data["final_mean_accuracy"]
-    assert isinstance(final, dict) and final["federated"] > final["local_only"] + 0.05
