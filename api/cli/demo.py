@@ -46,11 +46,12 @@ from secure_fed.report.weights import applied_decision, terms_cell
 from secure_fed.secure.mode import mode_names
 
 if TYPE_CHECKING:
+    from privacy_ledger.budget.empirical import AuditedBudget
     from secure_fed.demo import DemoResults
     from secure_fed.federation.federation import ParticipantRound, RoundResult
     from secure_fed.federation.observer import StageEvent
 
-__all__ = ["demo", "print_summary", "round_printer", "round_table"]
+__all__ = ["demo", "print_summary", "privacy_table", "round_printer", "round_table"]
 
 #: Console width when stdout is not a terminal (tables take only the width they need).
 _PIPED_WIDTH = 200
@@ -550,8 +551,77 @@ def print_summary(out: Console, results: DemoResults) -> None:
         f"{_pct(balanced.get('federated'))}\n"
         f"DP noise: {results.privacy.get('noise', '-')}"
     )
+    table = privacy_table(results.ledger_url)
+    if table is not None:
+        out.print(table)
     out.print(
         f"results {results.results_path}\nreport  {results.report_path}\n"
         f"ledger  {results.ledger_url}",
         soft_wrap=True,
     )
+
+
+def _audited(url: str) -> list[AuditedBudget] | None:
+    """Read every budget's accounted epsilon and newest audit from the ledger at ``url``."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from privacy_ledger import create_ledger_engine
+    from privacy_ledger.budget.empirical import audited_budgets
+    from privacy_ledger.budget.service import PrivacyLedger
+    from privacy_ledger.errors import LedgerError
+
+    if not url or (url.startswith("sqlite:///") and not Path(url[10:]).is_file()):
+        return None  # never create an empty database just to show nothing
+    engine = create_ledger_engine(url)
+    try:
+        return audited_budgets(PrivacyLedger(engine))
+    except (LedgerError, SQLAlchemyError):
+        return None
+    finally:
+        engine.dispose()
+
+
+def privacy_table(url: str) -> Table | None:
+    """Render each participant's accounted epsilon beside its empirical lower bound.
+
+    Both are read from the ledger at ``url`` (the signed ``budget.audited`` entries
+    and the committed charges, :func:`privacy_ledger.budget.empirical.audited_budgets`):
+    epsilon spent, the rounds the newest audit covers, the ledger's epsilon over
+    those rounds, and the bound with its label, e.g. ``0.41 (empirical lower bound
+    (95%, 64 canaries))``, or ``not audited``. ``None`` when the ledger cannot be read.
+    """
+    from secure_fed.federation.config import ASSET_ID
+
+    budgets = _audited(url)
+    if not budgets:
+        return None
+    table = Table(
+        title="privacy per participant (from the ledger): accounted epsilon beside the "
+        "empirical lower bound",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 2, 0, 0),
+    )
+    for col, right in (
+        ("participant", False),
+        ("epsilon spent", True),
+        ("audited rounds", False),
+        ("accounted there", True),
+        ("empirical lower bound", False),
+    ):
+        table.add_column(col, overflow="fold", justify="right" if right else "left")
+    for b in budgets:
+        rounds, accounted, bound = "-", "-", b.text
+        if b.recorded is not None:
+            a = b.recorded.audit
+            rounds = (
+                a.rounds_from if a.rounds_from == a.rounds_to else f"{a.rounds_from}-{a.rounds_to}"
+            )
+            accounted = "-" if b.epsilon_accounted is None else _num(float(b.epsilon_accounted), 4)
+            if b.exceeds:
+                bound += ": EXCEEDS the accounted epsilon (DP not applied as charged)"
+        who = b.participant if b.asset == ASSET_ID else f"{b.participant}/{b.asset}"
+        table.add_row(who, _num(float(b.epsilon_spent), 4), rounds, accounted, bound)
+    return table
