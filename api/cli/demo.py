@@ -617,7 +617,9 @@ def privacy_table(url: str) -> Table | None:
         if b.recorded is not None:
             a = b.recorded.audit
             rounds = (
-                a.rounds_from if a.rounds_from == a.rounds_to else f"{a.rounds_from}-{a.rounds_to}"
+                a.rounds_from
+                if a.rounds_from == a.rounds_to
+                else f"{a.rounds_from} to {a.rounds_to}"
             )
             accounted = "-" if b.epsilon_accounted is None else _num(float(b.epsilon_accounted), 4)
             if b.exceeds:
