@@ -33,7 +33,7 @@ def test_summary_table_shows_the_bound_beside_the_accounted_epsilon(tmp_path: Pa
     assert all(len(line) <= TABLE_WIDTH for line in lines)
     flat = " ".join(" ".join(lines).split())
     assert f"{audit.epsilon_lower_bound} ({LABEL})" in flat
-    assert f"{float(spent):.4f}" in flat and "r1-r2" in flat
+    assert f"{float(spent):.4f}" in flat and "r1 to r2" in flat
     (other,) = [line for line in lines if line.startswith(PARTICIPANTS[1])]
     assert other.rstrip().endswith("not audited")
 
