@@ -7,6 +7,10 @@ signing key) swaps one final score's or one evidence's ciphertext for a one-hot
 cell of that participant's upload, under the honest claim, and signs it: the key
 authority cannot see the difference and decrypts it. The command recomputes
 every request from the stored uploads and names the forged one.
+
+The deployment has no verifier (no envelope keys: the key authority is built without
+one, as a deployment may be); with one the forgery is refused before it is decrypted
+(``tests/secure_fed/secure/adversarial/test_verified_release.py``).
 """
 
 from __future__ import annotations

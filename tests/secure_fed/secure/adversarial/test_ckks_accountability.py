@@ -6,6 +6,11 @@ honest-looking claim would be decrypted if the release plan allows a score of th
 participant. The aggregator signed the request (claim + SM3 of the ciphertext);
 recomputing the claim from the stored uploads flags it, naming round, purpose and
 request digest, and the signature attributes it to the aggregator.
+
+The deployment here has no verifier (built without envelope keys, as a deployment may
+be): with one, the key authority refuses these forgeries before decrypting them
+(``test_verified_release.py``); the recomputation stays the check of such a deployment
+and the after-the-fact audit of every other.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def setup():  # type: ignore[no-untyped-def]
         audit=sink,
         publication_preset=None,
     )
+    assert dep.authority.verifier is None  # type: ignore[attr-defined]  # detected afterwards
     preds = dict(zip(IDS, population(4, N, C, seed=9).values(), strict=True))
     payloads = {p: pack_class_major(dep.public_context, m).to_bytes() for p, m in preds.items()}
     agg = dep.aggregator(bound=8.0)
