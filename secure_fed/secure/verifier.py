@@ -43,6 +43,7 @@ from crypto.errors import CryptoError
 from crypto.sm import sm3_digest
 from secure_fed.errors import (
     AttestationRefused,
+    ModeSetupInvalid,
     SecureFedError,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
@@ -98,6 +99,10 @@ class CkksVerifier:
         Sink of the verifier's ``access.denied`` events.
     max_request_bytes
         Refuse larger requests before parsing.
+    keep_rounds
+        Rounds whose uploads are kept (the newest ones): an upload of a newer round
+        drops the oldest, so memory stays at ``keep_rounds`` rounds of uploads. A claim
+        naming a dropped round's upload is refused like any upload not held.
     """
 
     signer: ServerSigningKey
@@ -109,6 +114,7 @@ class CkksVerifier:
     opener: UploadOpener | None = field(default=None, repr=False)
     audit: AuditSink | None = None
     max_request_bytes: int = 256 << 20
+    keep_rounds: int = 2
     _uploads: dict[int, dict[str, bytes]] = field(default_factory=dict, init=False, repr=False)
     _loaded: dict[tuple[int, str, bytes], EncryptedMatrix] = field(
         default_factory=dict, init=False, repr=False
@@ -116,6 +122,8 @@ class CkksVerifier:
     _requests: RequestVerifier = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.keep_rounds, int) or self.keep_rounds < 1:
+            raise ModeSetupInvalid(f"keep_rounds must be an integer >= 1, got {self.keep_rounds!r}")
         self._requests = RequestVerifier(
             KEY_AUTHORITY_REQUEST, self.aggregator, channel=Channel.DECRYPT
         )
@@ -155,6 +163,8 @@ class CkksVerifier:
             self._denied(round_id, "upload", None, exc)
             raise
         self._uploads[round_id][pid] = payload
+        for old in sorted(self._uploads)[: -self.keep_rounds]:
+            self.forget(old)
         return pid
 
     def held(self, round_id: int) -> dict[str, str]:

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from crypto.ckks import EncryptedMatrix, Layout, load_encrypted, weighted_sum
+from crypto.sm import sm3_digest
 from secure_fed.errors import AttestationRefused, ReleaseUnattested, VerifierUploadRefused
 from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.secure.audit import MemoryAuditSink
@@ -346,3 +347,8 @@ def test_the_verifier_refuses_an_unsigned_or_second_upload(tmp_path: Path) -> No
         dep.verifier.receive(first, 2)
     codes = [e["code"] for e in sink.named("access.denied") if e.get("party") == "verifier"]
     assert codes == [VerifierUploadRefused.code] * 3
+    # it keeps the newest two rounds: a third drops the first (memory stays bounded)
+    dep.verifier.receive(harness.envelope("b", _preds(8)["b"], 2), 2)
+    assert dep.verifier.held(1) == {"a": sm3_digest(_held(dep, 1, "a")).hex()}
+    dep.verifier.receive(harness.envelope("b", _preds(8)["b"], 3), 3)
+    assert dep.verifier.held(1) == {} and set(dep.verifier.held(3)) == {"b"}
