@@ -1,9 +1,10 @@
 """Adaptive attackers that have read this repository (evaluation only, never production).
 
 Each attack is a coalition member that knows the weighting
-(:mod:`secure_fed.federation.weighting`), the copy rule
-(:mod:`secure_fed.secure.scoring.evidence`, ``copies_threshold`` of the shares
-mode) and how the labeled evidence slice is drawn, and forges its upload from
+(:mod:`secure_fed.federation.weighting`), the copy rule of every mode
+(:mod:`secure_fed.secure.scoring.evidence`: ``copies_threshold`` of
+``round_typical``; see :func:`copy_threshold`) and how the labeled evidence
+slice is drawn, and forges its upload from
 a :class:`RoundView`: its own honest predictions, the honest uploads of the
 round (the coalition's strongest view, as in
 :mod:`secure_fed.evaluation.collusion`: in the secure modes no party sees
@@ -17,12 +18,19 @@ Kinds (:data:`ADAPTIVE_REGISTRY`):
   recomputed slice (its top evidence buys merit 1), its own logits negated on
   every other row;
 * ``threshold_inflate``: far-away colluders, each confidently on a different
-  wrong class: they pull everybody's mean (the shares mode's typical distance
-  is ``2K/(K-1)`` times the median distance to it) and each honest
-  participant's median pair distance (the plaintext and ckks rule) up, so the
-  copy threshold rises until honest uploads count as copies of each other
-  (their copy factor ``1 / (1 + copies)`` falls) while the colluders, far
-  from each other, count none;
+  wrong class: they pull everybody's mean and every honest upload's distances
+  up, to raise the copy threshold until honest uploads count as copies of each
+  other (their copy factor ``1 / (1 + copies)`` falls) while the colluders, far
+  from each other, count none. It raised the earlier shares rule (``2K/(K-1)``
+  times the median ranking score) about fivefold; the rule every mode uses now
+  (:func:`copy_threshold`) moves with neither far uploads nor this one:
+* ``threshold_inside``: the adaptive answer to that rule: all colluders but
+  the last far away (each on a wrong class at the bound) pull everybody's
+  mean; the last sits beyond it, :data:`INSIDE_REACH` times as far from the
+  honest mean: its ranking score is then among the lowest, it enters the
+  robust subset and widens it (it raises the subset's mean pair distance
+  four- to twelvefold, measured; the whitened estimate, and so the threshold,
+  rose at most about twofold);
 * ``jitter``: the negated honest mean plus independent noise per colluder,
   its per-cell sigma chosen so that pair distances ``2 sigma^2 C`` sit
   :data:`JITTER_MARGIN` times above the copy threshold the coalition
@@ -46,23 +54,27 @@ import numpy as np
 
 from secure_fed.errors import AttackSpecInvalid, UnknownAttack
 from secure_fed.secure.scoring.evidence import (
-    DUPLICATE_FLOOR,
-    DUPLICATE_THETA,
     EvidenceSlice,
-    pairwise_distances,
+    copies_threshold,
+    round_typical,
 )
-from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+from secure_fed.secure.scoring.mahalanobis import (
+    PlainBackend,
+    ScoringConfig,
+    pooled_mahalanobis,
+    whitening,
+)
 
 __all__ = [
     "ADAPTIVE_REGISTRY",
+    "INSIDE_REACH",
     "JITTER_MARGIN",
     "JITTER_SIGMA",
     "STEALTH_FRACTION",
     "STEALTH_MARGIN",
     "AdaptiveAttack",
     "RoundView",
-    "copy_threshold_plain",
-    "copy_threshold_shares",
+    "copy_threshold",
     "forge",
     "jitter_sigma",
     "stealth_rows",
@@ -72,8 +84,9 @@ __all__ = [
 JITTER_SIGMA = (0.4, 0.75)
 #: The ``jitter`` kind aims its pair distances this many times above the threshold.
 JITTER_MARGIN = 1.5
-#: Rows the ranking pass scores (the shares rule's typical distance is taken over them).
-MOMENT_SAMPLES = ScoringConfig().moment_samples
+#: The ``threshold_inside`` colluder sits this many times as far from the honest mean as
+#: everybody's mean is (on everybody's mean at 1; beyond it, farther from the honest ones).
+INSIDE_REACH = 2.0
 #: On a poisoned row the new top class leads by this many noise sigmas.
 STEALTH_MARGIN = 4.0
 #: Fraction of public rows the ``stealthy`` kind poisons.
@@ -144,30 +157,41 @@ def _threshold_inflate(view: RoundView) -> np.ndarray:
     return sent
 
 
-def copy_threshold_plain(matrices: Mapping[str, np.ndarray]) -> float:
-    """Return the plaintext and ckks copy threshold.
+def _threshold_inside(view: RoundView) -> np.ndarray:
+    mean = view.honest_mean()
+    classes, rows = mean.shape[1], np.arange(len(mean))
+    fars = []
+    for j in range(max(1, view.colluders - 1)):  # all but the last are far
+        far = np.full_like(mean, -view.bound)
+        far[rows, (mean.argmax(axis=1) + 1 + j) % classes] = view.bound
+        fars.append(far)
+    if view.index < len(fars):
+        return fars[view.index]
+    # everybody's mean with the last one on it: (n mean + sum of the far ones) / (n + m - 1)
+    honest = len(view.honest)
+    centre = (honest * mean + np.sum(fars, axis=0)) / (honest + len(fars))
+    return np.asarray(mean + INSIDE_REACH * (centre - mean), dtype=np.float64)
 
-    ``max(theta x median over ids of each one's median pair distance, floor)``.
+
+def copy_threshold(matrices: Mapping[str, np.ndarray], *, min_subset: int = 2) -> float:
+    """Return the copy threshold every mode derives for these uploads.
+
+    ``max(theta x typical, floor)`` with the typical distance of the round's
+    scoring (:func:`~secure_fed.secure.scoring.evidence.round_typical` of what
+    :func:`~secure_fed.secure.scoring.mahalanobis.pooled_mahalanobis` opens),
+    ``min_subset`` the quorum the federation scores with.
     """
-    distances = pairwise_distances(matrices)
     ids = sorted(matrices)
-    per = [
-        float(np.median([distances[(min(j, k), max(j, k))] for k in ids if k != j])) for j in ids
-    ]
-    return max(DUPLICATE_THETA * float(np.median(per)), DUPLICATE_FLOOR)
-
-
-def copy_threshold_shares(matrices: Mapping[str, np.ndarray], *, samples: int) -> float:
-    """Return the shares copy threshold: ``max(theta 2K/(K-1) median_k ||p_k - mean||^2, floor)``.
-
-    Over the first ``samples`` rows, as the ranking pass scores them
-    (``ScoringConfig.moment_samples``).
-    """
-    ids = sorted(matrices)
-    mats = np.stack([np.asarray(matrices[p], dtype=np.float64)[:samples] for p in ids])
-    scores = np.mean(np.sum((mats - mats.mean(axis=0)) ** 2, axis=2), axis=1)
-    k = len(ids)
-    return max(DUPLICATE_THETA * 2.0 * k / (k - 1) * float(np.median(scores)), DUPLICATE_FLOOR)
+    rows = len(np.asarray(matrices[ids[0]]))
+    config = ScoringConfig(min_subset=max(2, min_subset))
+    report = pooled_mahalanobis(PlainBackend(matrices), ids, num_samples=rows, config=config)
+    typical = round_typical(
+        covariance=report.covariance,
+        subset=len(report.subset),
+        scores=report.scores,
+        whiten=whitening(report.covariance, ridge=config.ridge, rows=rows),
+    )
+    return copies_threshold(typical)
 
 
 def jitter_sigma(threshold: float, classes: int) -> float:
@@ -180,12 +204,10 @@ def jitter_sigma(threshold: float, classes: int) -> float:
 
 
 def _sigma(view: RoundView, base: np.ndarray) -> float:
-    """Return the per-cell sigma that puts the coalition just above both copy thresholds."""
-    # the coalition's estimate, with its own uploads at the base
-    probe = {**view.honest, **{f"~{j}": base for j in range(view.colluders)}}
-    samples = min(len(base), MOMENT_SAMPLES)
-    threshold = max(copy_threshold_plain(probe), copy_threshold_shares(probe, samples=samples))
-    return jitter_sigma(threshold, base.shape[1])
+    """Return the per-cell sigma that puts the coalition just above the copy threshold."""
+    # the coalition's estimate, with its own uploads at the base (distinct bytes)
+    probe = {**view.honest, **{f"~{j}": base + 1e-3 * j for j in range(view.colluders)}}
+    return jitter_sigma(copy_threshold(probe), base.shape[1])
 
 
 def _jitter(view: RoundView) -> np.ndarray:
@@ -226,6 +248,7 @@ class _Kind:
 ADAPTIVE_REGISTRY: dict[str, _Kind] = {
     "slice_aware": _Kind(_slice_aware, "right at the bound on the slice, negated elsewhere"),
     "threshold_inflate": _Kind(_threshold_inflate, "far, distinct colluders inflate the copy cut"),
+    "threshold_inside": _Kind(_threshold_inside, "one far colluder, the others inside the subset"),
     "jitter": _Kind(_jitter, "negated mean plus noise just above the copy threshold"),
     "stealthy": _Kind(_stealthy, "the honest mean, top two classes swapped on chosen rows"),
 }

@@ -18,7 +18,7 @@ from secure_fed.errors import ReleaseRefused, ScoringInvalid
 from secure_fed.secure.protocol.vocabulary import Purpose, Step
 from secure_fed.secure.release_plan_core import CAP_TOLERANCE, WHITENING_RTOL, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
-from secure_fed.secure.scoring.evidence import near_duplicates
+from secure_fed.secure.scoring.evidence import copies_threshold, near_duplicates, round_typical
 from secure_fed.secure.scoring.mahalanobis import (
     lowest_scores,
     pooled_covariance,
@@ -58,6 +58,8 @@ class PlanTracker:
     copy_set: tuple[str, ...] | None = None
     distances: dict[tuple[str, str], float | None] = field(default_factory=dict, repr=False)
     copies: dict[str, int] = field(default_factory=dict)
+    copies_typical: float | None = None
+    _subset_cov: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.plan.scored:
@@ -272,6 +274,7 @@ class PlanTracker:
             second_moment=moment, count=len(subset), samples=self.plan.moment_samples
         )
         self.whiten = whitening(cov, ridge=self.plan.ridge, rows=self.plan.num_samples)
+        self._subset_cov = cov
         self.phase = Step.FINAL
 
     def _record_score(self, request: ReleaseRequest, step: str, values: np.ndarray | None) -> None:
@@ -289,10 +292,28 @@ class PlanTracker:
             self.phase = Step.MOMENTS
         elif step == Step.FINAL:
             self.final_scores = scores
+            self._set_copies_typical()
             self.phase = Step.EVIDENCE if self.plan.evidence_rows else self._after_evidence()
         else:
             self.evidence = scores
             self.phase = self._after_evidence()
+
+    def _set_copies_typical(self) -> None:
+        """After the final scores: the round's typical pair distance (ranked rounds only).
+
+        :func:`~secure_fed.secure.scoring.evidence.round_typical` of the opened
+        moments, the final scores and the whitening; without a ranking pass ``H``
+        is everybody (far uploads included) and the copy threshold stays the floor.
+        """
+        subset = self.subset or ()
+        if self.plan.ranking and self._subset_cov is not None and len(subset) >= 2:
+            assert self.whiten is not None
+            self.copies_typical = round_typical(
+                covariance=self._subset_cov,
+                subset=len(subset),
+                scores=self.final_scores,
+                whiten=self.whiten,
+            )
 
     def _after_evidence(self) -> str:
         return Step.COPIES if self.plan.copies else Step.PUBLICATION
@@ -315,8 +336,18 @@ class PlanTracker:
             return
         known = {p: d for p, d in self.distances.items() if d is not None}
         if len(known) == len(self.distances):
-            self.copies = near_duplicates(known, self.copy_set)
+            self.copies = near_duplicates(known, self.copy_set, threshold=self.copies_threshold())
         self.phase = Step.PUBLICATION
+
+    def copies_threshold(self) -> float:
+        """Return this round's copy threshold: from the opened scoring values, else the floor.
+
+        :func:`~secure_fed.secure.scoring.evidence.copies_threshold` of the typical
+        distance recorded with the final scores (``None`` before them or without
+        a ranking pass: the floor); each party derives it from its own tracker,
+        so no party chooses it for another.
+        """
+        return copies_threshold(self.copies_typical)
 
     def whitening_claim(self, step: str) -> tuple[tuple[float, ...], ...] | None:
         """Return the whitening of ``step`` as a request names it (``None`` for ranking)."""

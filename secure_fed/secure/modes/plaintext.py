@@ -6,11 +6,18 @@ estimate as the secure modes (:mod:`secure_fed.secure.scoring.mahalanobis`),
 run directly on the matrices. The three modes therefore take the same
 decisions on the same inputs (equivalence tests, ``bench/secure_round.py``);
 this one protects nothing and says so in its names.
+
+Near-duplicates use the copy threshold of the secure modes: ``max(theta x
+typical, floor)`` with the typical distance of the round's scoring
+(:func:`~secure_fed.secure.scoring.evidence.round_typical`), kept from the
+round's :meth:`InsecurePlaintextAggregator.score`; the floor when the round
+was not scored in this process or had no ranking pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,9 +32,23 @@ from secure_fed.secure.mode import (
     check_weights,
     register_mode,
 )
-from secure_fed.secure.scoring.evidence import near_duplicates, pairwise_distances, plain_evidence
-from secure_fed.secure.scoring.mahalanobis import PlainBackend, ScoringConfig
+from secure_fed.secure.scoring.evidence import (
+    copies_threshold,
+    near_duplicates,
+    pairwise_distances,
+    plain_evidence,
+    round_typical,
+)
+from secure_fed.secure.scoring.mahalanobis import (
+    PlainBackend,
+    ScoreReport,
+    ScoringConfig,
+    whitening,
+)
 from secure_fed.wire import decode_matrix, encode_matrix
+
+if TYPE_CHECKING:
+    from secure_fed.secure.release_plan import ReleasePlan
 
 __all__ = [
     "InsecurePlaintextAggregator",
@@ -81,6 +102,25 @@ class InsecurePlaintextAggregator(SecureAggregator):
     ) -> None:
         self.shape, self.bound = shape, bound
         self.scoring = scoring or ScoringConfig()
+        self._typical: dict[int, float | None] = {}  # round -> typical pair distance of H
+
+    def begin_round(self, plan: ReleasePlan) -> None:
+        """Forget the typical distance of older rounds (nothing to fix with a gatekeeper)."""
+        self._typical = {r: t for r, t in self._typical.items() if r > plan.round_id - 2}
+
+    def score(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> ScoreReport:
+        """Score as every mode does; keep the round's typical pair distance for :meth:`copies`."""
+        report = super().score(handles, round_id=round_id)
+        typical = None
+        if self.scoring.c_steps >= 1 and len(report.subset) >= 2:  # unranked: the floor
+            typical = round_typical(
+                covariance=report.covariance,
+                subset=len(report.subset),
+                scores=report.scores,
+                whiten=whitening(report.covariance, ridge=self.scoring.ridge, rows=self.shape[0]),
+            )
+        self._typical[round_id] = typical
+        return report
 
     def load(self, payload: bytes) -> UploadHandle:
         """Validate shape, finiteness and the public bound."""
@@ -116,9 +156,14 @@ class InsecurePlaintextAggregator(SecureAggregator):
         return plain_evidence(self._matrices(handles), mask)
 
     def copies(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> dict[str, int]:
-        """Near-duplicates count per upload from every pairwise distance (in the clear)."""
+        """Near-duplicates count per upload from every pairwise distance (in the clear).
+
+        The threshold is the secure modes' (:func:`copies_threshold` of the
+        round's :func:`round_typical`); the floor if the round was not scored here.
+        """
         mats = self._matrices(handles)
-        return near_duplicates(pairwise_distances(mats), sorted(mats))
+        cut = copies_threshold(self._typical.get(round_id))
+        return near_duplicates(pairwise_distances(mats), sorted(mats), threshold=cut)
 
     def scoring_round(self, handles: Mapping[str, UploadHandle], *, round_id: int) -> PlainBackend:
         """Return the reference backend on this round's matrices (nothing to label)."""

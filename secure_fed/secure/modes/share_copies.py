@@ -16,17 +16,16 @@ participant, and only the counts are opened, to both servers: the same release
 as the ckks mode's.
 
 The threshold ``tau = max(theta x typical, floor)`` (``theta = 0.25``, floor
-``10^-2``) takes its typical distance from values both servers already opened:
-``2K/(K-1)`` times the median of the round's ranking scores (for the mean over
-pairs, ``mean d_jk = 2K/(K-1) mean_k r_k`` exactly). The median does NOT keep a
-far minority out: far uploads pull everybody's mean, so every honest ranking score
-rises with them (measured: three far colluders of ten raise the threshold about
-fivefold and honest uploads are then counted as copies; docs/audit/threat-model.md,
-"Known limitations"). The plaintext and ckks modes take the median over
-participants of each one's median pair distance, which needs the hidden
-distances sorted and which a minority cannot move; the two estimates agree on
-honest rounds and differ when far uploads are present. Without a ranking pass the
-threshold is the floor.
+``10^-2``) is the one the plaintext and ckks modes use, from values both servers
+already opened: the typical distance is the smaller of the mean pair distance
+within the round's robust subset ``H`` (``2 h/(h-1) tr(Sigma_H)`` of the opened
+moments, exact) and ``2 (C-1)`` times the median final score over ``||W||_F^2``
+(:func:`~secure_fed.secure.scoring.evidence.round_typical`). Far uploads, outside
+``H``, move neither; a colluder inside ``H`` widens ``Sigma_H`` but not the second.
+The earlier estimate, ``2K/(K-1)`` times the median ranking score, did not keep a
+far minority out (three far colluders of ten raised it about fivefold and honest
+uploads were counted as copies; now tests/secure_fed/secure/modes/
+test_copies_rule_modes.py). Without a ranking pass the threshold is the floor.
 Each server derives ``tau`` from its own plan tracker, so the aggregator cannot
 choose it for the helper.
 
@@ -66,7 +65,6 @@ from secure_fed.secure.modes.share_ops import CODEC
 from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, compare_spec
 from secure_fed.secure.protocol.vocabulary import HelperOp, Key, Step
 from secure_fed.secure.release_plan import PlanTracker
-from secure_fed.secure.scoring.evidence import DUPLICATE_FLOOR, DUPLICATE_THETA
 from secure_fed.wire import HELPER_REPLY, decode_frame
 
 __all__ = [
@@ -122,17 +120,17 @@ def distance_sums(squares: np.ndarray, *, pairs: int) -> np.ndarray:
 
 
 def typical_distance(tracker: PlanTracker) -> float:
-    """``2K/(K-1)`` times the median ranking score of the roster (0 without a ranking pass)."""
-    scores = list(tracker.ranking_scores.values())
-    if len(scores) < 2:
-        return 0.0
-    k = len(scores)
-    return 2.0 * k / (k - 1) * max(0.0, float(np.median(scores)))
+    """Return the round's typical pair distance as the tracker recorded it (0 before, unranked).
+
+    :func:`~secure_fed.secure.scoring.evidence.round_typical` of the opened
+    moments, final scores and whitening.
+    """
+    return tracker.copies_typical or 0.0
 
 
 def copies_threshold(tracker: PlanTracker) -> float:
-    """``tau = max(theta x typical, floor)``: a pair within it is a near-duplicate."""
-    return max(DUPLICATE_THETA * typical_distance(tracker), DUPLICATE_FLOOR)
+    """``tau = max(theta x typical, floor)``: a pair within it is a near-duplicate (every mode)."""
+    return tracker.copies_threshold()
 
 
 def copies_upper(tracker: PlanTracker) -> int:

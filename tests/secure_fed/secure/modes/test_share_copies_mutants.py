@@ -80,12 +80,12 @@ def helper_answering(head: dict[str, object], payload: bytes) -> SharesKeys:
     return replace(server_keys(), helper=lambda request: encode_frame(HELPER_REPLY, head, payload))
 
 
-def tracker_with(scores: dict[str, float]) -> PlanTracker:
+def tracker_with(typical: float | None) -> PlanTracker:
     plan = ReleasePlan(
         round_id=1, min_participants=2, num_samples=8, num_classes=2, moment_samples=8, copies=True
     )
     tracker = PlanTracker(plan=plan)
-    tracker.ranking_scores = dict(scores)
+    tracker.copies_typical = typical
     return tracker
 
 
@@ -96,16 +96,15 @@ def test_the_ring_room_for_pair_distances_is_exactly_two_to_the_thirty_values() 
         check_distance_room(1 << 30)
 
 
-def test_two_participants_have_a_typical_distance() -> None:
-    """Two ranking scores ``r``: ``2K/(K-1) = 4`` times their median; one score gives none."""
-    assert typical_distance(tracker_with({"a": 1.0, "b": 3.0})) == 8.0
-    assert typical_distance(tracker_with({"a": 5.0})) == 0.0
+def test_the_typical_distance_is_the_one_the_moments_recorded() -> None:
+    """The tracker's value of the opened moments; none recorded (no ranking pass) gives 0."""
+    assert typical_distance(tracker_with(8.0)) == 8.0
+    assert typical_distance(tracker_with(None)) == 0.0
 
 
-def test_a_small_median_score_is_not_raised_to_one() -> None:
-    """Only a negative median is clamped (to 0); a median of 0.5 stays 0.5."""
-    assert typical_distance(tracker_with({"a": 0.4, "b": 0.6})) == pytest.approx(2.0)
-    assert typical_distance(tracker_with({"a": -3.0, "b": -1.0})) == 0.0
+def test_a_small_typical_distance_is_not_raised_to_one() -> None:
+    """A typical distance of 0.5 stays 0.5 (only the threshold has a floor)."""
+    assert typical_distance(tracker_with(0.5)) == pytest.approx(0.5)
 
 
 def test_pair_differences_are_flat_and_wrap_like_ring_elements() -> None:
@@ -200,7 +199,7 @@ def test_uploads_too_large_for_the_ring_are_refused_before_any_triple_is_dealt()
             keys,
             uids=["u0", "u1"],
             shares=[huge, np.zeros(2, dtype=np.uint64)],
-            tracker=tracker_with({}),
+            tracker=tracker_with(None),
             round_id=1,
         )
     assert asked == []

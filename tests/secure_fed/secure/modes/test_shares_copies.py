@@ -109,15 +109,17 @@ def test_distinct_uploads_get_count_zero() -> None:
     assert near_duplicates(pairwise_distances(mats), IDS) == dict.fromkeys(IDS, 0)
 
 
-def test_the_threshold_comes_from_the_plan_and_the_opened_ranking_scores() -> None:
+def test_the_threshold_comes_from_the_plan_and_the_opened_moments() -> None:
     plan = ReleasePlan(
         round_id=1, min_participants=3, num_samples=N, num_classes=C, moment_samples=N, copies=True
     )
     tracker = PlanTracker(plan=plan)
-    assert copies_threshold(tracker) == DUPLICATE_FLOOR  # no ranking pass: the floor
+    assert copies_threshold(tracker) == DUPLICATE_FLOOR  # no moments opened: the floor
     assert copies_upper(tracker) == int(DUPLICATE_FLOOR * N * 2.0**24)
     tracker.ranking_scores = {"a": 10.0, "b": 12.0, "c": 14.0, "d": 100.0}
-    assert copies_threshold(tracker) == pytest.approx(0.25 * 2 * 4 / 3 * 13.0)
+    assert copies_threshold(tracker) == DUPLICATE_FLOOR  # ranking scores do not set it
+    tracker.copies_typical = 13.0  # what opening the moments of H records
+    assert copies_threshold(tracker) == pytest.approx(0.25 * 13.0)
 
 
 def test_counts_come_from_one_bit_per_pair() -> None:
