@@ -27,6 +27,9 @@ Relative paths are taken from the file's own folder. Format::
     insecure_seeded_noise = false  # true: DP-SGD noise seeded from the federation seed --
                                    # reproducible runs for tests, NO DP guarantee (recorded)
 
+    [audit]                        # optional: the one-run empirical privacy audit
+    canaries = 64                  # synthetic canaries kept in state_dir (0 or absent: off)
+
     [keys]
     dir = "keys/participants/hospital-1"   # from `secure-fed deploy keys`
 
@@ -169,6 +172,7 @@ class ParticipantConfig:
     ca_file: Path | None
     ledger_url: str
     audit_key: Path | None = None
+    audit_canaries: int = 0
 
     def load_public(self, builtin_public: np.ndarray | None = None) -> np.ndarray:
         """Return the public set, checked against ``public.sm3`` before anything uses it.
@@ -313,4 +317,13 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
         ca_file=f.path_of("budget.ca_file", optional=True),
         ledger_url=ledger_url,
         audit_key=f.path_of("budget.audit_key", optional=True),
+        audit_canaries=_audit_canaries(f),
     )
+
+
+def _audit_canaries(f: TomlFields) -> int:
+    """``audit.canaries``: 0 (off, the default) or a canary count in [4, 100000]."""
+    value = f.integer("audit.canaries", low=0, high=100_000, default=0)
+    if 0 < value < 4:
+        raise f.fail("audit.canaries", f"0 (off) or at least 4, got {value}")
+    return value

@@ -27,6 +27,7 @@ import numpy as np
 from crypto.sm import SM2PrivateKey
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
 from secure_fed.deploy.keys import MANIFEST, load_participant
+from secure_fed.deploy.node_audit import attach_audit, node_audit
 from secure_fed.deploy.node_ledger import open_node_ledger
 from secure_fed.deploy.participant_config import ParticipantConfig
 from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
@@ -257,7 +258,16 @@ class ParticipantNode:
             signing_key=key,
             receipts=_receipts(config, real_gate),
             insecure_noise=config.insecure_seeded_noise,
+            audit=node_audit(
+                config,
+                public_x=data.public_x,
+                num_classes=data.num_classes,
+                delta=federation.delta,
+            )
+            if federation.private
+            else None,
         )
+        attach_audit(handler.participant.trainer, config, real_gate)
         state.restore(handler)
         return cls(config=config, handler=handler, state=state)
 

@@ -181,12 +181,15 @@ def build_participant(
     signing_key: SM2PrivateKey,
     receipts: Callable[[str], bytes] | None = None,
     insecure_noise: bool = False,
+    audit: CanaryAudit | None = None,
 ) -> ParticipantHandler:
     """Build the participant at position ``index`` of the plan, as a message handler.
 
     ``x, y`` are its private rows; its model is seeded by
     :func:`participant_seed`, so the same configuration gives the same model
-    in any process.
+    in any process. ``audit`` is the participant's kept canaries and coins (a
+    deployed node, rebuilt for every message); without it they are drawn when
+    ``config.privacy_audit`` is on (:func:`participant_audit`).
 
     Raises
     ------
@@ -203,7 +206,7 @@ def build_participant(
     if planned.attacker and config.attack is not None:
         attack = make_attack(config.attack.kind, bound=PUBLIC_LOGIT_BOUND, seed=config.seed + index)
     noise = InsecureSeededNoise(seed=seed * 2) if insecure_noise else None
-    audit = participant_audit(
+    audit = audit or participant_audit(
         config,
         public_x=public_x,
         num_classes=num_classes,

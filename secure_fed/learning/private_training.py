@@ -366,10 +366,12 @@ class PrivateTrainer:
         and again after (a deployed node's state directory). A restarted
         participant hands the kept prior to :meth:`adopt_prior`: it is reused,
         never released or charged a second time.
-    audits, on_audit
+    audits, on_audit, audit_from
         The audit results so far (one per committed round, each over rounds
-        ``first..this``), and an optional callback given each one as it is made
-        (the ledger writer).
+        ``audit_from..this``), an optional callback given each one as it is made
+        (the ledger writer), and the ledger label of the first charge the audits
+        span (set by the first audit; a restarted participant that kept its
+        canaries sets it to the label of its first run).
 
     Raises
     ------
@@ -462,7 +464,9 @@ class PrivateTrainer:
             )
         self.audits: list[AuditResult] = []
         self.on_audit: Callable[[AuditResult], None] | None = None
-        self._first_round: str | None = None
+        #: Ledger label of the first charge the audits span (a restarted participant
+        #: whose canaries were kept sets it to the one of its first run).
+        self.audit_from: str | None = None
         self.logit_adjustment = logit_adjustment
         #: ``tau * log(noisy prior)`` once released (None: not yet, or no adjustment).
         self.logit_offset: torch.Tensor | None = None
@@ -580,14 +584,14 @@ class PrivateTrainer:
         prior's (``r1-label-prior``) when it was released with them, else the
         first DP-SGD round.
         """
-        if self._first_round is None:
+        if self.audit_from is None:
             prior = self.prior
-            self._first_round = prior.round_id if prior is not None else round_id
+            self.audit_from = prior.round_id if prior is not None else round_id
         result = audit.run(
             self.model,
             participant=self.participant_id,
             asset=self.asset_id,
-            rounds=(self._first_round, round_id),
+            rounds=(self.audit_from, round_id),
             epsilon_accounted=self.budget.epsilon_spent(self.participant_id, self.asset_id),
         )
         self.audits.append(result)
