@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -33,16 +33,22 @@ from sqlalchemy.orm import Session
 from privacy_ledger.audit import canonical
 from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.budget import accountant as acc
-from privacy_ledger.budget.event_rows import event_of
+from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.participants import check_id
-from privacy_ledger.budget.service import PrivacyLedger
-from privacy_ledger.errors import CanonicalJSONInvalid, LedgerError, LedgerParameterInvalid
-from privacy_ledger.models import Budget
+from privacy_ledger.budget.types import AuditAppender
+from privacy_ledger.errors import (
+    BudgetNotSet,
+    CanonicalJSONInvalid,
+    LedgerError,
+    LedgerParameterInvalid,
+)
+from privacy_ledger.models import Budget, PrivacyEventRow
 
 __all__ = [
     "AUDITED_EVENT",
     "NOT_AUDITED",
     "AuditedBudget",
+    "LedgerHandle",
     "audited_budgets",
     "EmpiricalAudit",
     "EmpiricalAuditInvalid",
@@ -92,6 +98,62 @@ class EmpiricalAuditUnrecordable(LedgerError):
     """The ledger cannot record an empirical audit: it was opened without an audit log."""
 
     code: ClassVar[str] = "LEDGER_EMPIRICAL_AUDIT_UNRECORDABLE"
+
+
+class LedgerHandle(Protocol):
+    """What these functions need of a :class:`privacy_ledger.PrivacyLedger`: its engine.
+
+    The ledger's audit log (``audit=`` when it was opened) is where
+    :func:`record_empirical_audit` writes. Naming the ledger by this protocol
+    keeps this module free of the ledger's cryptography (callers in
+    ``secure_fed.learning`` may import it; see docs/architecture.md).
+    """
+
+    engine: Engine
+
+
+def _engine_of(ledger: object) -> Engine:
+    engine = getattr(ledger, "engine", None)
+    if not isinstance(engine, Engine):
+        raise LedgerParameterInvalid(f"ledger: expected a PrivacyLedger, got {ledger!r}")
+    return engine
+
+
+def _budget(session: Session, participant: str, asset: str, *, lock: bool = False) -> Budget:
+    stmt = select(Budget).where(Budget.participant_id == participant, Budget.asset_id == asset)
+    if lock:
+        stmt = stmt.with_for_update()
+    budget = session.execute(stmt).scalar_one_or_none()
+    if budget is None:
+        raise BudgetNotSet(f"participant {participant!r}, asset {asset!r}: no budget set")
+    return budget
+
+
+def _committed(session: Session, budget: Budget) -> list[PrivacyEventRow]:
+    """Return the budget's committed charges in commit order (as the ledger orders them)."""
+    stmt = (
+        select(PrivacyEventRow)
+        .where(
+            PrivacyEventRow.participant_id == budget.participant_id,
+            PrivacyEventRow.asset_id == budget.asset_id,
+            PrivacyEventRow.state == "committed",
+        )
+        .order_by(PrivacyEventRow.resolved_at, PrivacyEventRow.created_at, PrivacyEventRow.id)
+    )
+    return list(session.execute(stmt).scalars())
+
+
+def _event(row: PrivacyEventRow) -> MechanismEvent:
+    return MechanismEvent(
+        noise_multiplier=row.noise_multiplier,
+        sample_rate=row.sample_rate,
+        steps=row.steps,
+        delta=row.delta,
+        max_grad_norm=row.max_grad_norm,
+        mechanism=row.mechanism,
+        sampler=row.sampler,
+        versions={str(k): str(v) for k, v in (row.versions or {}).items()},
+    )
 
 
 def _decimal(name: str, value: object, *, allow_infinity: bool = False) -> Decimal:
@@ -263,18 +325,18 @@ class RecordedAudit:
     audit: EmpiricalAudit
 
 
-def _bind(source: PrivacyLedger | Engine | Session) -> Engine | Session:
-    if isinstance(source, PrivacyLedger):
-        return source.engine
+def _bind(source: LedgerHandle | Engine | Session) -> Engine | Session:
     if isinstance(source, Engine | Session):
         return source
+    if isinstance(getattr(source, "engine", None), Engine):
+        return source.engine
     raise LedgerParameterInvalid(
         f"source: expected a PrivacyLedger, Engine or Session, got {source!r}"
     )
 
 
 def accounted_epsilon_over(
-    ledger: PrivacyLedger, participant: str, asset: str, rounds_from: str, rounds_to: str
+    ledger: LedgerHandle, participant: str, asset: str, rounds_from: str, rounds_to: str
 ) -> Decimal:
     """Return the ledger's epsilon of the committed charges from ``rounds_from`` to ``rounds_to``.
 
@@ -289,9 +351,9 @@ def accounted_epsilon_over(
     EmpiricalAuditInvalid
         Either round has no committed charge, or ``rounds_to`` precedes ``rounds_from``.
     """
-    with ledger._sessions() as session:
-        budget = ledger._get_budget(session, participant, asset)
-        committed = ledger._rows(session, budget, "committed")
+    with Session(_engine_of(ledger)) as session:
+        budget = _budget(session, participant, asset)
+        committed = _committed(session, budget)
     labels = [r.round_id for r in committed]
     if rounds_from not in labels or rounds_to not in labels:
         raise EmpiricalAuditInvalid(
@@ -303,11 +365,11 @@ def accounted_epsilon_over(
     last = len(labels) - 1 - labels[::-1].index(rounds_to)
     if last < first:
         raise EmpiricalAuditInvalid(f"rounds: {rounds_to!r} was committed before {rounds_from!r}")
-    events = [event_of(r) for r in committed[first : last + 1]]
+    events = [_event(r) for r in committed[first : last + 1]]
     return acc.epsilon(events, delta=budget.delta, accountant=budget.accountant)
 
 
-def record_empirical_audit(ledger: PrivacyLedger, audit: EmpiricalAudit) -> int:
+def record_empirical_audit(ledger: LedgerHandle, audit: EmpiricalAudit) -> int:
     """Append ``audit`` to the ledger's signed audit log as a ``budget.audited`` entry.
 
     The budget row is locked while the entry is written, and the audited
@@ -335,11 +397,10 @@ def record_empirical_audit(ledger: PrivacyLedger, audit: EmpiricalAudit) -> int:
     BudgetNotSet
         No budget for the audit's participant and asset.
     """
-    if not isinstance(ledger, PrivacyLedger):
-        raise LedgerParameterInvalid(f"ledger: expected a PrivacyLedger, got {ledger!r}")
+    engine = _engine_of(ledger)
     if not isinstance(audit, EmpiricalAudit):
         raise EmpiricalAuditInvalid(f"audit: expected an EmpiricalAudit, got {audit!r}")
-    sink = ledger._audit
+    sink: AuditAppender | None = getattr(ledger, "_audit", None)
     if sink is None:
         raise EmpiricalAuditUnrecordable(
             "ledger: opened without an audit log; open it with audit=AuditLog(...) to record audits"
@@ -347,8 +408,8 @@ def record_empirical_audit(ledger: PrivacyLedger, audit: EmpiricalAudit) -> int:
     accounted_epsilon_over(  # refuses rounds the ledger never charged
         ledger, audit.participant, audit.asset, audit.rounds_from, audit.rounds_to
     )
-    with ledger._transaction() as session:
-        ledger._lock_budget(session, audit.participant, audit.asset)
+    with Session(engine) as session, session.begin():
+        _budget(session, audit.participant, audit.asset, lock=True)
         index = sink.append(
             session, event=AUDITED_EVENT, subject=audit.subject, fields=audit.fields()
         )
@@ -359,7 +420,7 @@ def record_empirical_audit(ledger: PrivacyLedger, audit: EmpiricalAudit) -> int:
 
 
 def empirical_audits(
-    source: PrivacyLedger | Engine | Session,
+    source: LedgerHandle | Engine | Session,
     *,
     participant: str | None = None,
     asset: str | None = None,
@@ -405,7 +466,7 @@ def empirical_audits(
 
 
 def latest_empirical_audits(
-    source: PrivacyLedger | Engine | Session,
+    source: LedgerHandle | Engine | Session,
 ) -> dict[tuple[str, str], RecordedAudit]:
     """Return the newest ``budget.audited`` entry per (participant, asset).
 
@@ -482,7 +543,7 @@ class AuditedBudget:
         return self.recorded.audit.epsilon_lower_bound > self.epsilon_accounted
 
 
-def _over(ledger: PrivacyLedger, audit: EmpiricalAudit) -> Decimal | None:
+def _over(ledger: LedgerHandle, audit: EmpiricalAudit) -> Decimal | None:
     try:
         return accounted_epsilon_over(
             ledger, audit.participant, audit.asset, audit.rounds_from, audit.rounds_to
@@ -491,9 +552,7 @@ def _over(ledger: PrivacyLedger, audit: EmpiricalAudit) -> Decimal | None:
         return None
 
 
-def audited_budgets(
-    ledger: PrivacyLedger, *, participant: str | None = None
-) -> list[AuditedBudget]:
+def audited_budgets(ledger: LedgerHandle, *, participant: str | None = None) -> list[AuditedBudget]:
     """Return every budget (of ``participant``) with its accounted epsilon and newest audit.
 
     Everything is read from the ledger: the epsilon from its committed charges,
@@ -504,13 +563,16 @@ def audited_budgets(
     EmpiricalAuditInvalid
         A stored audit entry's fields do not parse.
     """
-    stmt = select(Budget.participant_id, Budget.asset_id).order_by(
-        Budget.participant_id, Budget.asset_id
-    )
+    stmt = select(Budget).order_by(Budget.participant_id, Budget.asset_id)
     if participant is not None:
         stmt = stmt.where(Budget.participant_id == participant)
-    with ledger._sessions() as session:
-        keys = [(str(p), str(a)) for p, a in session.execute(stmt).all()]
+    spent: dict[tuple[str, str], Decimal] = {}
+    with Session(_engine_of(ledger)) as session:
+        for budget in session.execute(stmt).scalars():
+            events = [_event(r) for r in _committed(session, budget)]
+            key = (str(budget.participant_id), str(budget.asset_id))
+            spent[key] = acc.epsilon(events, delta=budget.delta, accountant=budget.accountant)
+    keys = list(spent)
     grouped: dict[tuple[str, str], list[RecordedAudit]] = {}
     for recorded in empirical_audits(ledger, participant=participant):
         grouped.setdefault((recorded.audit.participant, recorded.audit.asset), []).append(recorded)
@@ -527,7 +589,7 @@ def audited_budgets(
             AuditedBudget(
                 participant=key[0],
                 asset=key[1],
-                epsilon_spent=ledger.epsilon_spent(*key),
+                epsilon_spent=spent[key],
                 recorded=newest,
                 epsilon_accounted=newest_over,
                 audits=len(found),
