@@ -116,6 +116,7 @@ class CkksVerifier:
     max_request_bytes: int = 256 << 20
     keep_rounds: int = 2
     _uploads: dict[int, dict[str, bytes]] = field(default_factory=dict, init=False, repr=False)
+    _digests: dict[int, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
     _loaded: dict[tuple[int, str, bytes], EncryptedMatrix] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -163,13 +164,14 @@ class CkksVerifier:
             self._denied(round_id, "upload", None, exc)
             raise
         self._uploads[round_id][pid] = payload
+        self._digests.setdefault(round_id, {})[pid] = sm3_digest(payload).hex()
         for old in sorted(self._uploads)[: -self.keep_rounds]:
             self.forget(old)
         return pid
 
     def held(self, round_id: int) -> dict[str, str]:
         """SM3 (hex) of every upload held for ``round_id``, by participant id."""
-        return {p: sm3_digest(b).hex() for p, b in self._uploads.get(round_id, {}).items()}
+        return dict(self._digests.get(round_id, {}))
 
     # -- attestation ----------------------------------------------------------------
 
@@ -249,12 +251,12 @@ class CkksVerifier:
         self, round_id: int, claim: Mapping[str, object], public: PublicContext
     ) -> dict[str, EncryptedMatrix]:
         """Load every upload the claim names from this verifier's own copy of the round."""
-        held = self._uploads.get(round_id, {})
+        held, digests = self._uploads.get(round_id, {}), self._digests.get(round_id, {})
         named = list(claim["uploads"]) + list(claim.get("centre", []))  # type: ignore[call-overload]
         out: dict[str, EncryptedMatrix] = {}
         for pid, digest in named:
             payload = held.get(pid)
-            if payload is None or not hmac.compare_digest(sm3_digest(payload).hex(), digest):
+            if payload is None or not hmac.compare_digest(digests.get(pid, ""), str(digest)):
                 raise AttestationRefused(
                     f"the claim names an upload of {pid!r} the verifier does not hold "
                     f"for round {round_id}"
@@ -274,6 +276,7 @@ class CkksVerifier:
     def forget(self, round_id: int) -> None:
         """Drop a finished round's uploads (the verifier keeps no more than it needs)."""
         self._uploads.pop(round_id, None)
+        self._digests.pop(round_id, None)
         for key in [k for k in self._loaded if k[0] == round_id]:
             del self._loaded[key]
 
