@@ -28,6 +28,7 @@ import numpy as np
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.deploy.config_errors import ParticipantStateInvalid
 from secure_fed.deploy.participant_config import ParticipantConfig
+from secure_fed.federation.audit_record import record_audit
 from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.privacy_audit import (
     AuditResult,
@@ -35,7 +36,6 @@ from secure_fed.learning.privacy_audit import (
     Canaries,
     CanaryAudit,
     make_canaries,
-    record_audit,
 )
 from secure_fed.learning.private_training import PrivateTrainer
 

@@ -24,17 +24,13 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.evaluation.attacks import make_attack
 from secure_fed.federation.aggregator_builder import output_spec, participant_schema
+from secure_fed.federation.audit_record import record_audit
 from secure_fed.federation.config import ASSET_ID, FederationConfig, PlannedParticipant
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.participant import LocalTrainer, Participant
 from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.models import build_model, check_private_compatible
-from secure_fed.learning.privacy_audit import (
-    AuditResult,
-    CanaryAudit,
-    make_canaries,
-    record_audit,
-)
+from secure_fed.learning.privacy_audit import AuditResult, CanaryAudit, make_canaries
 from secure_fed.learning.private_training import (
     DPGoal,
     InsecureSeededNoise,

@@ -37,12 +37,6 @@ import numpy as np
 from scipy import stats
 from torch import nn
 
-from privacy_ledger.budget.empirical import (
-    EmpiricalAudit,
-    accounted_epsilon_over,
-    record_empirical_audit,
-)
-from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.errors import LearningParameterInvalid
 
 __all__ = [
@@ -57,7 +51,6 @@ __all__ = [
     "guess_membership",
     "make_canaries",
     "membership_scores",
-    "record_audit",
 ]
 
 #: What the ledger event's ``method`` field says: the one-run audit, input-space canaries.
@@ -371,31 +364,6 @@ class AuditResult:
             "method": self.method,
         }
 
-    def to_empirical(self, epsilon_accounted: Decimal | None = None) -> EmpiricalAudit:
-        """Return the ledger's :class:`~privacy_ledger.budget.empirical.EmpiricalAudit`.
-
-        ``epsilon_accounted`` replaces the gate's figure (the ledger's own
-        recomputation over exactly the audited rounds, :func:`record_audit`).
-        """
-        accounted = (
-            Decimal(self.epsilon_accounted) if epsilon_accounted is None else epsilon_accounted
-        )
-        return EmpiricalAudit(
-            participant=self.participant,
-            asset=self.asset,
-            rounds_from=self.rounds_from,
-            rounds_to=self.rounds_to,
-            canaries=self.canaries,
-            guesses=self.guesses,
-            correct=self.correct,
-            score=self.score,
-            confidence=Decimal(self.confidence),
-            delta=Decimal(self.delta),
-            epsilon_lower_bound=Decimal(self.epsilon_lower_bound),
-            epsilon_accounted=accounted,
-            method=self.method,
-        )
-
     @property
     def exceeds_accounted(self) -> bool:
         """True when the audit's bound is above the accounted epsilon (the accounting failed)."""
@@ -485,20 +453,3 @@ class CanaryAudit:
             epsilon_lower_bound=str(Decimal(bound).quantize(Decimal("0.0001"), ROUND_FLOOR)),
             epsilon_accounted=str(epsilon_accounted),
         )
-
-
-def record_audit(ledger: PrivacyLedger, result: AuditResult) -> int:
-    """Record ``result`` as a signed ``budget.audited`` entry of ``ledger``; return its index.
-
-    The accounted epsilon written is the ledger's own recomputation over
-    exactly the audited rounds (``accounted_epsilon_over``), not the trainer's copy.
-
-    Raises
-    ------
-    EmpiricalAuditInvalid, EmpiricalAuditUnrecordable, BudgetNotSet
-        As ``privacy_ledger.budget.empirical.record_empirical_audit``.
-    """
-    accounted = accounted_epsilon_over(
-        ledger, result.participant, result.asset, result.rounds_from, result.rounds_to
-    )
-    return record_empirical_audit(ledger, result.to_empirical(accounted))

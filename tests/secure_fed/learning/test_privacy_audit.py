@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from secure_fed.errors import LearningParameterInvalid
+from secure_fed.federation.audit_record import to_empirical
 from secure_fed.learning.privacy_audit import (
     AuditResult,
     AuditSettings,
@@ -153,4 +154,4 @@ def test_result_fields_have_no_floats() -> None:
     )
     assert not any(isinstance(v, float) for v in result.fields().values())
     assert result.exceeds_accounted
-    assert result.to_empirical().epsilon_lower_bound == Decimal("1.4889")
+    assert to_empirical(result).epsilon_lower_bound == Decimal("1.4889")

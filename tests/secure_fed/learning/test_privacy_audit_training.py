@@ -22,6 +22,7 @@ from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog, PrivacyLedger, verify_log
 from privacy_ledger.budget.empirical import empirical_audits
 from secure_fed.federation.aggregator_builder import private_parts
+from secure_fed.federation.audit_record import record_audit
 from secure_fed.federation.config import FederationConfig
 from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
 from secure_fed.learning.data import TaskData, load_task
@@ -33,7 +34,6 @@ from secure_fed.learning.privacy_audit import (
     CanaryAudit,
     epsilon_lower_bound,
     make_canaries,
-    record_audit,
 )
 from secure_fed.learning.private_training import DPGoal, PrivateTrainer, evaluate
 
