@@ -208,6 +208,9 @@ def test_a_relabelled_upload_as_the_publication_is_refused_before_release(tmp_pa
     assert dep.authority.publication_keys is not None
     assert dep.authority.publication_keys.releases == 0
     _assert_refused_before_release(dep, attack, sink, "aggregate")
+    # the refused publication is spent: no second attempt in the round (no retry oracle)
+    tracker = dep.authority.plans.tracker(1)
+    assert tracker is not None and tracker.phase == "done"
 
 
 def test_chosen_cells_as_the_covariance_are_refused_before_release(tmp_path: Path) -> None:
