@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import Engine
 
-from compliance.checklist import ChecklistConfig, ChecklistEntry, run_checklist
+from compliance.checklist import ChecklistEntry, run_checklist
+from compliance.checklist_config import ChecklistConfig
 from compliance.checklist_empirical import ITEM_ID
 from privacy_ledger import AuditLog, PrivacyLedger
 from privacy_ledger.budget.empirical import accounted_epsilon_over, record_empirical_audit
