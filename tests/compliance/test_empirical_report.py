@@ -166,3 +166,30 @@ def test_a_bundle_from_before_audits_were_reported_still_verifies(
     older = tmp_path / "older.json"
     older.write_bytes(resign(data.replace(b',"empirical_audit":"not audited"', b""), report_key))
     verify_bundle(older, public_key=report_key.public_key, log_public_key=built.log_key.public_key)
+
+
+def test_a_participant_report_cites_and_verifies_its_audit(
+    audited: tuple[Engine, dict[str, EmpiricalAudit]],
+    built: Built,
+    report_key: SM2PrivateKey,
+    tmp_path: Path,
+) -> None:
+    from compliance import Scope
+
+    engine, audits = audited
+    out = tmp_path / "one.json"
+    export_report(
+        engine,
+        fmt="json",
+        out=out,
+        scope=Scope(participant=PARTICIPANTS[1]),
+        signing_key=report_key,
+        log_public_key=built.log_key.public_key,
+        produced_by="officer@test",
+    )
+    verify_bundle(out, public_key=report_key.public_key, log_public_key=built.log_key.public_key)
+    filing = _filing(out)
+    assert list(filing) == [PARTICIPANTS[1]]
+    shown = filing[PARTICIPANTS[1]]["empirical_audit"]
+    assert isinstance(shown, dict) and shown["exceeds_accounted"] is True
+    assert shown["epsilon_lower_bound"] == str(audits[PARTICIPANTS[1]].epsilon_lower_bound)
