@@ -30,14 +30,18 @@ import pytest
 
 from crypto.ckks import EncryptedMatrix, Layout, load_encrypted, weighted_sum
 from crypto.sm import sm3_digest
+from privacy_ledger.audit import canonical
 from secure_fed.errors import AttestationRefused, ReleaseUnattested, VerifierUploadRefused
 from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
 from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
+from secure_fed.secure.protocol.attestation import Attested, sign_attestation
 from secure_fed.secure.publication_check import witness_field
+from secure_fed.secure.server_auth import ServerSigningKey
 from secure_fed.wire import KEY_AUTHORITY_REQUEST, decode_frame
 from tests.secure_fed.secure.helpers import BOUND, Harness, population
 
@@ -355,3 +359,67 @@ def test_the_verifier_refuses_an_unsigned_or_second_upload(tmp_path: Path) -> No
     assert dep.verifier.held(1) == {"a": sm3_digest(_held(dep, 1, "a")).hex()}
     dep.verifier.receive(harness.envelope("b", _preds(8)["b"], 3), 3)
     assert dep.verifier.held(1) == {} and set(dep.verifier.held(3)) == {"b"}
+
+
+def test_the_key_authority_takes_only_its_verifiers_attestation_of_that_request(
+    tmp_path: Path,
+) -> None:
+    """No attestation, another key's, or one of another request: refused, nothing decrypted."""
+    dep, harness, _attack, sink = _deploy(tmp_path, lambda _h, _p: None)
+    assert dep.verifier is not None
+    harness.engine.open(harness.config(1))
+    harness.engine.start_collecting(1)
+    for pid, matrix in _preds(10).items():
+        harness.verifier.accept(harness.envelope(pid, matrix, 1), round_id=1)
+    harness.engine.close(1)
+    agg: Any = harness.engine.aggregator
+    backend = agg.scoring_round(harness.engine._handles[1], round_id=1)
+    claim = backend._claim(
+        "score",
+        ["a"],
+        centre=[[p, backend.digests[p]] for p in IDS],
+        samples=backend.samples,
+        whitening=np.eye(C).tolist(),
+        step="ranking",
+        roster=IDS,
+    )
+
+    def request() -> bytes:
+        return decryption_request(
+            round_id=1,
+            purpose="score",
+            participant_ids=["a"],
+            shape=(backend.samples, C),
+            ciphertext=evaluate(claim, backend.uploads, backend.public).to_bytes(),
+            signer=dep.server_keys().signer,
+            claim=claim,
+            epoch=dep.public_context.fingerprint.hex(),
+        )
+
+    # each attempt is a fresh request (a refused one has spent its nonce)
+    bare, foreign, other, honest = (request() for _ in range(4))
+    fields: Any = canonical.decode(dep.verifier.attest(foreign))
+    stranger = ServerSigningKey.generate("verifier")  # the same name, another key
+    forged = sign_attestation(
+        stranger,
+        Attested(
+            round_id=1,
+            purpose="score",
+            request_sm3=str(fields["request_sm3"]),
+            ciphertext_sm3=str(fields["ciphertext_sm3"]),
+        ),
+    )
+    right = dep.verifier.attest(honest)
+    ka = dep.authority
+    with pytest.raises(ReleaseUnattested, match="no attestation"):
+        ka.handle(bare)
+    with pytest.raises(ReleaseUnattested, match="signature"):
+        ka.handle(foreign, forged)
+    with pytest.raises(ReleaseUnattested, match="request_sm3"):
+        ka.handle(other, right)  # the attestation of another request
+    assert ka.keys is not None and ka.keys.releases == 0
+    denied = [e for e in sink.named("access.denied") if e.get("code") == UNATTESTED]
+    assert len(denied) == 3
+    assert not sink.named("decryption.released")
+    out = ka.handle(honest, right)  # the verifier's own attestation of this request
+    assert out and ka.keys.releases == 1
