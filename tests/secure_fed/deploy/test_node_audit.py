@@ -17,7 +17,7 @@ from privacy_ledger import verify_log
 from privacy_ledger.budget.empirical import empirical_audits
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.deploy.aggregator_node import AggregatorNode
-from secure_fed.deploy.config_errors import ParticipantStateInvalid
+from secure_fed.deploy.config_errors import ParticipantConfigInvalid, ParticipantStateInvalid
 from secure_fed.deploy.node_audit import CANARIES
 from secure_fed.deploy.node_ledger import OWN_PUBLIC_KEY
 from secure_fed.deploy.participant_config import load_participant_config
@@ -83,3 +83,13 @@ def test_kept_canaries_of_another_audit_are_refused(tmp_path: Path) -> None:
     participants[0].write_text(text, encoding="utf-8")
     with pytest.raises(ParticipantStateInvalid, match="a changed audit needs a new state"):
         _node(participants[0], settings, 0)
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "true", '"64"'])
+def test_a_bad_canary_count_is_refused_naming_the_field(tmp_path: Path, value: str) -> None:
+    _, participants = write_federation(tmp_path, ids=IDS[:2], evidence_rows=0)
+    with participants[0].open("a", encoding="utf-8") as toml:
+        toml.write(f"\n[audit]\ncanaries = {value}\n")
+    with pytest.raises(ParticipantConfigInvalid) as caught:
+        load_participant_config(participants[0])
+    assert caught.value.field == "audit.canaries"
