@@ -38,8 +38,8 @@ def _node(toml: Path, settings: dict[str, object], index: int) -> ParticipantNod
 def test_a_node_keeps_its_canaries_and_records_each_audit(tmp_path: Path) -> None:
     server, participants = write_federation(tmp_path, ids=IDS, evidence_rows=0)
     audited = participants[0]
-    with audited.open("a", encoding="utf-8") as toml:
-        toml.write("\n[audit]\ncanaries = 16\n")
+    with audited.open("a", encoding="utf-8") as handle:
+        handle.write("\n[audit]\ncanaries = 16\n")
     aggregator = AggregatorNode.open(load_server_config(server))
     kept = b""
     for rid in (1, 2):
@@ -75,8 +75,8 @@ def test_a_node_keeps_its_canaries_and_records_each_audit(tmp_path: Path) -> Non
 
 def test_kept_canaries_of_another_audit_are_refused(tmp_path: Path) -> None:
     server, participants = write_federation(tmp_path, ids=IDS[:2], evidence_rows=0)
-    with participants[0].open("a", encoding="utf-8") as toml:
-        toml.write("\n[audit]\ncanaries = 16\n")
+    with participants[0].open("a", encoding="utf-8") as handle:
+        handle.write("\n[audit]\ncanaries = 16\n")
     settings = AggregatorNode.open(load_server_config(server)).settings
     _node(participants[0], settings, 0)
     text = participants[0].read_text(encoding="utf-8").replace("canaries = 16", "canaries = 32")
@@ -88,8 +88,8 @@ def test_kept_canaries_of_another_audit_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["2", "-1", "true", '"64"'])
 def test_a_bad_canary_count_is_refused_naming_the_field(tmp_path: Path, value: str) -> None:
     _, participants = write_federation(tmp_path, ids=IDS[:2], evidence_rows=0)
-    with participants[0].open("a", encoding="utf-8") as toml:
-        toml.write(f"\n[audit]\ncanaries = {value}\n")
+    with participants[0].open("a", encoding="utf-8") as handle:
+        handle.write(f"\n[audit]\ncanaries = {value}\n")
     with pytest.raises(ParticipantConfigInvalid) as caught:
         load_participant_config(participants[0])
     assert caught.value.field == "audit.canaries"
