@@ -14,8 +14,8 @@ private training actually has, beside the epsilon the ledger accounts:
    :class:`AuditSettings` before training, never chosen after seeing scores);
 3. :func:`epsilon_lower_bound` turns the number of correct guesses into the
    largest epsilon that an (epsilon, delta)-DP training would make unlikely
-   (p-value below ``1 - confidence``) under the paper's Theorem 5.2 (the
-   p-value of its Appendix D algorithm).
+   (p-value below ``1 - confidence``) under the paper's bound for (epsilon, delta)-DP
+   (the p-value its Appendix D algorithm computes).
 
 The bound is a lower bound, never a proof of privacy: a small bound is what a
 correct DP-SGD yields and says nothing about the privacy above it
@@ -125,8 +125,8 @@ def audit_p_value(
 ) -> float:
     """P-value of ``correct`` right guesses if training were (epsilon, delta)-DP.
 
-    Theorem 5.2 of Steinke, Nasr and Jagielski (2023), as their Appendix D
-    computes it: with ``q = e^eps / (1 + e^eps)``,
+    The (epsilon, delta) bound of Steinke, Nasr and Jagielski (2023), as their
+    Appendix D algorithm computes it: with ``q = e^eps / (1 + e^eps)``,
     ``p = P[Bin(r, q) >= v] + 2 m delta max_{1<=i<=v} P[v - i <= Bin(r, q) < v] / i``.
 
     Parameters

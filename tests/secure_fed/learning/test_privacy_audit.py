@@ -32,7 +32,7 @@ def test_all_correct_without_delta_is_the_closed_form(r: int) -> None:
 
 
 def test_the_p_value_is_the_binomial_tail_plus_the_delta_term() -> None:
-    # Independently: m=64, r=32, v=28 at eps=1, delta=1e-5 (Theorem 5.2's p-value).
+    # Independently: m=64, r=32, v=28 at eps=1, delta=1e-5 (the paper's p-value).
     q = math.exp(1) / (1 + math.exp(1))
     tail = sum(math.comb(32, j) * q**j * (1 - q) ** (32 - j) for j in range(28, 33))
     pmf = [math.comb(32, j) * q**j * (1 - q) ** (32 - j) for j in range(32 + 1)]
