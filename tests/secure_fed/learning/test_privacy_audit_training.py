@@ -18,6 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compliance.checklist import run_checklist
+from compliance.checklist_config import ChecklistConfig
+from compliance.checklist_empirical import ITEM_ID
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import AuditLog, PrivacyLedger, verify_log
 from privacy_ledger.budget.empirical import empirical_audits
@@ -136,6 +139,10 @@ def test_training_without_the_charged_noise_is_caught_and_recorded(tmp_path: Pat
         assert final.epsilon_lower_bound > final.epsilon_accounted  # the ledger's recomputation
         assert final.epsilon_accounted == Decimal(last.epsilon_accounted)
         verify_log(ledger.engine, public_key=signer.public_key)  # signed like every entry
+        checklist = run_checklist(ChecklistConfig(), ledger.engine)
+        (item,) = [e for e in checklist.entries if e.id == ITEM_ID]
+        assert item.status == "fail" and f"participant {_PID}" in item.reason, item
+        assert "not applied as charged" in item.reason and not checklist.ok
     finally:
         ledger.engine.dispose()
 
