@@ -107,7 +107,9 @@ _BUILTIN = {
     "budget.aborted": "A reservation was released before anything derived from it was released.",
     "budget.expired": "A reservation passed its deadline and was resolved by the ledger.",
     "budget.refused": "A request was refused because the projected epsilon exceeds the budget.",
-    "budget.audited": "A one-run empirical privacy audit put a lower bound on a participant's epsilon.",
+    "budget.audited": (
+        "A one-run empirical privacy audit put a lower bound on a participant's epsilon."
+    ),
     "participant.registered": "A participant (hospital, bank) and its SM2 key were registered.",
     "participant.status_changed": "A participant was suspended, reactivated or retired.",
     "round.opened": "A training/distillation round was opened with its plan and participants.",
