@@ -9,7 +9,9 @@ above it means differential privacy was not applied as charged.
 :class:`EmpiricalAudit` is one audit's result, validated on construction.
 :func:`record_empirical_audit` appends it to the ledger's signed audit log as a
 ``budget.audited`` entry (subject ``participant:<id>``; decimals as strings, no
-floats), in one transaction with a lock on the budget it audits.
+floats), in one transaction with a lock on the budget it audits;
+:func:`record_empirical_audit_once` does the same unless an entry with exactly
+these fields is already there (a resent request records nothing more).
 :func:`empirical_audits` and :func:`latest_empirical_audits` read the entries
 back; :func:`audit_from_fields` parses one entry's fields (for readers of an
 exported log), and :func:`accounted_epsilon_over` recomputes the ledger's own
@@ -59,6 +61,7 @@ __all__ = [
     "empirical_audits",
     "latest_empirical_audits",
     "record_empirical_audit",
+    "record_empirical_audit_once",
 ]
 
 #: Event type of an empirical audit entry (registered in :mod:`privacy_ledger.audit.events`).
@@ -369,6 +372,32 @@ def accounted_epsilon_over(
     return acc.epsilon(events, delta=budget.delta, accountant=budget.accountant)
 
 
+def _record(ledger: LedgerHandle, audit: EmpiricalAudit, *, once: bool) -> tuple[int, bool]:
+    engine = _engine_of(ledger)
+    if not isinstance(audit, EmpiricalAudit):
+        raise EmpiricalAuditInvalid(f"audit: expected an EmpiricalAudit, got {audit!r}")
+    sink: AuditAppender | None = getattr(ledger, "_audit", None)
+    if sink is None:
+        raise EmpiricalAuditUnrecordable(
+            "ledger: opened without an audit log; open it with audit=AuditLog(...) to record audits"
+        )
+    accounted_epsilon_over(  # refuses rounds the ledger never charged
+        ledger, audit.participant, audit.asset, audit.rounds_from, audit.rounds_to
+    )
+    fields = audit.fields()
+    with Session(engine) as session, session.begin():
+        _budget(session, audit.participant, audit.asset, lock=True)
+        if once:  # read under the budget's lock: two resends cannot both append
+            for kept in empirical_audits(session, participant=audit.participant, asset=audit.asset):
+                if kept.audit.fields() == fields:
+                    return kept.index, False
+        index = sink.append(session, event=AUDITED_EVENT, subject=audit.subject, fields=fields)
+        checkpoint = getattr(sink, "checkpoint", None)
+        if callable(checkpoint):
+            checkpoint(session)
+    return index, True
+
+
 def record_empirical_audit(ledger: LedgerHandle, audit: EmpiricalAudit) -> int:
     """Append ``audit`` to the ledger's signed audit log as a ``budget.audited`` entry.
 
@@ -397,26 +426,36 @@ def record_empirical_audit(ledger: LedgerHandle, audit: EmpiricalAudit) -> int:
     BudgetNotSet
         No budget for the audit's participant and asset.
     """
-    engine = _engine_of(ledger)
-    if not isinstance(audit, EmpiricalAudit):
-        raise EmpiricalAuditInvalid(f"audit: expected an EmpiricalAudit, got {audit!r}")
-    sink: AuditAppender | None = getattr(ledger, "_audit", None)
-    if sink is None:
-        raise EmpiricalAuditUnrecordable(
-            "ledger: opened without an audit log; open it with audit=AuditLog(...) to record audits"
-        )
-    accounted_epsilon_over(  # refuses rounds the ledger never charged
-        ledger, audit.participant, audit.asset, audit.rounds_from, audit.rounds_to
-    )
-    with Session(engine) as session, session.begin():
-        _budget(session, audit.participant, audit.asset, lock=True)
-        index = sink.append(
-            session, event=AUDITED_EVENT, subject=audit.subject, fields=audit.fields()
-        )
-        checkpoint = getattr(sink, "checkpoint", None)
-        if callable(checkpoint):
-            checkpoint(session)
-    return index
+    return _record(ledger, audit, once=False)[0]
+
+
+def record_empirical_audit_once(ledger: LedgerHandle, audit: EmpiricalAudit) -> tuple[int, bool]:
+    """Record ``audit`` as :func:`record_empirical_audit` does, unless it is already recorded.
+
+    An entry of the same budget with exactly the same fields (the rounds, the
+    figures, the stated accounted epsilon, decimals compared as written) is the
+    same audit: its index is returned and nothing is appended. The check runs
+    under the budget's lock, in the transaction that would append, so two
+    copies of one request sent at once record one entry.
+
+    Parameters
+    ----------
+    ledger
+        The budget service, opened with an audit log (``audit=AuditLog(...)``).
+    audit
+        The validated result.
+
+    Returns
+    -------
+    tuple[int, bool]
+        Index of the entry, and whether this call appended it.
+
+    Raises
+    ------
+    EmpiricalAuditInvalid, EmpiricalAuditUnrecordable, BudgetNotSet
+        As :func:`record_empirical_audit`.
+    """
+    return _record(ledger, audit, once=True)
 
 
 def empirical_audits(
