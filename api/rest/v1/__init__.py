@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from api.rest.v1 import audit, budgets, charges, participants, reports, rounds
+from api.rest.v1 import audit, budget_audits, budgets, charges, participants, reports, rounds
 
 __all__ = ["ROUTERS"]
 
@@ -10,6 +10,7 @@ __all__ = ["ROUTERS"]
 ROUTERS: tuple[APIRouter, ...] = (
     budgets.router,
     charges.router,
+    budget_audits.router,
     participants.router,
     audit.router,
     reports.router,

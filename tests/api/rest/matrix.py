@@ -67,6 +67,34 @@ def charge_rows() -> list[Row]:
     return found
 
 
+#: An empirical audit of the seeded committed round (each participant's own span).
+AUDIT = {
+    "rounds_from": ROUND,
+    "rounds_to": ROUND,
+    "canaries": 1000,
+    "guesses": 200,
+    "correct": 125,
+    "score": "loss",
+    "confidence": "0.95",
+    "delta": "0.00001",
+    "epsilon_lower_bound": "0.1",
+    "method": "steinke-nasr-jagielski-2023",
+}
+
+
+def audit_rows() -> list[Row]:
+    """Record an audit (the same body each time: a resend answers the entry made) and list them."""
+    found: list[Row] = []
+    for pid, who in ((P1, ("participant", "admin")), (P2, ("admin",))):
+        path = f"/v1/budgets/{pid}/{ASSET}/audits"
+        readers = ALL if pid == P1 else NOT_P
+        found += [
+            Row("POST", path, only(*who, status=201), json=AUDIT),
+            Row("GET", path, only(*readers)),
+        ]
+    return found + [Row("DELETE", f"/v1/budgets/{P1}/{ASSET}/audits", {}, default=405)]
+
+
 def rows(*, own_entry: int, other_entry: int, bundle: bytes) -> list[Row]:
     """The matrix; ``own_entry``/``other_entry`` are audit indexes about P1 / P2."""
     return [
@@ -83,6 +111,7 @@ def rows(*, own_entry: int, other_entry: int, bundle: bytes) -> list[Row]:
         Row("PUT", f"/v1/budgets/{P2}/{ASSET}", only("admin"), json=BUDGET),
         Row("DELETE", f"/v1/budgets/{P1}/{ASSET}", {}, default=405),
         *charge_rows(),
+        *audit_rows(),
         Row("POST", "/v1/budgets", {}, default=405, json=BUDGET),
         Row("GET", "/v1/participants", everyone()),
         Row(

@@ -35,6 +35,7 @@ NEEDS = {
     ("POST", "/v1/budgets/{participant_id}/{asset_id}/reservations/{reservation_id}/abort"): (
         "budgets:charge"
     ),
+    ("POST", "/v1/budgets/{participant_id}/{asset_id}/audits"): "budgets:charge",
     ("POST", "/v1/participants"): "participants:write",
     ("POST", "/v1/participants/{participant_id}/assets"): "participants:write",
     ("GET", "/v1/reports/export"): "reports:read",
