@@ -8,10 +8,11 @@ them in the state directory (``canaries.npz``, mode 0600: the coins are the audi
 secret); every later build reads them back, and ``audit-span.json`` keeps the ledger
 label of the first charge the audits span.
 
-Each audit is recorded as a signed ``budget.audited`` entry of the node's own ledger
-(``budget.ledger_url``). A node that charges the ledger's API keeps its audits in
-``audits.jsonl`` in the state directory and logs them: the API has no route that
-records an audit yet.
+Each audit is recorded as a signed ``budget.audited`` entry of the ledger the node
+charges: its own ledger (``budget.ledger_url``), or the federation's through the API
+(``budget.api_url``: ``POST /v1/budgets/{participant}/{asset}/audits``, where the
+server recomputes the accounted epsilon over the audited rounds). Nothing is kept
+beside it: the signed entry is the one record.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import numpy as np
 from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.deploy.config_errors import ParticipantStateInvalid
 from secure_fed.deploy.participant_config import ParticipantConfig
+from secure_fed.deploy.remote_budget import RemoteBudgetGate
+from secure_fed.errors import LearningParameterInvalid
 from secure_fed.federation.audit_record import record_audit
 from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.privacy_audit import (
@@ -46,7 +49,6 @@ _log = logging.getLogger(__name__)
 #: The kept canaries and coins, in the state directory.
 CANARIES = "canaries.npz"
 _SPAN = "audit-span.json"
-_KEPT = "audits.jsonl"
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -115,12 +117,27 @@ def node_audit(
 def attach_audit(trainer: object, config: ParticipantConfig, gate: BudgetGate) -> None:
     """Give ``trainer`` its kept audit span and the writer of each audit it makes.
 
-    ``gate`` is the node's real gate: its own ledger records every audit as a
-    signed entry; with the API's remote gate the audits are kept in the state
-    directory and logged.
+    ``gate`` is the node's real gate, and each audit is a signed entry of its
+    ledger: the node's own :class:`~privacy_ledger.PrivacyLedger`, or the
+    federation's through the API (:meth:`RemoteBudgetGate.record_audit`). A
+    refusal or an API that cannot be reached raises from the round, as the
+    in-process writer does (the gate answered the round's charge just before).
+
+    Raises
+    ------
+    ParticipantStateInvalid
+        The kept audit span is unreadable.
+    LearningParameterInvalid
+        ``gate`` is neither: nothing could record the audits.
     """
     if not isinstance(trainer, PrivateTrainer) or trainer.audit is None:
         return
+    ledger = gate if isinstance(gate, PrivacyLedger) else None
+    remote = gate if isinstance(gate, RemoteBudgetGate) else None
+    if ledger is None and remote is None:
+        raise LearningParameterInvalid(
+            f"gate: {gate!r} records no audits (a PrivacyLedger or a RemoteBudgetGate does)"
+        )
     span = config.state_dir / _SPAN
     if span.exists():
         try:
@@ -131,18 +148,17 @@ def attach_audit(trainer: object, config: ParticipantConfig, gate: BudgetGate) -
     def write(result: AuditResult) -> None:
         if not span.exists():
             _write(span, json.dumps({"from": result.rounds_from}).encode("utf-8"))
-        if isinstance(gate, PrivacyLedger):
-            record_audit(gate, result)
-            return
-        with (config.state_dir / _KEPT).open("a", encoding="utf-8") as kept:
-            kept.write(json.dumps(result.fields(), sort_keys=True) + "\n")
-        _log.warning(
-            "empirical audit of %s kept in %s (the ledger's API records no audit yet): "
-            "lower bound %s, accounted %s",
-            result.participant,
-            config.state_dir / _KEPT,
-            result.epsilon_lower_bound,
-            result.epsilon_accounted,
-        )
+        if ledger is not None:
+            record_audit(ledger, result)
+        elif remote is not None:
+            recorded = remote.record_audit(result)
+            _log.info(
+                "empirical audit of %s recorded by the ledger's API as entry %d: "
+                "lower bound %s, accounted %s",
+                result.participant,
+                recorded.index,
+                recorded.audit.epsilon_lower_bound,
+                recorded.audit.epsilon_accounted,
+            )
 
     trainer.on_audit = write

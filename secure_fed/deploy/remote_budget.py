@@ -1,10 +1,12 @@
 """The privacy budget of a participant on its own machine: the ledger's gate over HTTPS.
 
 :class:`RemoteBudgetGate` implements :class:`~privacy_ledger.budget.types.BudgetGate`
-(reserve, commit, abort, epsilon spent, noise calibration) and fetches the
-ledger's budget receipts (:meth:`RemoteBudgetGate.receipt`) against the REST
-API's budget routes (``/v1/budgets/{participant}/{asset}/...``, docs/api.md),
-with the participant's own API token. A
+(reserve, commit, abort, epsilon spent, noise calibration), fetches the
+ledger's budget receipts (:meth:`RemoteBudgetGate.receipt`) and records the
+participant's empirical privacy audits as signed ``budget.audited`` entries
+(:meth:`RemoteBudgetGate.record_audit`) against the REST API's budget routes
+(``/v1/budgets/{participant}/{asset}/...``, docs/api.md), with the participant's
+own API token. A
 :class:`~secure_fed.learning.private_training.PrivateTrainer` given this gate
 charges the central ledger exactly as it charges an in-process
 :class:`~privacy_ledger.PrivacyLedger`:
@@ -16,7 +18,8 @@ charges the central ledger exactly as it charges an in-process
   refusal (train nothing, spend nothing) from a fault;
 - a lost answer is retried safely: every ``reserve`` carries a fresh random
   ``request_id`` that the retry repeats (the ledger answers the reservation it
-  already made), ``commit`` is idempotent and aborting twice is a no-op;
+  already made), ``commit`` is idempotent, aborting twice is a no-op, and an
+  audit sent again answers the entry already written;
 - an API that cannot be reached, times out or fails TLS raises
   :class:`BudgetServiceUnavailable` after the retries; a refused token (wrong,
   revoked, another participant's budget) :class:`BudgetServiceDenied`. Neither
@@ -37,14 +40,18 @@ import ssl
 import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from privacy_ledger.budget.empirical import RecordedAudit, audit_from_fields
 from privacy_ledger.budget.mechanism import MechanismEvent
 from privacy_ledger.budget.types import Reservation
 from privacy_ledger.errors import BudgetExceeded, LedgerError, ReceiptInvalid, ReservationUnknown
 from secure_fed.errors import BudgetError, LearningParameterInvalid
+
+if TYPE_CHECKING:  # the audit's result type only: this module loads no torch
+    from secure_fed.learning.privacy_audit import AuditResult
 
 __all__ = [
     "BudgetServiceDenied",
@@ -373,6 +380,64 @@ class RemoteBudgetGate:
             return base64.b64decode(str(answer["receipt_b64"]), validate=True)
         except (KeyError, ValueError):
             raise ReceiptInvalid(f"the API's receipt of {round_id} is malformed") from None
+
+    # -- empirical privacy audits -------------------------------------------------
+
+    def record_audit(self, result: AuditResult) -> RecordedAudit:
+        """Record ``result`` in the federation's ledger as a signed ``budget.audited`` entry.
+
+        What :func:`secure_fed.federation.audit_record.record_audit` does in
+        process: the API writes the entry with the accounted epsilon it
+        recomputes over the audited rounds (the trainer's own figure is not
+        sent). A lost answer is retried; the API answers a resent audit with
+        the entry it already wrote.
+
+        Parameters
+        ----------
+        result
+            The audit of the participant's budget (its participant and asset
+            name the budget; the token must speak for the participant).
+
+        Returns
+        -------
+        RecordedAudit
+            The stored entry (its log index, time, and the audit with the
+            ledger's accounted epsilon).
+
+        Raises
+        ------
+        EmpiricalAuditInvalid
+            The ledger refused the figures, or has no committed charge of the
+            audited rounds (its own class, as in process).
+        BudgetNotSet
+            No such budget.
+        BudgetServiceUnavailable, BudgetServiceDenied, BudgetServiceReplyInvalid
+            The API could not be asked, refused the token, or answered nonsense.
+        """
+        fields_of = getattr(result, "fields", None)
+        if not callable(fields_of) or not isinstance(getattr(result, "participant", None), str):
+            raise LearningParameterInvalid(f"result: expected an AuditResult, got {result!r}")
+        body = {
+            k: v
+            for k, v in fields_of().items()
+            if k not in ("participant", "asset", "epsilon_accounted")
+        }
+        path = _path(result.participant, result.asset, "audits")
+        answer = self._call("POST", path, body, 201)
+        try:
+            fields = {
+                "participant": answer["participant_id"],
+                "asset": answer["asset_id"],
+                "epsilon_accounted": answer["epsilon_accounted_stated"],
+                **{k: answer[k] for k in body},
+            }
+            return RecordedAudit(
+                index=int(answer["entry"]),
+                time=str(answer["time"]),
+                audit=audit_from_fields(fields),
+            )
+        except (KeyError, TypeError, ValueError, LedgerError) as exc:
+            raise BudgetServiceReplyInvalid(f"audit: malformed answer ({exc})") from None
 
     # -- plumbing ------------------------------------------------------------------
 
