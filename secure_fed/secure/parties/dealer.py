@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
+from secure_fed.errors import AuthorityRequestMalformed, ReleaseRefused
 from secure_fed.secure.modes.share_range import (
     COMPARE_PARTICIPANT,
     RANGE_PARTICIPANT,
@@ -55,6 +56,17 @@ class Dealer:
     ) -> VerifiedRequest:
         raise NotImplementedError  # the key authority's
 
+    def _denied(self, exc: ReleaseRefused, *, op: str) -> None:
+        raise NotImplementedError  # the key authority's (an ``access.denied`` event)
+
+    def _parsed(self, verified: VerifiedRequest, purpose: AuthorityOp) -> DealRequest:
+        """Parse the signed request for ``purpose``; audit a malformed one (``access.denied``)."""
+        try:
+            return _deal_request(verified, purpose)
+        except AuthorityRequestMalformed as exc:
+            self._denied(exc, op=purpose)
+            raise
+
     def handle_deal(
         self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
     ) -> tuple[bytes, bytes]:
@@ -66,7 +78,7 @@ class Dealer:
             As :meth:`handle`; a request for anything but triples is malformed.
         """
         verified = self._verify(request, op=AuthorityOp.TRIPLES)
-        asked = _deal_request(verified, AuthorityOp.TRIPLES)
+        asked = self._parsed(verified, AuthorityOp.TRIPLES)
         return self.deal(
             round_id=verified.round_id,
             tensor=asked.tensor,
@@ -119,7 +131,7 @@ class Dealer:
             As :meth:`handle_deal`; a request for anything but a range check is malformed.
         """
         verified = self._verify(request, self._range_verifier, op=AuthorityOp.RANGE)
-        asked = _deal_request(verified, AuthorityOp.RANGE)
+        asked = self._parsed(verified, AuthorityOp.RANGE)
         return self.deal_range(
             round_id=0,
             tensor=asked.tensor,
@@ -167,7 +179,7 @@ class Dealer:
             without an integer ``upper`` in ``[0, 2^62)``, is malformed.
         """
         verified = self._verify(request, op=AuthorityOp.COMPARE)
-        asked = _deal_request(verified, AuthorityOp.COMPARE)
+        asked = self._parsed(verified, AuthorityOp.COMPARE)
         tensor, count, upper = asked.tensor, asked.count, asked.upper
         assert upper is not None  # a comparison's model names its threshold
         label = ShareLabel(

@@ -118,6 +118,9 @@ class DecryptionService(DecryptionChecks):
     ) -> VerifiedRequest:
         raise NotImplementedError  # the key authority's
 
+    def _denied(self, exc: ReleaseRefused, *, op: str) -> None:
+        raise NotImplementedError  # the key authority's (an ``access.denied`` event)
+
     # -- decryption ---------------------------------------------------------------
 
     def handle(self, request: bytes, attestation: bytes | None = None) -> bytes:
@@ -140,8 +143,19 @@ class DecryptionService(DecryptionChecks):
         ReleaseUnattested
             A verifier is enrolled and the request carries no valid attestation of
             it (an ``access.denied`` event naming the request; a publication is spent).
+
+        An authenticated request refused as malformed is an ``access.denied`` event
+        (op ``decrypt``) with the reason; nothing is decrypted.
         """
         verified = self._verify(request)
+        try:
+            return self._serve(verified, attestation)
+        except AuthorityRequestMalformed as exc:
+            self._denied(exc, op=AuthorityOp.DECRYPT)
+            raise
+
+    def _serve(self, verified: VerifiedRequest, attestation: bytes | None) -> bytes:
+        """Serve one verified decryption request (:meth:`handle`)."""
         asked = DecryptionRequest.from_wire(verified.header)
         round_id, purpose, shape = asked.round_id, asked.purpose, asked.shape
         ids = list(asked.participant_ids)

@@ -229,7 +229,10 @@ class HelperParty(OpeningsMachine):
         Raises
         ------
         AuthorityRequestMalformed, UploadMalformed, OpeningRefused
-            On a malformed frame, a refused seed, or an opening the policy refuses.
+            On a malformed frame, a refused seed, or an opening the policy refuses;
+            an authenticated request refused as malformed (a missing or mistyped
+            field, another count of payload parts) is an ``access.denied`` event
+            naming its operation and the reason, and changes nothing.
         ServerRequestUnauthenticated, ServerRequestReplayed
             A request (any operation) not tagged with the aggregator's channel key,
             signed for another operation or round, altered, or replayed (an
@@ -241,7 +244,6 @@ class HelperParty(OpeningsMachine):
             HelperOp.RANGE: lambda h, p: self.range_checks.handle(
                 h, p, seeds=self._seeds, dealer_key=self.dealer_key, channel_key=self.channel_key
             ),
-            HelperOp.PLAN: self._plan,
             HelperOp.LINEAR: lambda h, p: self._linear(LinearRequest.from_wire(h)),
             HelperOp.OPEN: lambda h, p: self._open(OpenRequest.from_wire(h, p)),
             HelperOp.FINISH: lambda h, p: self._finish(FinishRequest.from_wire(h, p)),
@@ -250,8 +252,26 @@ class HelperParty(OpeningsMachine):
         }
         op = parse_op(header)
         header, payload = self._verify(request, op)
-        reply_header, reply = ops[op](header, payload)
+        if op == HelperOp.PLAN:  # audits its own refusals
+            reply_header, reply = self._plan(header, payload)
+            return encode_frame(HELPER_REPLY, reply_header, reply)
+        try:
+            reply_header, reply = ops[op](header, payload)
+        except (AuthorityRequestMalformed, UploadMalformed) as exc:
+            self._malformed(op, exc, str(exc))
+            raise
         return encode_frame(HELPER_REPLY, reply_header, reply)
+
+    def _malformed(
+        self, op: str, exc: AuthorityRequestMalformed | UploadMalformed, reason: str
+    ) -> None:
+        """Audit an authenticated request refused as malformed (``access.denied``, its op)."""
+        _log.warning("helper refused a malformed %s request: %s", op, exc)
+        if self.audit is not None:
+            self.audit.record(
+                AuditEvent.ACCESS_DENIED,
+                {"party": Party.HELPER, "op": op, "code": exc.code, "reason": reason},
+            )
 
     # -- the round's plan ------------------------------------------------------------
 
@@ -296,8 +316,9 @@ class HelperParty(OpeningsMachine):
     def _plan(self, header: dict[str, object], payload: bytes) -> Reply:
         """Fix a round's release plan (once, before anything of the round is opened)."""
         try:
+            round_id = wire_int(header, Key.ROUND_ID)
             plan = ReleasePlan.from_bytes(payload)
-            if plan.round_id != wire_int(header, Key.ROUND_ID) or plan.num_samples != self.shape[0]:
+            if plan.round_id != round_id or plan.num_samples != self.shape[0]:
                 raise ModeSetupInvalid("the plan names another round or upload shape")
             if plan.num_classes != self.shape[1]:
                 raise ModeSetupInvalid("the plan names another upload shape")
@@ -317,17 +338,11 @@ class HelperParty(OpeningsMachine):
             raise
         except ModeSetupInvalid as exc:
             refused = AuthorityRequestMalformed(f"release plan refused: {exc}")
-            if self.audit is not None:
-                self.audit.record(
-                    AuditEvent.ACCESS_DENIED,
-                    {
-                        "party": Party.HELPER,
-                        "op": HelperOp.PLAN,
-                        "code": refused.code,
-                        "reason": str(exc),
-                    },
-                )
+            self._malformed(HelperOp.PLAN, refused, str(exc))
             raise refused from exc
+        except AuthorityRequestMalformed as exc:
+            self._malformed(HelperOp.PLAN, exc, str(exc))
+            raise
         if fresh:  # a resent identical plan changes nothing and is not recorded again
             auth = header.get(Key.AUTH)
             signed = {k: auth.get(k) for k in ("signer", "nonce")} if isinstance(auth, dict) else {}

@@ -176,7 +176,7 @@ class CopiesMachine:
     def _copies_start(self, request: CopiesRequest, named: tuple[str, ...]) -> Reply:
         check, round_id = request.check, request.round_id
         uids, pids, asks = self._copy_asks(request, named)
-        tensor = request.tensor
+        tensor = request.triple_label()
         if tensor == COPIES_STEP_LABEL or check in self._copies_runs:
             self.policy.refuse(asks[0], f"labels {tensor!r}, {check!r} are not fresh")
         scored = self._round_uploads.get(round_id, {})
@@ -242,7 +242,7 @@ class CopiesMachine:
 
     def _copies_convert(self, run: CopiesRun, request: CopiesRequest) -> Reply:
         """Convert the shared bits to additive shares (one Beaver product ``b0 b1`` each)."""
-        tensor, round_id = request.tensor, request.round_id
+        tensor, round_id = request.triple_label(), request.round_id
         if tensor == COPIES_STEP_LABEL or not self.registry.claim_triple(round_id, tensor):
             self.policy.refuse(run.asks[0], f"Beaver triple label {tensor!r} was already used")
         parts = request.parts(2, "a bit conversion carries triples and an opening")
@@ -264,6 +264,11 @@ class CopiesMachine:
     def _copies_count(self, run: CopiesRun, check: str, payload: bytes, round_id: int) -> Reply:
         """Open the counts with the aggregator's shares, record the release, send this side's."""
         assert run.counts is not None  # the stage is COUNT
+        if len(payload) != 8 * len(run.pids):  # refused before the run is spent
+            raise AuthorityRequestMalformed(
+                f"the aggregator's count shares are {len(run.pids)} u8 values, "
+                f"not {len(payload)} bytes"
+            )
         del self._copies_runs[check]
         theirs = np.frombuffer(payload, dtype="<u8").astype(np.uint64)
         try:

@@ -143,7 +143,7 @@ class OpeningsMachine(CopiesMachine):
         for ask in asks:
             self.policy.check(ask)
         self._bind(asks[0], sorted({*uids, *centre_uids}))
-        triples = request.triples()
+        triples, tensor = request.triples(), request.triple_label()
         tracker = self._tracker(asks[0])
         if kind == Step.MOMENTS:
             rows, fz = tracker.rows(Step.MOMENTS), CODEC.frac_bits
@@ -154,7 +154,7 @@ class OpeningsMachine(CopiesMachine):
         else:
             x, rows, fz = self._score_factors(tracker, kind, shares, centre)
             y = x
-        party, message = self._beaver(asks[0], request.tensor, x, y, triples)
+        party, message = self._beaver(asks[0], tensor, x, y, triples)
         self._pending[op_id] = _Pending(party, asks, kind, rows, fz)
         return {Key.OP_ID: op_id, Key.STEP: kind, Key.ROUND_ID: round_id}, message
 
@@ -221,13 +221,14 @@ class OpeningsMachine(CopiesMachine):
             raise AuthorityRequestMalformed(f"no open Beaver operation {op_id!r}")
         if pending.asks[0].round_id != round_id:
             raise AuthorityRequestMalformed(f"operation {op_id!r} belongs to another round")
-        del self._pending[op_id]
+        # parsed before the operation is spent: a malformed finish changes nothing
         opening, theirs_raw = request.parts()
+        theirs = request.theirs(theirs_raw)
+        del self._pending[op_id]
         try:
             product = pending.party.finish(opening)
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"aggregator opening refused: {exc}") from exc
-        theirs = request.theirs(theirs_raw)
         out = self._output(pending, product)
         if theirs.shape != out.shape:
             raise AuthorityRequestMalformed("the aggregator's output share has the wrong shape")

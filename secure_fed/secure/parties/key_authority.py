@@ -43,9 +43,11 @@ from crypto.ckks import (
     generate_keys,
 )
 from secure_fed.errors import (
+    AuthorityRequestMalformed,
     DecryptionRefused,
     KeyAuthorityConfigInvalid,
     ModeSetupInvalid,
+    ReleaseRefused,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
 )
@@ -295,20 +297,27 @@ class KeyAuthority(Dealer, DecryptionService):
         ServerRequestUnauthenticated, ServerRequestReplayed
             Not signed by the enrolled aggregator, altered, for another purpose or
             round than its plan, or replayed (an ``access.denied`` event).
+        AuthorityRequestMalformed
+            A signed plan that does not parse or validate
+            (:meth:`ReleasePlan.from_bytes`; an ``access.denied`` event, op
+            ``plan``, with the reason, as the helper records it).
         ModeSetupInvalid
-            A malformed plan, a second plan for the round, or one outside this
-            authority's bounds (a lower ``min_participants`` is raised to its own).
+            A second plan for the round, or one outside this authority's bounds
+            (a lower ``min_participants`` is raised to its own; audited).
         """
         verified = self._verify(request, self._plan_verifier, op=AuthorityOp.PLAN)
         try:
             if verified.purpose != AuthorityOp.PLAN:
                 raise ServerRequestUnauthenticated(f"purpose {verified.purpose!r} is not 'plan'")
-            plan = ReleasePlan.from_bytes(verified.payload)
+            try:
+                plan = ReleasePlan.from_bytes(verified.payload)
+            except ModeSetupInvalid as exc:  # as the helper refuses it: a malformed request
+                raise AuthorityRequestMalformed(f"release plan refused: {exc}") from exc
             if plan.round_id != verified.round_id:
                 raise ServerRequestUnauthenticated(
                     f"the plan names round {plan.round_id}, the request round {verified.round_id}"
                 )
-        except ServerRequestUnauthenticated as exc:
+        except (ServerRequestUnauthenticated, AuthorityRequestMalformed) as exc:
             self._denied(exc, op=AuthorityOp.PLAN)
             raise
         fresh = plan.round_id not in self.plans.trackers
@@ -364,10 +373,9 @@ class KeyAuthority(Dealer, DecryptionService):
             self._denied(exc, op=op)
             raise
 
-    def _denied(
-        self, exc: ServerRequestUnauthenticated | ServerRequestReplayed, *, op: str
-    ) -> None:
-        _log.warning("key authority refused an unauthenticated %s request: %s", op, exc)
+    def _denied(self, exc: ReleaseRefused, *, op: str) -> None:
+        """Audit a refused request (unauthenticated, replayed or malformed) of ``op``."""
+        _log.warning("key authority refused a %s request: %s", op, exc)
         if self.audit is not None:
             self.audit.record(
                 AuditEvent.ACCESS_DENIED,

@@ -5,7 +5,10 @@
 :class:`FinishRequest`, :class:`EvidenceRequest`, :class:`CopiesRequest`) is
 built by its ``from_wire`` from the verified header and payload, raising the
 typed error of the check it fails (``AUTHORITY_REQUEST_MALFORMED`` for a
-malformed field, ``UPLOAD_MALFORMED`` for a load naming no participant). What
+malformed field, ``UPLOAD_MALFORMED`` for a load naming no participant): an
+operation id or triple label that is missing or no string, or a payload of
+another count of parts than the operation carries, is refused, never read as
+the string ``"None"`` or left to unpacking. What
 needs the helper's own view (the uploads it holds, its plan) is checked by the
 helper on the model. An opening asked under a pair distance's name parses to a
 :class:`DistanceAsk`, which the helper refuses (audited).
@@ -37,6 +40,7 @@ __all__ = [
     "LinearRequest",
     "LoadRequest",
     "OpenRequest",
+    "label",
     "parse_op",
     "upload_ids",
     "wire_weights",
@@ -67,6 +71,30 @@ def parse_op(header: Mapping[str, object]) -> HelperOp:
     if not isinstance(op, str) or op not in set(HelperOp):
         raise AuthorityRequestMalformed(f"helper op {op!r} is unknown; allowed: {sorted(HelperOp)}")
     return HelperOp(op)
+
+
+def label(header: Mapping[str, object], name: str, what: str) -> str:
+    """Return the header's non-empty string ``name`` (an operation id or a triple label).
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If it is missing, empty or not a string (never read as ``"None"``).
+    """
+    value = header.get(name)
+    if not isinstance(value, str) or not value:
+        raise AuthorityRequestMalformed(f"{what} names a non-empty string {name!r}, got {value!r}")
+    return value
+
+
+def _counted(sizes: object, payload: bytes, names: tuple[str, ...], what: str) -> list[bytes]:
+    """Split ``payload`` by ``sizes``; refuse it unless it has one part per name."""
+    parts = split_parts({Key.PARTS: sizes}, payload)
+    if len(parts) != len(names):
+        raise AuthorityRequestMalformed(
+            f"{what} carries {len(names)} payload part(s) ({', '.join(names)}), not {len(parts)}"
+        )
+    return parts
 
 
 def upload_ids(
@@ -163,7 +191,7 @@ class OpenRequest:
     op_id: str
     uids: tuple[str, ...]
     centre: tuple[str, ...]
-    tensor: str
+    tensor: str | None
     carried: tuple[str, ...]
     sizes: object
     payload: bytes
@@ -178,9 +206,10 @@ class OpenRequest:
         Raises
         ------
         AuthorityRequestMalformed
-            On an unknown kind or no upload or centre ids.
+            On an unknown kind, no upload or centre ids, or no string operation id
+            (the triple label is read when the helper reaches it, :meth:`triple_label`).
         """
-        kind, op_id = header.get(Key.KIND), str(header.get(Key.OP_ID))
+        kind = header.get(Key.KIND)
         round_id = wire_int(header, Key.ROUND_ID)
         if kind in DISTANCE_NAMES:
             return DistanceAsk(round_id=round_id, uids=_names(header.get(Key.UIDS)))
@@ -188,6 +217,8 @@ class OpenRequest:
             raise AuthorityRequestMalformed(
                 f"Beaver kind {kind!r} is unknown; allowed: {BEAVER_KINDS}"
             )
+        op_id = label(header, Key.OP_ID, "a Beaver opening")
+        tensor = header.get(Key.TENSOR)
         uids, centre = upload_ids(header.get(Key.UIDS)), upload_ids(header.get(Key.CENTRE))
         carried = tuple(sorted(f for f in DERIVED_FIELDS if f in header))
         return cls(
@@ -196,11 +227,23 @@ class OpenRequest:
             op_id=op_id,
             uids=uids,
             centre=centre,
-            tensor=str(header.get(Key.TENSOR)),
+            tensor=tensor if isinstance(tensor, str) and tensor else None,
             carried=carried,
             sizes=header.get(Key.PARTS),
             payload=payload,
         )
+
+    def triple_label(self) -> str:
+        """Return the label of the helper's Beaver triples.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            If the request names none (never read as the label ``"None"``).
+        """
+        if self.tensor is None:
+            raise AuthorityRequestMalformed("a Beaver opening names a non-empty string 'tensor'")
+        return self.tensor
 
     def triples(self) -> bytes:
         """Return the payload's one part, the helper's Beaver triples.
@@ -208,9 +251,9 @@ class OpenRequest:
         Raises
         ------
         AuthorityRequestMalformed
-            On malformed parts (another count of parts is a ``ValueError``, as it was).
+            On malformed parts or another count of parts than one.
         """
-        (triples,) = split_parts({Key.PARTS: self.sizes}, self.payload)
+        (triples,) = _counted(self.sizes, self.payload, ("triples",), "a Beaver opening")
         return triples
 
 
@@ -231,9 +274,10 @@ class FinishRequest:
         Raises
         ------
         AuthorityRequestMalformed
-            On a malformed round.
+            On a malformed round or no string operation id.
         """
-        op_id, round_id = str(header.get(Key.OP_ID)), wire_int(header, Key.ROUND_ID)
+        round_id = wire_int(header, Key.ROUND_ID)
+        op_id = label(header, Key.OP_ID, "a Beaver finish")
         return cls(
             round_id=round_id,
             op_id=op_id,
@@ -248,9 +292,10 @@ class FinishRequest:
         Raises
         ------
         AuthorityRequestMalformed
-            On malformed parts (another count of parts is a ``ValueError``, as it was).
+            On malformed parts or another count of parts than two.
         """
-        opening, theirs_raw = split_parts({Key.PARTS: self.sizes}, self.payload)
+        names = ("opening", "output share")
+        opening, theirs_raw = _counted(self.sizes, self.payload, names, "a Beaver finish")
         return opening, theirs_raw
 
     def theirs(self, theirs_raw: bytes) -> np.ndarray:
@@ -299,7 +344,7 @@ class CopiesRequest:
     uids: tuple[str, ...] | None
     names: tuple[str, ...]
     stage: object
-    tensor: str
+    tensor: str | None
     carried: tuple[str, ...]
     sizes: object
     payload: bytes
@@ -309,7 +354,9 @@ class CopiesRequest:
         """Parse a copies request; a start's upload ids must be a non-empty list.
 
         ``names`` are the string ids a start names (for a refusal's record);
-        ``carried`` the fields the helper derives itself that the request set.
+        ``carried`` the fields the helper derives itself that the request set;
+        ``tensor`` the triple label it names (``None``: none, or not a non-empty
+        string; a start and a bit conversion read it with :meth:`triple_label`).
 
         Raises
         ------
@@ -324,17 +371,33 @@ class CopiesRequest:
         if Key.UIDS in header:
             message = "a copies request needs a non-empty list of upload ids"
             uids = upload_ids(header.get(Key.UIDS), message)
+        stage = header.get(Key.STAGE, CopiesStage.COMPARE)
+        tensor = header.get(Key.TENSOR)
         return cls(
             round_id=round_id,
             check=check,
             uids=uids,
             names=_names(header.get(Key.UIDS)),
-            stage=header.get(Key.STAGE, CopiesStage.COMPARE),
-            tensor=str(header.get(Key.TENSOR)),
+            stage=stage,
+            tensor=tensor if isinstance(tensor, str) and tensor else None,
             carried=tuple(sorted(f for f in COPIES_REFUSED_FIELDS if f in header)),
             sizes=header.get(Key.PARTS),
             payload=payload,
         )
+
+    def triple_label(self) -> str:
+        """Return the triple label a start or a bit conversion uses.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            If the request names none (never read as the label ``"None"``).
+        """
+        if self.tensor is None:
+            raise AuthorityRequestMalformed(
+                "a copies start or bit conversion names a non-empty string 'tensor'"
+            )
+        return self.tensor
 
     def parts(self, count: int, message: str) -> list[bytes]:
         """Return the payload's parts, refused with ``message`` unless there are ``count``.
