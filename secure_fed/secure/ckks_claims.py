@@ -85,11 +85,14 @@ def check_claim(claim: object, *, purpose: str, ids: Sequence[str]) -> dict[str,
     if not isinstance(claim, dict):
         raise AuthorityRequestMalformed("a decryption request needs a 'claim' object")
     op, uploads = claim.get("op"), claim.get("uploads")
-    if op not in OPS or purpose not in OPS[str(op)]:
+    if not isinstance(op, str) or op not in OPS or purpose not in OPS[op]:
         raise AuthorityRequestMalformed(f"claim op {op!r} cannot serve purpose {purpose!r}")
     if not isinstance(uploads, list) or [u[0] for u in uploads if isinstance(u, list)] != list(ids):
         raise AuthorityRequestMalformed("claim uploads must list [id, sm3] for each id, in order")
-    if not all(len(u) == 2 and isinstance(u[1], str) and _HEX64.match(u[1]) for u in uploads):
+    if not all(
+        isinstance(u, list) and len(u) == 2 and isinstance(u[1], str) and _HEX64.match(u[1])
+        for u in uploads
+    ):
         raise AuthorityRequestMalformed("claim upload digests must be 64 hex characters")
     if op == "weighted_sum":
         _check_weights(claim.get("weights"), len(ids))
@@ -181,6 +184,8 @@ def _check_weights(raw: object, count: int) -> list[float]:
 def _matrix(raw: object) -> np.ndarray:
     if not isinstance(raw, list) or not raw or not all(isinstance(r, list) for r in raw):
         raise AuthorityRequestMalformed("claim whitening must be a list of rows")
+    if len({len(r) for r in raw}) != 1:
+        raise AuthorityRequestMalformed("claim whitening rows must have one length")
     return np.array([[_number(v) for v in row] for row in raw], dtype=np.float64)
 
 

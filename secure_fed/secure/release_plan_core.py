@@ -237,6 +237,8 @@ class ReleasePlan:
         """
         try:
             raw = json.loads(data)
+            if not isinstance(raw, dict):
+                raise TypeError(f"a plan is a JSON object, not {type(raw).__name__}")
             floats = {"subset_fraction", "ridge", "weight_floor", "max_weight", "exclude_above"}
             fields: dict[str, Any] = {k: float(v) if k in floats else v for k, v in raw.items()}
             piece = fields.get("evidence")
