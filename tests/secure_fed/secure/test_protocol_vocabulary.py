@@ -156,7 +156,15 @@ def test_models_are_parsed_once_and_frozen() -> None:
         LoadRequest.from_wire({"participant_id": "a", "upload_id": "u1"}),
         LinearRequest.from_wire({"round_id": 1, "uids": ["u1", "u2"], "weights": ["0.5", "0.5"]}),
         OpenRequest.from_wire(
-            {"round_id": 1, "kind": "final", "uids": ["u1"], "centre": ["u1"], "parts": [1]}, b"t"
+            {
+                "round_id": 1,
+                "kind": "final",
+                "op_id": "o",
+                "uids": ["u1"],
+                "centre": ["u1"],
+                "parts": [1],
+            },
+            b"t",
         ),
         FinishRequest.from_wire({"round_id": 1, "op_id": "o", "parts": [1, 1]}, b"ab"),
         EvidenceRequest.from_wire({"round_id": 1, "uids": ["u1", "u2"], "array": meta}, raw),
