@@ -411,8 +411,12 @@ class AttestationRefused(ReleaseRefused):
     code = "VERIFIER_ATTESTATION_REFUSED"
 
 
-class VerifierUploadRefused(SecureFedError):
-    """The verifier refused a forwarded upload (signature, round, sender or a second upload)."""
+class VerifierUploadRefused(ReleaseRefused):
+    """The verifier refused a forwarded upload (signature, round, sender or a second upload).
+
+    A release family error: nothing computed over an upload the verifier does not hold
+    can be attested, so nothing over it is released.
+    """
 
     code = "VERIFIER_UPLOAD_REFUSED"
 
