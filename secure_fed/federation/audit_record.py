@@ -13,6 +13,7 @@ from decimal import Decimal
 from privacy_ledger.budget.empirical import (
     EmpiricalAudit,
     accounted_epsilon_over,
+    audit_from_fields,
     record_empirical_audit,
 )
 from privacy_ledger.budget.service import PrivacyLedger
@@ -32,24 +33,8 @@ def to_empirical(result: AuditResult, epsilon_accounted: Decimal | None = None) 
     EmpiricalAuditInvalid
         A field the ledger refuses.
     """
-    accounted = (
-        Decimal(result.epsilon_accounted) if epsilon_accounted is None else epsilon_accounted
-    )
-    return EmpiricalAudit(
-        participant=result.participant,
-        asset=result.asset,
-        rounds_from=result.rounds_from,
-        rounds_to=result.rounds_to,
-        canaries=result.canaries,
-        guesses=result.guesses,
-        correct=result.correct,
-        score=result.score,
-        confidence=Decimal(result.confidence),
-        delta=Decimal(result.delta),
-        epsilon_lower_bound=Decimal(result.epsilon_lower_bound),
-        epsilon_accounted=accounted,
-        method=result.method,
-    )
+    accounted = result.epsilon_accounted if epsilon_accounted is None else str(epsilon_accounted)
+    return audit_from_fields({**result.fields(), "epsilon_accounted": accounted})
 
 
 def record_audit(ledger: PrivacyLedger, result: AuditResult) -> int:
