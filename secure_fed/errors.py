@@ -241,6 +241,39 @@ class UploadReceiptInvalid(UploadRejected):
     code = "UPLOAD_RECEIPT_INVALID"
 
 
+class UploadNoticeMalformed(UploadRejected):
+    """A participant's signed upload notice is oversized, not canonical or lacks a field.
+
+    The gatekeeper recorded nothing (``access.denied``, op ``notice``).
+    """
+
+    code = "UPLOAD_NOTICE_MALFORMED"
+
+
+class UploadNoticeForged(UploadRejected):
+    """An upload notice's signature does not verify under the named participant's key.
+
+    An unknown participant fails the same way. The gatekeeper recorded nothing.
+    """
+
+    code = "UPLOAD_NOTICE_FORGED"
+
+
+class UploadNoticeRound(UploadRejected):
+    """An upload notice names a round with no plan, or one whose openings have begun.
+
+    The gatekeeper recorded nothing; a participant whose notice is late should not upload.
+    """
+
+    code = "UPLOAD_NOTICE_ROUND"
+
+
+class UploadNoticeDuplicate(UploadRejected):
+    """A second upload notice for a participant and round; the first stays in force."""
+
+    code = "UPLOAD_NOTICE_DUPLICATE"
+
+
 class SchemaUnknown(UploadRejected):
     """An upload declares a model id or version the schema registry does not know."""
 
@@ -358,6 +391,17 @@ class OpeningRefused(ReleaseRefused):
     code = "SHARES_OPENING_REFUSED"
 
 
+class SharesOpeningForged(OpeningRefused):
+    """An authenticated shares opening failed its MAC check: a server's share was offset.
+
+    Raised by the party that detects it (the aggregator or the helper) before anything
+    of the opening is released; the round aborts and the audit names the detecting
+    party, the step and the peer whose share did not verify.
+    """
+
+    code = "SHARES_OPENING_FORGED"
+
+
 class ServerRequestUnauthenticated(ReleaseRefused):
     """A server-to-server request is unsigned, signed by another key, or altered."""
 
@@ -398,6 +442,25 @@ class ReleaseUnattested(DecryptionRefused):
     """
 
     code = "KEY_AUTHORITY_RELEASE_UNATTESTED"
+
+
+class RosterOmitsNoticed(ReleaseRefused):
+    """A scoring or publication roster leaves out a participant who sent an upload notice.
+
+    The gatekeeper released nothing (``access.denied`` naming the participants); the
+    round aborts rather than publishes without them.
+    """
+
+    code = "ROSTER_OMITS_NOTICED"
+
+
+class UploadDiffersFromNotice(ReleaseRefused):
+    """A request lists an upload whose SM3 differs from its participant's upload notice.
+
+    The gatekeeper released nothing (``access.denied`` naming the participant).
+    """
+
+    code = "UPLOAD_DIFFERS_FROM_NOTICE"
 
 
 class AttestationRefused(ReleaseRefused):
