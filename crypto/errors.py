@@ -127,3 +127,14 @@ class AggregateInconsistent(CryptoError):
     """
 
     code = "CRYPTO_AGGREGATE_INCONSISTENT"
+
+
+class MacCheckFailed(CryptoError):
+    """An opened value does not match its information-theoretic MAC (``crypto.shares.mac``).
+
+    A party's share of the value, of its MAC or of the check value was offset (or the
+    commitment to the check value does not open): nothing may be released from this
+    opening. The message names the opening's label, never a value.
+    """
+
+    code = "CRYPTO_MAC_CHECK_FAILED"
