@@ -402,17 +402,6 @@ class SharesOpeningForged(OpeningRefused):
     code = "SHARES_OPENING_FORGED"
 
 
-class SharesOpeningForged(OpeningRefused):
-    """An authenticated shares opening failed its MAC check: a server's share was offset.
-
-    Raised by the party that detects it (the aggregator or the helper) before anything
-    of the opening is released; the round aborts and the audit names the detecting
-    party, the step and the peer whose share did not verify.
-    """
-
-    code = "SHARES_OPENING_FORGED"
-
-
 class ServerRequestUnauthenticated(ReleaseRefused):
     """A server-to-server request is unsigned, signed by another key, or altered."""
 
