@@ -320,3 +320,65 @@ class BudgetUnaudited(LedgerError):
     def __init__(self, message: str, *, disagreements: Sequence[object] = ()) -> None:
         super().__init__(message)
         self.disagreements = tuple(disagreements)
+
+
+# --- Ledger seal and row log (privacy_ledger.audit.rows, audit.verify.rows) ---
+
+
+class LedgerSealError(LedgerError):
+    """Base of the ledger-seal findings: a covered row or ``log_state`` fails its seal.
+
+    Attributes
+    ----------
+    table, row_key, column
+        Where the fault is (``None`` when it is not about one row or column).
+    """
+
+    code = "LEDGER_SEAL_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        row_key: str | None = None,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table, self.row_key, self.column = table, row_key, column
+
+
+class LedgerNotSealed(LedgerSealError):
+    """The ledger was written before ledger seals and never sealed since: rows are not covered."""
+
+    code = "LEDGER_NOT_SEALED"
+
+
+class StateTampered(LedgerSealError):
+    """``log_state`` differs from its SM2 seal (e.g. a truncated tail with edited counters)."""
+
+    code = "LEDGER_STATE_TAMPERED"
+
+
+class RowLogTampered(LedgerSealError):
+    """A record of the row log is altered, missing or out of its SM3 chain."""
+
+    code = "LEDGER_ROW_LOG_TAMPERED"
+
+
+class RowAltered(LedgerSealError):
+    """A stored column value differs from the digest the row log recorded for it."""
+
+    code = "LEDGER_ROW_ALTERED"
+
+
+class RowDeleted(LedgerSealError):
+    """A row the row log records as present is missing from its table."""
+
+    code = "LEDGER_ROW_DELETED"
+
+
+class RowUnrecorded(LedgerSealError):
+    """A row is stored that the row log never recorded (inserted outside the ledger)."""
+
+    code = "LEDGER_ROW_UNRECORDED"
