@@ -73,6 +73,7 @@ class HelperOp(Word):
     FINISH = "finish"
     EVIDENCE = "evidence"
     COPIES = "copies"
+    MAC_CHECK = "mac_check"
 
 
 class AuthorityOp(Word):
@@ -87,6 +88,7 @@ class AuthorityOp(Word):
     TRIPLES = "triples"
     RANGE = "range"
     COMPARE = "compare"
+    MASKS = "masks"
 
 
 class ClaimOp(Word):
