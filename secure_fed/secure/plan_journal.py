@@ -44,6 +44,10 @@ _SCHEMA = (
     " request TEXT NOT NULL, arr TEXT)",
     "CREATE TABLE IF NOT EXISTS policy ("
     " version INTEGER PRIMARY KEY, sm3 TEXT NOT NULL, document BLOB NOT NULL)",
+    # participants' signed upload notices (secure_fed.secure.upload_notices), one per round
+    "CREATE TABLE IF NOT EXISTS notices ("
+    " round_id INTEGER NOT NULL, participant_id TEXT NOT NULL, notice BLOB NOT NULL,"
+    " PRIMARY KEY (round_id, participant_id))",
 )
 
 
@@ -150,6 +154,41 @@ class PlanJournal:
                 (request.round_id, _request_json(request), arr),
             )
             self._db.execute("COMMIT")
+
+    def record_notice(self, round_id: int, participant_id: str, notice: bytes) -> bool:
+        """Store a participant's verified upload notice; ``False`` if it already has one.
+
+        The first notice of a participant and round stays; the signed bytes are kept, so
+        a restarted gatekeeper verifies them again.
+        """
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(
+                    "INSERT INTO notices (round_id, participant_id, notice) VALUES (?, ?, ?)",
+                    (round_id, participant_id, notice),
+                )
+                self._db.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                self._db.execute("ROLLBACK")
+                return False
+            return True
+
+    def notices(self) -> list[bytes]:
+        """Every stored upload notice (signed bytes), by round and participant.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            A stored notice that is no longer bytes.
+        """
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT notice FROM notices ORDER BY round_id, participant_id"
+            ).fetchall()
+        if not all(isinstance(row[0], bytes) for row in rows):
+            raise ModeSetupInvalid("plan journal: a stored notice was altered (not bytes)")
+        return [bytes(row[0]) for row in rows]
 
     def pinned_policy(self) -> tuple[int, str, bytes] | None:
         """Return the newest pinned policy as ``(version, sm3 hex, document)``, if any.

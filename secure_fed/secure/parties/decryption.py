@@ -65,6 +65,7 @@ from secure_fed.secure.server_auth import (
     ServerIdentity,
     VerifiedRequest,
 )
+from secure_fed.secure.upload_notices import NoticeBook
 from secure_fed.wire import (
     KEY_AUTHORITY_REPLY,
     encode_array,
@@ -108,6 +109,7 @@ class DecryptionService(DecryptionChecks):
     requests: list[SignedRequestRecord]
     policy: ReleasePolicy
     verifier: ServerIdentity | None
+    notices: NoticeBook
 
     def _verify(
         self,
@@ -171,6 +173,10 @@ class DecryptionService(DecryptionChecks):
                 self.policy.refuse(ask, f"the claim's {ask.samples} rows are not the shape's")
             self._check_epoch(ask, keys)  # an exhausted epoch releases nothing
             self.policy.check(ask)  # before parsing: the kind and count are the header's claims
+            uploads = [*claim["uploads"], *claim.get("centre", ())]  # [id, sm3], checked
+            self.notices.require(
+                ask, [(str(u[0]), str(u[1])) for u in uploads], log=self.policy.log
+            )
             step = self._release_step(ask)
             self._check_step_epoch(ask, step, keys)
             self._check_witness(ask, step, witness)

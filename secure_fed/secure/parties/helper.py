@@ -108,6 +108,7 @@ from secure_fed.secure.server_auth import (
     FreshnessStore,
     RequestVerifier,
 )
+from secure_fed.secure.upload_notices import NoticeBook
 from secure_fed.wire import (
     HELPER_REPLY,
     HELPER_REQUEST,
@@ -183,6 +184,7 @@ class HelperParty(OpeningsMachine):
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
+    notices: NoticeBook = field(init=False, repr=False)
     _seeds: dict[str, tuple[str, ShareBundle]] = field(default_factory=dict, repr=False)
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     _copies_runs: dict[str, CopiesRun] = field(default_factory=dict, repr=False)
@@ -214,6 +216,14 @@ class HelperParty(OpeningsMachine):
             journal=self.plan_journal,
             policy=self.consortium,
         )
+        # participants' signed upload notices: a roster may not leave a noticed one out
+        self.notices = NoticeBook(
+            party=Party.HELPER,
+            plans=self.plans,
+            keys=None if self.consortium is None else self.consortium.participant_keys,
+            journal=self.plan_journal,
+            audit=self.audit,
+        )
         self.policy = ReleasePolicy(
             party=Party.HELPER,
             min_participants=self.min_participants,
@@ -222,6 +232,14 @@ class HelperParty(OpeningsMachine):
             log=self.log,
             rules=(self.plans, *self.release_rules),
         )
+
+    def accept_notice(self, notice: bytes) -> bytes:
+        """Record a participant's signed upload notice; return the acknowledgement.
+
+        See :class:`~secure_fed.secure.upload_notices.NoticeBook` (refusals are typed,
+        audited and record nothing).
+        """
+        return self.notices.accept(notice)
 
     def handle(self, request: bytes) -> bytes:
         """Serve one aggregator request.
@@ -362,7 +380,13 @@ class HelperParty(OpeningsMachine):
         return tracker
 
     def _bind(self, ask: ReleaseRequest, uids: list[str]) -> None:
-        """Bind the uploads to the round: an upload is opened in one round only."""
+        """Bind the uploads to the round: an upload is opened in one round only.
+
+        First the round's upload notices: no noticed participant left out of the
+        roster, no upload other than the noticed one (the SM3 of its sealed share).
+        """
+        shares = self.notices.share_digests((self._seeds[u][0], u) for u in uids)
+        self.notices.require(ask, shares, log=self.log)
         stale = [u for u in uids if not self.registry.bind_upload(u, ask.round_id)]
         if stale:
             self.policy.refuse(ask, f"uploads {stale} belong to another round")
@@ -398,4 +422,5 @@ class HelperParty(OpeningsMachine):
         except CryptoError as exc:
             raise UploadMalformed(f"helper share of {pid!r} refused: {exc}") from exc
         self._seeds[uid] = (pid, bundle)
+        self.notices.loaded_share(uid, payload)  # what a notice to the helper names
         return {Key.OK: True}, b""

@@ -85,6 +85,7 @@ from secure_fed.secure.server_auth import (
     ServerIdentity,
     VerifiedRequest,
 )
+from secure_fed.secure.upload_notices import NoticeBook
 from secure_fed.wire import (
     KEY_AUTHORITY_REQUEST,
 )
@@ -185,6 +186,7 @@ class KeyAuthority(Dealer, DecryptionService):
     requests: list[SignedRequestRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
+    notices: NoticeBook = field(init=False, repr=False)
     _verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _range_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
@@ -227,6 +229,14 @@ class KeyAuthority(Dealer, DecryptionService):
             shape=self.upload_shape,
             journal=self.plan_journal,
             policy=self.consortium,
+        )
+        # participants' signed upload notices: a roster may not leave a noticed one out
+        self.notices = NoticeBook(
+            party=Party.KEY_AUTHORITY,
+            plans=self.plans,
+            keys=None if self.consortium is None else self.consortium.participant_keys,
+            journal=self.plan_journal,
+            audit=self.audit,
         )
         self.policy = ReleasePolicy(
             party=Party.KEY_AUTHORITY,
@@ -285,6 +295,14 @@ class KeyAuthority(Dealer, DecryptionService):
     def publication_fingerprint(self) -> bytes:
         """SM3 fingerprint of the publication epoch's public context."""
         return self._publication().fingerprint
+
+    def accept_notice(self, notice: bytes) -> bytes:
+        """Record a participant's signed upload notice; return the acknowledgement.
+
+        See :class:`~secure_fed.secure.upload_notices.NoticeBook` (refusals are typed,
+        audited and record nothing).
+        """
+        return self.notices.accept(notice)
 
     def install_plan(self, request: bytes) -> bytes:
         """Fix a round's release plan from a signed request; return the plan as fixed.
