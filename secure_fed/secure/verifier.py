@@ -41,6 +41,7 @@ import numpy as np
 from crypto.ckks import EncryptedMatrix, PublicContext, load_encrypted
 from crypto.errors import CryptoError
 from crypto.sm import sm3_digest
+from privacy_ledger.audit.events import register_event
 from secure_fed.errors import (
     AttestationRefused,
     ModeSetupInvalid,
@@ -64,9 +65,18 @@ from secure_fed.secure.server_auth import (
 )
 from secure_fed.wire import KEY_AUTHORITY_REQUEST
 
-__all__ = ["CkksVerifier", "UploadOpener"]
+__all__ = ["VERIFIER_ATTESTED", "VERIFIER_UPLOAD_HELD", "CkksVerifier", "UploadOpener"]
 
 _log = logging.getLogger(__name__)
+
+VERIFIER_UPLOAD_HELD = register_event(
+    "verifier.upload_held",
+    "The verifier kept a forwarded upload its participant signed (one per participant and round).",
+).name
+VERIFIER_ATTESTED = register_event(
+    "verifier.attested",
+    "The verifier recomputed a decryption request's claim, found its ciphertext, and attested it.",
+).name
 
 #: ``opener(envelope, round_id) -> (participant id, mode payload)``: checks the
 #: participant's signature under its enrolled key and the envelope's round, or raises a
@@ -96,7 +106,10 @@ class CkksVerifier:
         The envelope verification (see :data:`UploadOpener`); ``None`` until the
         deployment links it, and every forwarded upload is refused meanwhile.
     audit
-        Sink of the verifier's ``access.denied`` events.
+        Sink of the verifier's ``access.denied`` events, of ``verifier.upload_held``
+        (each upload kept, first time only: participant, round, SM3) and of
+        ``verifier.attested`` (each attestation it signed: round, purpose, request and
+        ciphertext SM3).
     max_request_bytes
         Refuse larger requests before parsing.
     keep_rounds
@@ -163,8 +176,12 @@ class CkksVerifier:
         except VerifierUploadRefused as exc:
             self._denied(round_id, "upload", None, exc)
             raise
+        fresh = held is None
         self._uploads[round_id][pid] = payload
-        self._digests.setdefault(round_id, {})[pid] = sm3_digest(payload).hex()
+        digest = self._digests.setdefault(round_id, {})[pid] = sm3_digest(payload).hex()
+        if fresh and self.audit is not None:
+            fields = {"party": Party.VERIFIER, "round_id": round_id, "participant_id": pid}
+            self.audit.record(VERIFIER_UPLOAD_HELD, {**fields, "upload_sm3": digest})
         for old in sorted(self._uploads)[: -self.keep_rounds]:
             self.forget(old)
         return pid
@@ -215,7 +232,20 @@ class CkksVerifier:
             request_sm3=verified.request_sm3,
             ciphertext_sm3=sm3_digest(verified.payload).hex(),
         )
-        return sign_attestation(self.signer, attested)
+        signed = sign_attestation(self.signer, attested)
+        if self.audit is not None:
+            self.audit.record(
+                VERIFIER_ATTESTED,
+                {
+                    "party": Party.VERIFIER,
+                    "round_id": attested.round_id,
+                    "purpose": attested.purpose,
+                    "request_sm3": attested.request_sm3,
+                    "ciphertext_sm3": attested.ciphertext_sm3,
+                    "attestation_sm3": sm3_digest(signed).hex(),
+                },
+            )
+        return signed
 
     def _check(self, verified: VerifiedRequest, centres: Mapping[str, np.ndarray]) -> None:
         asked = DecryptionRequest.from_wire(verified.header)
