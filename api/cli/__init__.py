@@ -52,6 +52,9 @@ COMMANDS = {
         "api.cli.parties:keyauthority_app", "Run the key authority service (mutual TLS)."
     ),
     "helper": LazyCommand("api.cli.parties:helper_app", "Run the helper service (mutual TLS)."),
+    "verifier": LazyCommand(
+        "api.cli.verifier:verifier_app", "Run the verifier service (ckks mode, mutual TLS)."
+    ),
 }
 
 app = typer.Typer(

@@ -11,7 +11,9 @@ whose ``code`` is the party's typed error code
 (:class:`secure_fed.deploy.transport.RemoteParty` raises the same class again).
 Requests are served one at a time per party (the parties keep round state).
 
-Routes: ``POST /v1/decrypt``, ``/v1/plan``, ``/v1/deal``, ``/v1/deal-range``,
+Routes: ``POST /v1/decrypt`` (with the verifier's attestation in the
+``secure-fed-attestation`` header, hex, in ckks mode with a verifier pinned),
+``/v1/plan``, ``/v1/deal``, ``/v1/deal-range``,
 ``/v1/deal-compare`` (key authority), ``POST /v1/helper`` (helper),
 ``GET /v1/contexts/{scoring|publication}`` (the key authority's public contexts, for
 participants to check by fingerprint), ``GET /healthz``.
@@ -35,7 +37,12 @@ from api.services.peer import PeerGate
 from crypto.errors import CryptoError
 from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.keys import KeyAuthorityParty
-from secure_fed.deploy.transport import AUTHORITY_PATHS, HELPER_PATH, OCTET_STREAM
+from secure_fed.deploy.transport import (
+    ATTESTATION_HEADER,
+    AUTHORITY_PATHS,
+    HELPER_PATH,
+    OCTET_STREAM,
+)
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     ConfigurationInvalid,
@@ -109,10 +116,32 @@ def _base_app(
     return app
 
 
-def _route(app: FastAPI, path: str, handler: Handler, lock: threading.Lock) -> None:
-    def serve(body: bytes) -> bytes:
+def _attestation(request: Request) -> bytes | None:
+    """Return the verifier's attestation a ``/v1/decrypt`` request carries (or ``None``).
+
+    A header that is not hex is handed on as its raw bytes: the key authority refuses
+    (and audits) it as an attestation that does not parse.
+    """
+    raw = request.headers.get(ATTESTATION_HEADER)
+    if raw is None:
+        return None
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        return raw.encode("utf-8", "replace")
+
+
+def _route(
+    app: FastAPI,
+    path: str,
+    handler: Callable[..., bytes],
+    lock: threading.Lock,
+    *,
+    attested: bool = False,
+) -> None:
+    def serve(body: bytes, attestation: bytes | None) -> bytes:
         with lock:  # the party's round state is not shared between threads
-            return handler(body)
+            return handler(body, attestation) if attested else handler(body)
 
     async def endpoint(request: Request) -> Response:
         kind = request.headers.get("content-type", "").split(";")[0].strip()
@@ -123,7 +152,8 @@ def _route(app: FastAPI, path: str, handler: Handler, lock: threading.Lock) -> N
                 status=415,
                 detail=f"the body must be {OCTET_STREAM}, not {kind or 'untyped'}",
             )
-        reply = await run_in_threadpool(serve, await request.body())
+        attestation = _attestation(request) if attested else None
+        reply = await run_in_threadpool(serve, await request.body(), attestation)
         return Response(content=reply, media_type=OCTET_STREAM)
 
     app.add_api_route(path, endpoint, methods=["POST"], name=path.strip("/").replace("/", "_"))
@@ -147,8 +177,9 @@ def create_keyauthority_app(
         "keyauthority", max_body=max_body, hsts=hsts, client_name=client_name, audit=audit
     )
     lock = threading.Lock()
+    # the verifier's attestation travels with the request (ckks: required when pinned)
+    _route(app, AUTHORITY_PATHS["decrypt"], party.decrypt, lock, attested=True)
     handlers: Mapping[str, Handler] = {
-        "decrypt": party.decrypt,
         "plan": party.plan,
         "deal": party.deal_packed,
         "deal_range": party.deal_range_packed,

@@ -50,7 +50,13 @@ from secure_fed.deploy.keys import MANIFEST, load_aggregator
 from secure_fed.deploy.server_config import ServerConfig, settings_of
 from secure_fed.deploy.slice_key import slice_key
 from secure_fed.deploy.tls import ClientTLS
-from secure_fed.deploy.transport import AuthorityChannels, remote_authority, remote_helper
+from secure_fed.deploy.transport import (
+    AuthorityChannels,
+    VerifierChannels,
+    remote_authority,
+    remote_helper,
+    remote_verifier,
+)
 from secure_fed.errors import RoundStateError, SecureFedError
 from secure_fed.federation.aggregator_builder import (
     AggregatorParts,
@@ -345,7 +351,11 @@ class _Keys:
         self.loaded: Any = None
         if (key_dir / MANIFEST).exists():
             self.loaded = load_aggregator(
-                key_dir, authority=self._authority(), helper=self._helper(), audit=audit
+                key_dir,
+                authority=self._authority(),
+                helper=self._helper(),
+                audit=audit,
+                verifier=self._verifier(),
             )
             self.participant_keys: dict[str, SM2PublicKey] = dict(self.loaded.participant_keys)
             self.params: str = self.loaded.params
@@ -370,6 +380,12 @@ class _Keys:
             return None
         return remote_helper(self.config.helper_url, tls=self._tls())
 
+    def _verifier(self) -> VerifierChannels | None:
+        """Return the verifier service's channels (uploads forwarded, requests attested)."""
+        if not self.config.verifier_url:
+            return None
+        return remote_verifier(self.config.verifier_url, tls=self._tls())
+
     def check(self, *, shape: tuple[int, int], plan: list[PlannedParticipant], quorum: int) -> None:
         """Refuse keys made for another mode, shape, roster or quorum than ``server.toml``'s."""
         mode = self.config.federation.mode
@@ -381,6 +397,12 @@ class _Keys:
                     field="server.key_dir",
                 )
             return
+        if self.loaded.manifest.verifier_key is not None and not self.config.verifier_url:
+            raise ServerConfigInvalid(
+                "parties.verifier_url: the key authority pins the key ceremony's verifier "
+                "and decrypts nothing it did not attest; name the verifier service",
+                field="parties.verifier_url",
+            )
         found = (self.loaded.mode, tuple(self.loaded.shape), set(self.loaded.participant_ids))
         wanted = (mode, shape, {p.participant_id for p in plan})
         if found != wanted or self.loaded.min_participants > quorum:

@@ -12,6 +12,11 @@ its state directory, where it keeps what must survive a restart:
   (:func:`crypto.ckks.resume_release_count`), so an epoch never releases more than
   its preset's ``max_decryptions`` across restarts. The count is written after each
   decryption and before its reply leaves.
+
+In ckks mode the manifest names the verifier's attestation key (``verifier_key``, made
+at the key ceremony): the authority pins it, and every decryption request must then
+carry the verifier's attestation of exactly that request, or nothing is decrypted
+(``KEY_AUTHORITY_RELEASE_UNATTESTED``).
 """
 
 from __future__ import annotations
@@ -60,13 +65,15 @@ class KeyAuthorityParty:
     state_dir: Path
     _macs: tuple[object, object] | None = None
 
-    def decrypt(self, request: bytes) -> bytes:
+    def decrypt(self, request: bytes, attestation: bytes | None = None) -> bytes:
         """Serve a signed decryption request (:meth:`KeyAuthority.handle`).
 
-        The epochs' release counts are persisted before the reply is returned.
+        With the ceremony's verifier pinned (the manifest's ``verifier_key``),
+        ``attestation`` must be its attestation of exactly this request. The epochs'
+        release counts are persisted before the reply is returned.
         """
         try:
-            return self.authority.handle(request)
+            return self.authority.handle(request, attestation)
         finally:
             self._save_releases()
 
@@ -195,6 +202,10 @@ def load_key_authority(
         "consortium": pin,
         "enrolled": frozenset(manifest.participant_ids),
         "upload_shape": manifest.shape,
+        # the ceremony's verifier, pinned: nothing is decrypted without its attestation
+        "verifier": None
+        if manifest.verifier_key is None
+        else ServerIdentity("verifier", manifest.verifier_key),
     }
     if manifest.mode == "ckks":
         released = _released(state)

@@ -58,7 +58,7 @@ MANIFEST = "party.json"
 POLICY = "policy.json"
 FORMAT = "secure-fed-keys/1"
 MODES = ("ckks", "shares")
-ROLES = ("aggregator", "keyauthority", "helper", "participant", "api")
+ROLES = ("aggregator", "keyauthority", "helper", "participant", "api", "verifier")
 SECRET_BYTES = 32
 _PARAMS = {"shares": "Z2^64/f12"}
 
@@ -79,6 +79,9 @@ class KeyManifest:
     participant_keys: Mapping[str, SM2PublicKey] = field(repr=False)
     receipt_key: SM2PublicKey | None = field(default=None, repr=False)
     participant_id: str | None = None
+    #: The verifier's attestation key (ckks mode): the key authority pins it and then
+    #: decrypts nothing the verifier did not attest. ``None``: no verifier.
+    verifier_key: SM2PublicKey | None = field(default=None, repr=False)
 
     def public_view(self) -> dict[str, Any]:
         """Return the manifest as JSON-ready data (what ``party.json`` holds)."""
@@ -100,6 +103,8 @@ class KeyManifest:
             if self.receipt_key is None
             else self.receipt_key.to_pem().decode("ascii"),
         }
+        if self.verifier_key is not None:
+            out["verifier_key"] = self.verifier_key.to_pem().decode("ascii")
         if self.participant_id is not None:
             out["participant_id"] = self.participant_id
         return out
@@ -244,7 +249,7 @@ def read_manifest(directory: Path, *, role: str | None = None) -> KeyManifest:
     keys = data.get("participant_keys")
     if data.get("mode") not in MODES or not isinstance(keys, dict):
         raise KeyDirectoryInvalid(f"manifest of {directory} names no mode {MODES} or keys")
-    receipt = data.get("receipt_key")
+    receipt, verifier = data.get("receipt_key"), data.get("verifier_key")
     return KeyManifest(
         role=str(data.get("role")),
         mode=str(data["mode"]),
@@ -258,6 +263,7 @@ def read_manifest(directory: Path, *, role: str | None = None) -> KeyManifest:
         participant_keys={str(p): _public(k, f"key of {p!r}") for p, k in keys.items()},
         receipt_key=None if receipt is None else _public(receipt, "receipt_key"),
         participant_id=data.get("participant_id"),
+        verifier_key=None if verifier is None else _public(verifier, "verifier_key"),
     )
 
 
@@ -319,8 +325,14 @@ def create_keys(
     publication_preset: str | None = "CKKS_PUBLICATION",
     tls_hosts: Sequence[str] = ("127.0.0.1", "localhost"),
     isolation: int = 1,
+    verifier: bool = True,
 ) -> None:
     """Run the try-out key ceremony: write every party's directory under ``root``.
+
+    In ckks mode (with ``verifier``, the default) it also makes the verifier's SM2
+    attestation key: ``root/verifier/`` holds it (with the public contexts and an audit
+    key) and every manifest names its public half (``verifier_key``), which the key
+    authority pins: it then decrypts nothing the verifier did not attest.
 
     Every participant signs the consortium policy (quorum ``min_participants``, cap
     ``1 / min_participants``, scoring required, the multi-round rule's ``isolation``),
@@ -352,6 +364,7 @@ def create_keys(
     aggregator, receipts, audit_keys = SM2PrivateKey.generate(), SM2PrivateKey.generate(), {}
     signing = {p: SM2PrivateKey.generate() for p in plan.participant_ids}
     fingerprints, public, authority = ({}, {}, {}) if mode != "ckks" else _ckks_files(preset)
+    attesting = SM2PrivateKey.generate() if mode == "ckks" and verifier else None
     manifest = KeyManifest(
         role="",
         mode=mode,
@@ -364,8 +377,9 @@ def create_keys(
         aggregator_key=aggregator.public_key,
         participant_keys={p: k.public_key for p, k in signing.items()},
         receipt_key=receipts.public_key,
+        verifier_key=None if attesting is None else attesting.public_key,
     )
-    for server in ("keyauthority", "helper", "api"):
+    for server in ("keyauthority", "helper", "api", "verifier"):
         audit_keys[server] = _sm2_pem(SM2PrivateKey.generate())
     # every participant signs the consortium policy both gatekeepers will pin
     policy = ConsortiumPolicy(
@@ -392,6 +406,9 @@ def create_keys(
         )
     api_files = {"audit.key.pem": audit_keys["api"], "receipts.key.pem": _sm2_pem(receipts)}
     w.party("api", "api", {**api_files, POLICY: public[POLICY]})
+    if attesting is not None:  # the uploads' public contexts, its own keys, no secret key
+        own = {"verifier.key.pem": _sm2_pem(attesting), "audit.key.pem": audit_keys["verifier"]}
+        w.party("verifier", "verifier", {**own, **public})
     for pid, files in part_files.items():
         w.party(f"participants/{pid}", "participant", files, participant_id=pid)
     write_node_keys(root, plan.participant_ids)

@@ -20,6 +20,9 @@ directories 0700) plus ``party.json``, the public manifest every party shares
     root/superlink/nodes/      <id>.pub: every participant's SuperNode public key,
                                registered at the SuperLink (node authentication)
     root/api/                  audit.key.pem, receipts.key.pem
+    root/verifier/             verifier.key.pem (SM2, its attestations), audit.key.pem, the
+                               public contexts (ckks only; every manifest names its
+                               public key, ``verifier_key``, which the key authority pins)
     root/tls/                  ca.pem, <service>.pem/.key, aggregator.pem/.key,
                                ca/ca.key (:func:`secure_fed.deploy.tls.create_local_ca`)
 
@@ -35,7 +38,8 @@ Public API (stable; the deployment helpers code against it)::
     read_manifest(directory) -> KeyManifest
     load_aggregator(directory, *, authority: AuthorityChannels,
                     helper: Callable[[bytes], bytes] | None = None,
-                    audit: AuditSink | None = None) -> AggregatorKeys
+                    audit: AuditSink | None = None,
+                    verifier: VerifierChannels | None = None) -> AggregatorKeys
         .mode .params .shape .min_participants .participant_ids .participant_keys
         .receipt_key .aggregator(*, bound, scoring=None) -> SecureAggregator
     load_participant(directory) -> ParticipantKeys
@@ -71,7 +75,7 @@ from secure_fed.deploy.ceremony import (
 from secure_fed.deploy.ceremony import create_keys as create_keys
 from secure_fed.deploy.errors import KeyDirectoryInvalid
 from secure_fed.deploy.tls import private_dir
-from secure_fed.deploy.transport import AuthorityChannels
+from secure_fed.deploy.transport import AuthorityChannels, VerifierChannels
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadEncoder
 from secure_fed.secure.parties.helper import HelperParty
@@ -123,6 +127,8 @@ class AggregatorKeys:
     authority: AuthorityChannels
     helper: Callable[[bytes], bytes] | None
     audit: AuditSink | None
+    #: The verifier's channels (ckks: required when the manifest names a verifier).
+    verifier: VerifierChannels | None = None
 
     @property
     def mode(self) -> str:
@@ -189,12 +195,19 @@ class AggregatorKeys:
         if m.publication_preset is not None:
             fp = m.fingerprints["publication"]
             publication = _context(self.directory, "publication", m.publication_preset, fp)
+        verifier = self.verifier
+        if m.verifier_key is not None and verifier is None:
+            raise KeyDirectoryInvalid(
+                "the key authority pins a verifier: the ckks aggregator needs its channels"
+            )
         keys = CkksKeys(
             public_context=public,  # type: ignore[arg-type]
             authority=channels.decrypt,
             signer=signer,
             plans=channels.plan,
             publication_context=publication,  # type: ignore[arg-type]
+            attest=None if verifier is None else verifier.attest,
+            forward=None if verifier is None else verifier.forward,
         )
         return CkksAggregator(
             shape=m.shape,
@@ -243,8 +256,13 @@ def load_aggregator(
     authority: AuthorityChannels,
     helper: Callable[[bytes], bytes] | None = None,
     audit: AuditSink | None = None,
+    verifier: VerifierChannels | None = None,
 ) -> AggregatorKeys:
-    """Load the aggregator's directory; its key authority (and helper) channels are given.
+    """Load the aggregator's directory; its key authority (helper, verifier) channels are given.
+
+    In ckks mode with the ceremony's verifier (the manifest's ``verifier_key``) the
+    aggregator forwards every accepted upload to ``verifier`` and sends each decryption
+    request with its attestation; without ``verifier`` it cannot build its aggregator.
 
     Raises
     ------
@@ -257,7 +275,7 @@ def load_aggregator(
         raise KeyDirectoryInvalid("authority must be AuthorityChannels (remote_authority(...))")
     if manifest.mode == "shares" and helper is None:
         raise KeyDirectoryInvalid("the shares aggregator needs a helper channel")
-    return AggregatorKeys(manifest, directory, authority, helper, audit)
+    return AggregatorKeys(manifest, directory, authority, helper, audit, verifier)
 
 
 @dataclass(frozen=True, eq=False)

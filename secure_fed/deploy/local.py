@@ -7,7 +7,9 @@ own process under a :class:`~secure_fed.deploy.supervisor.Supervisor`, each
 checked healthy before the next one starts:
 
 1. the key authority (``secure-fed keyauthority serve``, mutual TLS);
-2. the helper (``secure-fed helper serve``, shares mode only);
+2. the helper (``secure-fed helper serve``, shares mode only), or the verifier
+   (``secure-fed verifier serve``, ckks mode: the key authority decrypts nothing it
+   did not attest);
 3. the REST API (``secure-fed api``: budgets over HTTPS, audit log, console);
 4. the SuperLink (``flower-superlink``, TLS with the run's CA, SuperNode
    authentication on), then each participant's node public key from the key
@@ -204,6 +206,8 @@ class LocalFederation:
         specs = [self._party(layout, "keyauthority", layout.authority_port)]
         if self.options.mode == "shares":
             specs.append(self._party(layout, "helper", layout.helper_port))
+        else:  # ckks: the verifier recomputes every request before it is decrypted
+            specs.append(self._party(layout, "verifier", layout.verifier_port))
         specs.append(api_spec(layout.api, python=self.python, env=self._env()))
         specs.append(self._superlink(layout))
         specs += [self._supernode(layout, pid) for pid in layout.ids]

@@ -7,7 +7,7 @@
     <run>/api/api.toml          the REST API's settings (0600)
     <run>/server/server.toml    the ServerApp's settings (Flower run config names it)
     <run>/nodes/<id>/           participant.toml, api-token (0600), state/
-    <run>/keyauthority/, <run>/helper/   the services' state directories
+    <run>/keyauthority/, <run>/helper/, <run>/verifier/   the services' state directories
     <run>/superlink/            the SuperLink's database
     <run>/flwr/config.toml      FLWR_HOME of ``flwr run`` (the SuperLink connection)
     <run>/logs/<process>.log    one log per process (the supervisor's)
@@ -96,6 +96,8 @@ class LocalLayout:
     superlink_port: int
     authority_port: int
     helper_port: int
+    #: The verifier service's port (ckks mode: it attests every decryption request).
+    verifier_port: int = 0
 
     @property
     def ca_file(self) -> Path:
@@ -163,7 +165,10 @@ def _server_toml(options: LocalOptions, layout: LocalLayout, sm3: str) -> str:
         for k, pid in enumerate(layout.ids)
     )
     cert, key = layout.tls("aggregator")
-    helper = f"helper_url = {_q(f'https://127.0.0.1:{layout.helper_port}')}\n"
+    # shares: the helper; ckks: the verifier, which attests every decryption request
+    second = f"helper_url = {_q(f'https://127.0.0.1:{layout.helper_port}')}\n"
+    if options.mode == "ckks":
+        second = f"verifier_url = {_q(f'https://127.0.0.1:{layout.verifier_port}')}\n"
     return f"""[server]
 namespace = "local"
 ledger_url = {_q(layout.database_url)}
@@ -187,7 +192,7 @@ sm3 = {_q(sm3)}
 
 [parties]
 authority_url = {_q(f"https://127.0.0.1:{layout.authority_port}")}
-{helper if options.mode == "shares" else ""}ca_file = {_q(layout.ca_file)}
+{second}ca_file = {_q(layout.ca_file)}
 client_cert = {_q(cert)}
 client_key = {_q(key)}
 {entries}"""
@@ -279,11 +284,12 @@ def prepare(options: LocalOptions) -> LocalLayout:
         superlink_port=free_port(),
         authority_port=free_port(),
         helper_port=free_port(),
+        verifier_port=free_port(),
     )
     _write_private(layout.server_toml, _server_toml(options, layout, sm3))
     for k, pid in enumerate(ids):
         _write_private(layout.participant_tomls[pid], _participant_toml(options, layout, k, sm3))
     _write_private(layout.flwr_home / "config.toml", _flwr_config(layout))
-    for name in ("keyauthority", "helper", "superlink"):
+    for name in ("keyauthority", "helper", "verifier", "superlink"):
         (run / name).mkdir(exist_ok=True, mode=0o700)
     return layout

@@ -92,7 +92,7 @@ def round_summaries(database_url: str, namespace: str = _NAMESPACE) -> tuple[Rou
 
 def _parties(layout: LocalLayout, mode: str) -> tuple[tuple[str, str, str], ...]:
     """``(party, log, state)``, paths relative to the run folder."""
-    names = ["keyauthority", *(["helper"] if mode == "shares" else [])]
+    names = ["keyauthority", "helper" if mode == "shares" else "verifier"]
     rows = [(n, f"logs/{n}.log", f"{n}/, its audit log {n}/audit.db") for n in names]
     rows.append(("api", "logs/api.log", "api/api.toml, the ledger (below)"))
     rows.append(("superlink", "logs/superlink.log", "superlink/"))

@@ -41,6 +41,8 @@ are taken from the file's folder. Format::
     [parties]                        # ckks and shares modes: the key authority / helper
     authority_url = "https://127.0.0.1:8601"
     helper_url = "https://127.0.0.1:8602"      # shares mode
+    verifier_url = "https://127.0.0.1:8603"    # ckks mode: required when the key
+                                               # ceremony made a verifier (its default)
     ca_file = "keys/tls/ca.pem"                # the CA of their server certificates
     client_cert = "keys/tls/aggregator.pem"    # the aggregator's client certificate (mTLS)
     client_key = "keys/tls/aggregator.key"
@@ -129,6 +131,8 @@ class ServerConfig:
     receipts_required: bool
     receipt_public_key: Path | None
     insecure_seeded_slice: bool = False
+    #: The verifier service (ckks mode; ``""``: none configured).
+    verifier_url: str = ""
 
 
 def load_server_config(path: str | Path) -> ServerConfig:
@@ -170,6 +174,7 @@ def load_server_config(path: str | Path) -> ServerConfig:
         rows=rows,
         authority_url=f.text("parties.authority_url", optional=mode != "ckks"),
         helper_url=f.text("parties.helper_url", optional=mode != "shares"),
+        verifier_url=f.text("parties.verifier_url", optional=True),
         ca_file=f.path_of("parties.ca_file", optional=True),
         client_cert=f.path_of("parties.client_cert", optional=True),
         client_key=f.path_of("parties.client_key", optional=True),

@@ -2,9 +2,9 @@
 
 :func:`create_local_ca` writes a private CA and the certificates one machine needs
 to run every service on loopback: server certificates (``serverAuth`` only) for the
-SuperLink, the key authority, the helper and the REST API, valid for ``127.0.0.1``
+SuperLink, the key authority, the helper, the verifier and the REST API, valid for ``127.0.0.1``
 and ``localhost``, and one client certificate (``clientAuth`` only) for the
-aggregator, which the key authority and the helper require (mutual TLS). Keys are
+aggregator, which the key authority, the helper and the verifier require (mutual TLS). Keys are
 ECDSA P-256 from the OS generator, written unencrypted with mode 0600: a try-out;
 in production each machine's certificate comes from the operator's own CA.
 
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 #: Services that get a server certificate in a try-out.
-SERVER_NAMES = ("superlink", "keyauthority", "helper", "api")
+SERVER_NAMES = ("superlink", "keyauthority", "helper", "api", "verifier")
 #: The name the ceremony gives the aggregator's client certificate (subject CN and DNS SAN);
 #: the key authority and the helper serve only a client certificate of this name.
 AGGREGATOR_NAME = "aggregator"

@@ -18,12 +18,24 @@ Public API (stable)::
 
     RemoteParty(base_url, path, *, tls: ClientTLS | None, timeout=60.0)  # bytes -> bytes
     RemoteDealer(base_url, path, *, tls, timeout)      # bytes -> (aggregator blob, helper blob)
+    RemoteDecrypt(base_url, path, *, tls, timeout)     # (request, attestation) -> bytes
     AuthorityChannels(decrypt=, plan=, deal=, deal_range=, deal_compare=)
+    VerifierChannels(forward=, attest=)
     remote_authority(base_url, *, tls, timeout=60.0) -> AuthorityChannels
     remote_helper(base_url, *, tls, timeout=60.0) -> RemoteParty
+    remote_verifier(base_url, *, tls, timeout=60.0) -> VerifierChannels
     pack_pair(a, b) -> bytes; unpack_pair(data) -> (a, b)
+    pack_upload(envelope, round_id) -> bytes; unpack_upload(data) -> (envelope, round_id)
     error_for(code, detail) -> Exception
-    AUTHORITY_PATHS, HELPER_PATH, OCTET_STREAM
+    AUTHORITY_PATHS, HELPER_PATH, VERIFIER_PATHS, ATTESTATION_HEADER, OCTET_STREAM
+
+Verified release (ckks mode): the aggregator forwards every accepted upload, as its
+participant signed it, to the verifier service (``POST /v1/verifier/upload``, body
+:func:`pack_upload`), asks it to attest each signed decryption request (``POST
+/v1/verifier/attest``: the reply is the attestation) and sends the attestation with
+the request to the key authority's ``/v1/decrypt`` in the :data:`ATTESTATION_HEADER`
+header (hex). A request without it, or with any other, is refused by the key
+authority before anything is decrypted (``KEY_AUTHORITY_RELEASE_UNATTESTED``).
 """
 
 from __future__ import annotations
@@ -40,20 +52,27 @@ import httpx
 from crypto.errors import CryptoError
 from secure_fed.deploy.errors import PartyReplyInvalid, PartyUnavailable, TlsConfigInvalid
 from secure_fed.deploy.tls import ClientTLS
-from secure_fed.errors import SecureFedError
+from secure_fed.errors import AuthorityRequestMalformed, SecureFedError
 
 __all__ = [
+    "ATTESTATION_HEADER",
     "AUTHORITY_PATHS",
     "HELPER_PATH",
     "OCTET_STREAM",
+    "VERIFIER_PATHS",
     "AuthorityChannels",
     "RemoteDealer",
+    "RemoteDecrypt",
     "RemoteParty",
+    "VerifierChannels",
     "error_for",
     "pack_pair",
+    "pack_upload",
     "remote_authority",
     "remote_helper",
+    "remote_verifier",
     "unpack_pair",
+    "unpack_upload",
 ]
 
 _log = logging.getLogger(__name__)
@@ -70,6 +89,10 @@ AUTHORITY_PATHS = {
 }
 #: Route of the helper service.
 HELPER_PATH = "/v1/helper"
+#: Routes of the verifier service (ckks mode), by channel.
+VERIFIER_PATHS = {"upload": "/v1/verifier/upload", "attest": "/v1/verifier/attest"}
+#: Header of ``/v1/decrypt`` carrying the verifier's attestation (hex of its bytes).
+ATTESTATION_HEADER = "secure-fed-attestation"
 _PAIR = struct.Struct(">Q")
 #: Largest reply read from a party (a decrypted 10,000 x 10 aggregate is under 1 MB).
 MAX_REPLY_BYTES = 512 << 20
@@ -94,6 +117,33 @@ def unpack_pair(data: bytes) -> tuple[bytes, bytes]:
     if size > len(data) - _PAIR.size:
         raise PartyReplyInvalid("a two-blob reply's length prefix exceeds the body")
     return data[_PAIR.size : _PAIR.size + size], data[_PAIR.size + size :]
+
+
+def pack_upload(envelope: bytes, round_id: int) -> bytes:
+    """Frame a forwarded upload: the round id (8 bytes, big-endian), then the envelope.
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If ``round_id`` is not an integer in ``[0, 2^63)``.
+    """
+    if not isinstance(round_id, int) or not 0 <= round_id < 1 << 63:
+        raise AuthorityRequestMalformed(f"round_id must be in [0, 2^63), got {round_id!r}")
+    return _PAIR.pack(round_id) + envelope
+
+
+def unpack_upload(data: bytes) -> tuple[bytes, int]:
+    """Split a body made by :func:`pack_upload` into ``(envelope, round_id)``.
+
+    Raises
+    ------
+    AuthorityRequestMalformed
+        If the body is shorter than its round id.
+    """
+    if not isinstance(data, bytes) or len(data) <= _PAIR.size:
+        raise AuthorityRequestMalformed("a forwarded upload is a round id and an envelope")
+    (round_id,) = _PAIR.unpack_from(data)
+    return data[_PAIR.size :], int(round_id)
 
 
 def _error_classes() -> dict[str, type[Exception]]:
@@ -162,7 +212,11 @@ class RemoteParty:
         return f"{type(self).__name__}({self.url!r})"
 
     def __call__(self, request: bytes) -> bytes:
-        """POST ``request`` and return the reply bytes.
+        """POST ``request`` and return the reply bytes (:meth:`post`)."""
+        return self.post(request)
+
+    def post(self, request: bytes, headers: dict[str, str] | None = None) -> bytes:
+        """POST ``request`` (with extra ``headers``) and return the reply bytes.
 
         Raises
         ------
@@ -175,7 +229,7 @@ class RemoteParty:
         """
         try:
             response = self._client.post(
-                self.url, content=request, headers={"content-type": OCTET_STREAM}
+                self.url, content=request, headers={**(headers or {}), "content-type": OCTET_STREAM}
             )
         except httpx.TimeoutException as exc:
             raise PartyUnavailable(f"{self.url} timed out: {exc}") from exc
@@ -227,6 +281,62 @@ class RemoteDealer(RemoteParty):
         return unpack_pair(super().__call__(request))
 
 
+class RemoteDecrypt(RemoteParty):
+    """The key authority's decrypt route: the request, with the verifier's attestation."""
+
+    def __call__(self, request: bytes, attestation: bytes | None = None) -> bytes:
+        """POST ``request`` (the attestation, if any, in :data:`ATTESTATION_HEADER`).
+
+        Raises
+        ------
+        PartyUnavailable, PartyReplyInvalid, SecureFedError
+            As :meth:`RemoteParty.__call__`.
+        """
+        if attestation is None:
+            return self.post(request)
+        return self.post(request, {ATTESTATION_HEADER: attestation.hex()})
+
+
+class RemoteUpload(RemoteParty):
+    """The verifier's upload route: ``forward(envelope, round_id) -> participant id``."""
+
+    def __call__(self, envelope: bytes, round_id: int) -> str:  # type: ignore[override]
+        """POST a forwarded upload; return the participant the verifier found it signed by.
+
+        Raises
+        ------
+        PartyUnavailable, PartyReplyInvalid, SecureFedError
+            As :meth:`RemoteParty.__call__` (a refusal is ``VERIFIER_UPLOAD_REFUSED``).
+        """
+        reply = self.post(pack_upload(envelope, round_id))
+        try:
+            return reply.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PartyReplyInvalid(f"{self.url} replied with no participant id") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifierChannels:
+    """The aggregator's channels to the verifier (ckks mode; remote or in-process).
+
+    ``forward(envelope, round_id)`` hands it an accepted upload as its participant signed
+    it; ``attest(request)`` returns its attestation of a signed decryption request.
+    """
+
+    forward: Callable[[bytes, int], object]
+    attest: Callable[[bytes], bytes]
+
+
+def remote_verifier(
+    base_url: str, *, tls: ClientTLS | None, timeout: float = 60.0
+) -> VerifierChannels:
+    """Return the channels to the verifier service at ``base_url``."""
+    return VerifierChannels(
+        forward=RemoteUpload(base_url, VERIFIER_PATHS["upload"], tls=tls, timeout=timeout),
+        attest=RemoteParty(base_url, VERIFIER_PATHS["attest"], tls=tls, timeout=timeout),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuthorityChannels:
     """The aggregator's channels to the key authority (remote or in-process).
@@ -236,7 +346,7 @@ class AuthorityChannels:
     mode needs only its own.
     """
 
-    decrypt: Callable[[bytes], bytes] | None = None
+    decrypt: Callable[..., bytes] | None = None
     plan: Callable[[bytes], bytes] | None = None
     deal: Callable[[bytes], tuple[bytes, bytes]] | None = None
     deal_range: Callable[[bytes], tuple[bytes, bytes]] | None = None
@@ -248,7 +358,7 @@ def remote_authority(
 ) -> AuthorityChannels:
     """Return every channel of the key authority service at ``base_url``."""
     return AuthorityChannels(
-        decrypt=RemoteParty(base_url, AUTHORITY_PATHS["decrypt"], tls=tls, timeout=timeout),
+        decrypt=RemoteDecrypt(base_url, AUTHORITY_PATHS["decrypt"], tls=tls, timeout=timeout),
         plan=RemoteParty(base_url, AUTHORITY_PATHS["plan"], tls=tls, timeout=timeout),
         deal=RemoteDealer(base_url, AUTHORITY_PATHS["deal"], tls=tls, timeout=timeout),
         deal_range=RemoteDealer(base_url, AUTHORITY_PATHS["deal_range"], tls=tls, timeout=timeout),

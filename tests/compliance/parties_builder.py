@@ -22,6 +22,7 @@ from privacy_ledger import AuditLog, PrivacyLedger, RoundStore
 from secure_fed.deploy.authority import KeyAuthorityParty
 from secure_fed.deploy.ceremony import read_sm2
 from secure_fed.deploy.keys import create_keys, load_aggregator, load_helper, load_key_authority
+from secure_fed.deploy.verifier_party import load_verifier
 from secure_fed.errors import ModeSetupInvalid
 from secure_fed.secure.parties.key_authority import plan_request
 from secure_fed.secure.server_auth import ServerSigningKey
@@ -81,7 +82,12 @@ def build_deployment(run: Path, *, stage: str = "published", mode: str = "ckks")
     audit = party_audit(keys / "keyauthority", state, party="keyauthority", database_url=None)
     ka = load_key_authority(keys / "keyauthority", audit=audit, state_dir=state)
     helper = _helper(keys, run) if mode == "shares" else None
-    agg = load_aggregator(keys / "aggregator", authority=ka.channels(), helper=helper)
+    verifier = None  # ckks: the key authority pins the ceremony's verifier
+    if mode == "ckks":
+        verifier = load_verifier(keys / "verifier", audit=None).channels()
+    agg = load_aggregator(
+        keys / "aggregator", authority=ka.channels(), helper=helper, verifier=verifier
+    )
     run_round(agg, keys, run / "round")
     if mode == "ckks":
         _refuse_second_plan(ka, keys)

@@ -45,6 +45,11 @@ def run_round(
     harness = Harness(
         LoadedDeployment(agg, parts), tmp_path, ids=ids, min_participants=2, audit=audit
     )
+    # the participants sign with the ceremony's keys (a verifier checks them by its manifest)
+    harness.keys = {p: parts[p].signing_key for p in ids}
+    harness.verifier.keys = {p: k.public_key for p, k in harness.keys.items()}
+    # the envelope gate forwards each accepted upload, as signed, to the verifier (ckks)
+    harness.verifier.forward = harness.engine.aggregator.forward_upload
     preds = dict(zip(ids, population(len(ids), *agg.shape, seed=round_id).values(), strict=True))
     if copy is not None:
         preds[copy[0]] = preds[copy[1]].copy()

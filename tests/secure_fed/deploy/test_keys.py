@@ -20,6 +20,7 @@ from secure_fed.deploy.keys import (
     read_manifest,
 )
 from secure_fed.deploy.transport import AuthorityChannels
+from secure_fed.deploy.verifier_party import load_verifier
 from secure_fed.errors import ModeSetupInvalid, ServerRequestReplayed
 from secure_fed.secure.audit import MemoryAuditSink
 from tests.secure_fed.deploy.loaded import run_round
@@ -38,10 +39,14 @@ def _files(root: Path) -> dict[str, set[str]]:
 def _load(root: Path, tmp_path: Path, audit: MemoryAuditSink) -> AggregatorKeys:
     ka = load_key_authority(root / "keyauthority", audit=audit, state_dir=tmp_path / "ka")
     manifest = read_manifest(root / "aggregator")
-    helper = None
+    helper, verifier = None, None
     if manifest.mode == "shares":
         helper = load_helper(root / "helper", audit=audit, state_dir=tmp_path / "helper").handle
-    return load_aggregator(root / "aggregator", authority=ka.channels(), helper=helper)
+    else:
+        verifier = load_verifier(root / "verifier", audit=audit).channels()
+    return load_aggregator(
+        root / "aggregator", authority=ka.channels(), helper=helper, verifier=verifier
+    )
 
 
 def test_each_party_holds_only_its_own_files_mode_0600(ckks_root: Path) -> None:
@@ -69,6 +74,17 @@ def test_each_party_holds_only_its_own_files_mode_0600(ckks_root: Path) -> None:
         f"{pid}.pub" for pid in IDS
     }
     assert not (ckks_root / "helper").exists()
+    # the verifier: its attestation key, its audit key, public contexts; no secret key
+    assert {p.name for p in (ckks_root / "verifier").iterdir()} == {
+        "party.json",
+        "policy.json",
+        "verifier.key.pem",
+        "audit.key.pem",
+        "scoring.context",
+        "publication.context",
+    }
+    for party in ("aggregator", "keyauthority", "verifier", "participants/h1"):
+        assert read_manifest(ckks_root / party).verifier_key is not None  # every party knows it
     for path in ckks_root.rglob("*"):
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
@@ -100,6 +116,17 @@ def test_each_participant_has_its_own_p384_node_key_and_the_superlink_its_public
     assert len(seen) == len(IDS)  # one key per node, none shared
     for other in ("aggregator", "keyauthority", "api"):
         assert not list((ckks_root / other).glob("node.*"))
+
+
+def test_a_ckks_aggregator_without_the_pinned_verifier_s_channels_is_refused(
+    ckks_root: Path, tmp_path: Path
+) -> None:
+    ka = load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=tmp_path / "ka")
+    assert ka.authority.verifier is not None  # the ceremony's verifier, pinned
+    assert ka.authority.verifier.public_key == read_manifest(ckks_root / "verifier").verifier_key
+    agg = load_aggregator(ckks_root / "aggregator", authority=ka.channels())
+    with pytest.raises(KeyDirectoryInvalid, match="needs its channels"):
+        agg.aggregator(bound=8.0)
 
 
 def test_keys_are_never_overwritten(ckks_root: Path) -> None:
@@ -210,7 +237,8 @@ def test_the_release_count_of_each_epoch_survives_a_restart(
 
     state = tmp_path / "ka"
     ka = load_key_authority(ckks_root / "keyauthority", audit=None, state_dir=state)
-    agg = load_aggregator(ckks_root / "aggregator", authority=ka.channels())
+    verifier = load_verifier(ckks_root / "verifier", audit=None).channels()
+    agg = load_aggregator(ckks_root / "aggregator", authority=ka.channels(), verifier=verifier)
     run_round(agg, ckks_root, tmp_path)
     released = ka.releases()
     assert len(released) == 2 and all(count > 0 for count in released.values())
