@@ -132,6 +132,7 @@ def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
     if last.publication is not None:
         acks = send_publication(grid, node, members, last)
         _log.info("%d of %d nodes acknowledged the last publication", acks, len(last.answered))
+    getattr(node.audit, "sign_pending", lambda: None)()  # the run ends: every entry under a head
     return outcomes
 
 
