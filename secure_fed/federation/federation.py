@@ -60,6 +60,7 @@ from secure_fed.federation.participant import (
     LocalTrainer,
     Participant,
     public_set_digest,
+    upload_notice,
 )
 from secure_fed.federation.stages import RoundConfig, RoundStore
 from secure_fed.learning.budget_gate import BudgetGate, InMemoryBudgetGate
@@ -74,6 +75,8 @@ from secure_fed.secure.consortium_policy import ConsortiumPolicy, SignedPolicy
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import UploadEncoder
 from secure_fed.secure.parties.central_dp import CentralDP
+from secure_fed.secure.parties.helper import HelperParty
+from secure_fed.secure.parties.key_authority import KeyAuthority
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
 __all__ = ["Federation", "ParticipantRound", "RoundResult"]
@@ -304,6 +307,8 @@ class Federation:
             ).open
         )
         self.public_sm3 = public_set_digest(task.public_x)
+        # each participant notices its upload to the round's opening gatekeeper first
+        self._notice_keys, self._noticed = signing_keys, _notice_gatekeeper(self.deployment)
         self._baseline_gate = InMemoryBudgetGate(epsilon=config.epsilon, delta=config.delta)
         self.members = [
             self._build(planned, idx, k, signing_keys[planned.participant_id])
@@ -432,6 +437,7 @@ class Federation:
             envelope = self._participant_round(member, config)
             if envelope is None:
                 continue
+            self._notice(member, envelope)
             self._stage("verifying", member.participant.participant_id)
             try:
                 self.aggregator.handle_upload(envelope, round_id=rid)
@@ -453,6 +459,28 @@ class Federation:
                 member.handler.handle_publication(publication)
         self._stage("evaluating")
         return self._result(rid, reason, self.clock() - start)
+
+    def _notice(self, member: _Member, envelope: bytes) -> None:
+        """Send the participant's signed upload notice to the round's gatekeeper, if any.
+
+        A refused notice is logged; the participant still uploads (it only loses the
+        guarantee that no roster of the round leaves it out).
+        """
+        if self._noticed is None:
+            return
+        party, accept = self._noticed
+        pid = member.participant.participant_id
+        try:
+            notice = upload_notice(
+                envelope,
+                key=self._notice_keys[pid],
+                party=party,
+                receipt_required=self.receipts is not None,
+            )
+            if notice is not None:
+                accept(notice)
+        except SecureFedError as exc:
+            _log.warning("upload notice of %s refused: %s", pid, exc)
 
     def _abort(self, rid: int, exc: SecureFedError) -> str:
         """Abort round ``rid`` after a party's refusal; audit it (``round.aborted``)."""
@@ -517,6 +545,17 @@ class Federation:
             if on_round is not None:
                 on_round(result)
         return results
+
+
+def _notice_gatekeeper(deployment: object) -> tuple[str, Callable[[bytes], bytes]] | None:
+    """Return the gatekeeper that opens the mode's values (its name and notice intake)."""
+    helper = getattr(deployment, "helper", None)
+    if isinstance(helper, HelperParty):
+        return "helper", helper.accept_notice
+    authority = getattr(deployment, "authority", None)
+    if isinstance(authority, KeyAuthority) and authority.keys is not None:
+        return "key_authority", authority.accept_notice
+    return None
 
 
 def _metric_fields(fed: Scores, local: Scores | None) -> dict[str, float | None]:

@@ -24,16 +24,23 @@ from __future__ import annotations
 
 import logging
 import secrets
+import struct
 from typing import Protocol
 
 import numpy as np
 from torch import nn
 
+from crypto.sm import SM2PrivateKey
 from crypto.sm.sm3 import sm3_digest
 from secure_fed.errors import RoundConfigInvalid, UploadMalformed
 from secure_fed.evaluation.attacks import Attack
 from secure_fed.federation.distill_settings import DistillSettings
-from secure_fed.federation.messages import UploadHeader, decode_publication, encode_upload
+from secure_fed.federation.messages import (
+    UploadHeader,
+    decode_publication,
+    decode_upload,
+    encode_upload,
+)
 from secure_fed.federation.schema import ModelSchema
 from secure_fed.federation.stages import RoundConfig
 from secure_fed.learning.distill import (
@@ -45,8 +52,10 @@ from secure_fed.learning.distill import (
 )
 from secure_fed.learning.private_training import TrainReport
 from secure_fed.secure.mode import UploadEncoder
+from secure_fed.secure.protocol.upload_notice import notice_digest, sign_notice
+from secure_fed.wire import ENVELOPE, decode_frame
 
-__all__ = ["LocalTrainer", "Participant", "public_set_digest"]
+__all__ = ["LocalTrainer", "Participant", "public_set_digest", "upload_notice"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,6 +74,39 @@ def public_set_digest(public_x: np.ndarray) -> str:
     """Hex SM3 of the public set (float32, C order, shape-prefixed)."""
     arr = np.ascontiguousarray(public_x, dtype="<f4")
     return sm3_digest(repr(arr.shape).encode("ascii") + arr.tobytes()).hex()
+
+
+def upload_notice(
+    envelope: bytes, *, key: SM2PrivateKey, party: str, receipt_required: bool = False
+) -> bytes | None:
+    """Return the signed upload notice of ``envelope`` to gatekeeper ``party``, or ``None``.
+
+    Sent to the round's opening gatekeeper before the envelope goes to the aggregator
+    (:mod:`secure_fed.secure.upload_notices`): from then on no roster of the round may
+    leave this participant out, nor list another upload of it. A participant notices
+    only an upload it stands behind: ``None`` when ``receipt_required`` and the envelope
+    carries no budget receipt (the aggregator refuses it; noticed, it would abort the
+    round).
+
+    Raises
+    ------
+    UploadMalformed, UploadNoticeMalformed
+        If ``envelope`` is not a sealed upload envelope (``seal_upload``).
+    """
+    head, body = decode_frame(envelope, ENVELOPE, max_bytes=len(envelope))
+    if receipt_required and head.get("receipt") is None:
+        return None
+    # the envelope's payload: u16 signature length | DER signature | upload frame
+    (sig_len,) = struct.unpack_from(">H", body) if len(body) >= 2 else (len(body),)
+    upload = body[2 + sig_len :]
+    header, payload = decode_upload(upload, max_bytes=len(upload))
+    return sign_notice(
+        key,
+        round_id=header.round_id,
+        participant_id=header.participant_id,
+        party=party,
+        upload_sm3=notice_digest(payload, party=party),
+    )
 
 
 class Participant:
