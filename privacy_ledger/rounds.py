@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
 
+from privacy_ledger.audit.rows import check_row, row_key
 from privacy_ledger.budget.participants import check_id
-from privacy_ledger.errors import LedgerParameterInvalid, RoundUnknown
+from privacy_ledger.errors import LedgerParameterInvalid, RoundUnknown, RowAltered
 from privacy_ledger.models import DecryptionRequestRow, RoundRow, UploadRow
 
 __all__ = ["RoundStore", "RoundRecord", "UploadRecord", "DecryptionRecord"]
@@ -90,6 +91,7 @@ class RoundStore:
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
         if not isinstance(engine, Engine):
             raise LedgerParameterInvalid(f"engine: expected a SQLAlchemy Engine, got {engine!r}")
+        self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
 
@@ -130,12 +132,8 @@ class RoundStore:
                         id=round_id, stage=stage, state=dict(state), created_at=now, updated_at=now
                     )
                 )
-            else:
-                session.execute(
-                    update(RoundRow)
-                    .where(RoundRow.id == round_id)
-                    .values(stage=stage, state=dict(state), updated_at=now)
-                )
+            else:  # through the ORM, so the ledger seal records the change (audit.rows)
+                row.stage, row.state, row.updated_at = stage, dict(state), now
 
     def load(self, round_id: str) -> RoundRecord:
         """Return the stored round.
@@ -144,11 +142,24 @@ class RoundStore:
         ------
         RoundUnknown
             When no round has this id.
+        RowAltered
+            ``LEDGER_ROW_ALTERED`` when the stored row differs from what the ledger
+            recorded writing (:func:`privacy_ledger.audit.rows.check_row`).
         """
         with self._sessions() as session:
-            row = session.get(RoundRow, round_id)
+            try:
+                row = session.get(RoundRow, round_id)
+            except ValueError:  # the stored state is no longer JSON: name what changed
+                check_row(session, "rounds", row_key([round_id]))
+                raise RowAltered(
+                    f"table rounds, row {row_key([round_id])}, column state: not readable JSON",
+                    table="rounds",
+                    row_key=row_key([round_id]),
+                    column="state",
+                ) from None
             if row is None:
                 raise RoundUnknown(f"round_id: {round_id!r} is not stored")
+            check_row(session, "rounds", row_key([round_id]))
             return RoundRecord(
                 id=row.id,
                 stage=row.stage,

@@ -12,9 +12,17 @@ the newest signed head; ``export-head --out DIR`` writes ``head.txt``,
         -sigopt distid:1234567812345678 head.txt
 
 ``checkpoint --signing-key PEM`` signs the entries not yet under a head (the
-service normally does it as it appends). ``verify --trusted-head DIR`` also
-checks that the log still contains a head exported earlier (a truncation of
-entries together with their heads is invisible in the database alone).
+service normally does it as it appends) and renews the ledger seal; on a ledger
+written before ledger seals it records every stored row as the baseline.
+``verify`` also checks the ledger seal (:mod:`privacy_ledger.audit.verify.rows`):
+``log_state`` as signed, and every row of the rounds, uploads, budgets,
+reservations, participants, assets and decryption tables against its row record,
+exiting 1 with ``LEDGER_ROW_ALTERED`` (table, row key, column), ``LEDGER_ROW_DELETED``,
+``LEDGER_ROW_UNRECORDED``, ``LEDGER_STATE_TAMPERED`` or ``LEDGER_NOT_SEALED``
+(``--allow-unsealed`` accepts an old ledger with a NOT COVERED line per table).
+``verify --trusted-head DIR`` also checks that the log still contains a head
+exported earlier (a rollback of the whole database to an earlier sealed moment is
+invisible in the database alone).
 ``verify --recompute --public-context FILE`` then recomputes every CKKS
 decryption the key authority served from the stored uploads
 (:mod:`api.cli.recompute`) and exits 1 naming each mismatch. For a deployment,
@@ -123,7 +131,9 @@ def _trusted(directory: Path | None, key: SM2PublicKey) -> Checkpoint | None:
         raise TrustedHeadInvalid(f"--trusted-head {directory}: {exc}") from None
 
 
-def _verify(engine: Engine, key: SM2PublicKey, trusted: Checkpoint | None) -> VerificationReport:
+def _verify(
+    engine: Engine, key: SM2PublicKey, trusted: Checkpoint | None, *, allow_unsealed: bool = False
+) -> VerificationReport:
     """Verify the log with a progress bar; print TAMPERED and exit 1 on a bad entry or head."""
     from rich.console import Console
     from rich.progress import Progress
@@ -138,6 +148,7 @@ def _verify(engine: Engine, key: SM2PublicKey, trusted: Checkpoint | None) -> Ve
                 engine,
                 public_key=key,
                 trusted=trusted,
+                allow_unsealed=allow_unsealed,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except LogTampered as exc:
@@ -164,6 +175,14 @@ def verify(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    allow_unsealed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsealed",
+            help="Accept a ledger written before ledger seals, printing a NOT COVERED line "
+            "for each table and log_state (default: refused, LEDGER_NOT_SEALED).",
+        ),
+    ] = False,
     recompute: Annotated[
         bool,
         typer.Option(
@@ -210,7 +229,9 @@ def verify(
 
     with _opened(db) as engine:
         key = _public_key(engine, public_key)
-        report = _verify(engine, key, _trusted(trusted_head, key))
+        report = _verify(engine, key, _trusted(trusted_head, key), allow_unsealed=allow_unsealed)
+        for line in report.not_covered:
+            typer.echo(line, err=True)
         budgets = _check_budgets(engine)
         if recompute and public_context is not None:
             source = _Recompute(
@@ -229,6 +250,10 @@ def verify(
         "unsigned_entries": report.unsigned_entries,
         "key_fingerprint": report.key_fingerprint,
         "budgets_checked": budgets,
+        "sealed": report.sealed,
+        "row_records": report.row_records,
+        "rows_checked": report.rows_checked,
+        "not_covered": list(report.not_covered),
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -239,6 +264,11 @@ def verify(
         f"{report.latest_head_size}, {report.unsigned_entries} entries not yet signed)"
     )
     typer.echo(f"{budgets} budgets: limit, delta and accountant as the audit log records them")
+    if report.sealed:
+        typer.echo(
+            f"ledger seal verified: {report.rows_checked} rows of the covered tables match "
+            f"their {report.row_records} row records"
+        )
 
 
 def _check_budgets(engine: Engine) -> int:
@@ -373,7 +403,7 @@ def checkpoint(
     ],
     db: DbOption = None,
 ) -> None:
-    """Sign a head over the entries not yet signed (after the same consistency checks)."""
+    """Sign a head over the entries not yet signed and renew the ledger seal."""
     from sqlalchemy.orm import Session
 
     from privacy_ledger.audit.log import AuditLog
@@ -383,6 +413,7 @@ def checkpoint(
         log = AuditLog(signer=key, origin=_stored_origin(engine))
         with Session(engine) as session:
             signed = log.checkpoint(session, force=True)
+            log.seal(session)  # a ledger written before ledger seals gets its first one
             session.commit()
     if signed is None:
         typer.echo("nothing to sign: every entry is under a signed head")

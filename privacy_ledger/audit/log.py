@@ -11,6 +11,11 @@ Sensitive evidence fields are sealed with SM4-GCM (RFC 8998) under a key
 separate from the signing key, with associated data binding the origin, the
 entry index and the field name; the leaf hashes the stored ciphertext, so
 verification needs no decryption key.
+
+Every transaction that appends or signs also renews the *ledger seal*, an SM2
+signature over ``log_state`` and the row log of the covered tables
+(:mod:`privacy_ledger.audit.rows`), so a tail removed together with consistent
+``log_state`` edits, or a changed round, upload or budget row, is detected.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from crypto.sm import SM4GCM, SM2PrivateKey
@@ -34,6 +39,7 @@ from privacy_ledger.audit.evidence import evidence_associated_data, seal, unseal
 from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.audit.models import LOG_STATE_ID, AuditEntryRow, LogStateRow
 from privacy_ledger.audit.proofs import consistency_proof, inclusion_proof
+from privacy_ledger.audit.rows import SEAL_KEY, Sealer, cover_engine
 from privacy_ledger.audit.signing import HeadSigner
 from privacy_ledger.audit.store import (
     GENESIS_PREV,
@@ -136,6 +142,12 @@ class AuditLog:
             signer=signer, origin=self.origin, hasher=self.hasher, cache=self._cache
         )
         self._lock = threading.Lock()
+        #: Records covered rows and signs ``log_state`` at each commit (:mod:`.rows`).
+        self.sealer = Sealer(self, signer)
+
+    def cover(self, engine: Engine) -> None:
+        """Seal every covered row that sessions on ``engine`` write (see :mod:`.rows`)."""
+        cover_engine(engine, self)
 
     def __repr__(self) -> str:
         return f"AuditLog(origin={self.origin!r}, key={self.key_fingerprint[:16]})"
@@ -220,6 +232,7 @@ class AuditLog:
             )
         )
         tail.advance(leaf)
+        session.info[SEAL_KEY] = self.sealer
         return index
 
     def _tail(self, session: Session) -> AppendTail:
@@ -283,7 +296,18 @@ class AuditLog:
             age = math.inf if state.last_head_at is None else now - state.last_head_at
             if not (force or unsigned >= self.checkpoint_every or age >= self.checkpoint_seconds):
                 return None
-            return self._signer.sign(session, state, now)
+            head = self._signer.sign(session, state, now)
+            session.info[SEAL_KEY] = self.sealer
+            return head
+
+    def seal(self, session: Session) -> None:
+        """Have ``session``'s commit renew the ledger seal (and record the covered rows).
+
+        Appends and signed heads do this already; call it to seal a ledger written
+        before ledger seals (``secure-fed ledger checkpoint``), whose first seal
+        records every stored row as its baseline (:mod:`privacy_ledger.audit.rows`).
+        """
+        session.info[SEAL_KEY] = self.sealer
 
     # -- reading -------------------------------------------------------------------------
 

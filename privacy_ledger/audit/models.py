@@ -1,6 +1,6 @@
 """SQLAlchemy 2.0 models of the tamper-evident audit log (RFC 9162-style, SM3/SM2).
 
-Three tables, created by migration ``0002``:
+Four tables, created by migrations ``0002`` and ``0005``:
 
 ``audit_entries``
     One row per entry: its index (the Merkle leaf index), the exact canonical
@@ -13,17 +13,24 @@ Three tables, created by migration ``0002``:
 ``log_state``
     A single row (``id = 1``, inserted by the migration) that serializes
     appends (row lock) and records the log's origin, hash, signing public key
-    and its fingerprint, the current size and the last leaf hash.
+    and its fingerprint, the current size and the last leaf hash. Since ``0005``
+    it also carries the *ledger seal*: an SM2 signature over its own counters and
+    the row log's size and last hash, renewed in every writing transaction
+    (:mod:`privacy_ledger.audit.rows`).
+``row_records``
+    The row log (``0005``): one record per change of a row of a covered
+    table (``rounds``, ``uploads``, ``budgets``...), holding the SM3 of each
+    column's stored value, chained by SM3 and sealed through ``log_state``.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, CheckConstraint, Double, Integer, LargeBinary, String
+from sqlalchemy import BigInteger, CheckConstraint, Double, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from privacy_ledger.models import Base
 
-__all__ = ["AuditEntryRow", "TreeHeadRow", "LogStateRow", "LOG_STATE_ID"]
+__all__ = ["AuditEntryRow", "TreeHeadRow", "LogStateRow", "RowRecordRow", "LOG_STATE_ID"]
 
 # SQLite: INTEGER PRIMARY KEY is the rowid (no second index), still 64-bit.
 _INDEX = BigInteger().with_variant(Integer(), "sqlite")
@@ -79,3 +86,22 @@ class LogStateRow(Base):
     head_count: Mapped[int] = mapped_column(Integer)
     last_head_size: Mapped[int] = mapped_column(BigInteger)
     last_head_at: Mapped[float | None] = mapped_column(Double)
+    rows_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    rows_last_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    seal: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+
+class RowRecordRow(Base):
+    """One record of the row log: a covered row's column digests after a change."""
+
+    __tablename__ = "row_records"
+    __table_args__ = (
+        CheckConstraint("seq >= 0", name="seq"),
+        Index("ix_row_records_row", "table_name", "row_key"),
+    )
+
+    seq: Mapped[int] = mapped_column(_INDEX, primary_key=True, autoincrement=False)
+    table_name: Mapped[str] = mapped_column(String(64))
+    row_key: Mapped[str] = mapped_column(String(512))
+    record: Mapped[bytes] = mapped_column(LargeBinary)
+    record_hash: Mapped[bytes] = mapped_column(LargeBinary)

@@ -65,6 +65,9 @@ class ParticipantRegistry:
         self._audit = audit
         self._clock = clock
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        cover = getattr(audit, "cover", None)
+        if callable(cover):  # an AuditLog also seals the rows written on this engine
+            cover(engine)
 
     @contextmanager
     def _transaction(self) -> Iterator[Session]:

@@ -5,8 +5,10 @@ keeps round state in the privacy ledger's ``rounds`` table
 (``privacy_ledger.rounds.RoundStore``) with compare-and-set on the stage, so
 two aggregator processes cannot both advance a round, and records upload
 evidence (SM3 digest, size, mode, shape; never the data) for the compliance
-report. :class:`JsonFileRoundStore` writes one file per round with a
-temp-file-and-rename, for single-process use without a database.
+report. When a round ends (published or aborted) it has the ledger's audit log
+sign a tree head over every entry so far (``privacy_ledger.audit.rows.checkpoint_engine``).
+:class:`JsonFileRoundStore` writes one file per round with a temp-file-and-rename,
+for single-process use without a database.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from crypto.sm.sm3 import sm3_digest
+from privacy_ledger.audit.rows import checkpoint_engine
 from privacy_ledger.errors import RoundUnknown
 from privacy_ledger.models import RoundRow
 from privacy_ledger.rounds import RoundStore as LedgerRounds
@@ -68,6 +71,8 @@ class LedgerRoundStore:
             expected_stage=self._stages.get(rid),
         )
         self._stages[rid] = state.stage.value
+        if state.stage in _TERMINAL:  # a round's end: every audit entry so far under a head
+            checkpoint_engine(self.rounds.engine)
 
     def _record_uploads(self, state: RoundState) -> None:
         key = self._key(state.round_id)

@@ -9,7 +9,11 @@
    ``subject`` columns (see :class:`~privacy_ledger.audit.verify.entries.EntryChecker`);
 3. the Merkle root recomputed at each head's size equals the signed root, and
    consecutive heads are consistent (RFC 9162 section 2.1.4 proof, generated
-   and verified).
+   and verified);
+4. the ledger seal (:mod:`privacy_ledger.audit.verify.rows`): ``log_state`` is
+   what its SM2 seal signs, the row log replays to the sealed hash, and every
+   row of the covered tables (rounds, uploads, budgets, reservations...) equals
+   its newest record.
 
 The first failure raises a typed :class:`~privacy_ledger.errors.LogTampered`
 whose ``entry_index`` names the first bad entry (or ``tree_size`` the bad head).
@@ -33,6 +37,7 @@ from privacy_ledger.audit.merkle import SM3_HASHER, MerkleTree
 from privacy_ledger.audit.models import LOG_STATE_ID, AuditEntryRow, LogStateRow, TreeHeadRow
 from privacy_ledger.audit.verify.entries import EntryChecker
 from privacy_ledger.audit.verify.heads import HeadWalker, check_heads, check_trusted
+from privacy_ledger.audit.verify.rows import verify_seal
 from privacy_ledger.errors import (
     AuditParameterInvalid,
     LogKeyMismatch,
@@ -65,6 +70,15 @@ class VerificationReport:
         Entries after the newest signed head (protected by the chain only).
     key_fingerprint
         Fingerprint of the public key used.
+    sealed
+        Whether the ledger seal was present and verified (``False`` only with
+        ``allow_unsealed``: then ``not_covered`` says what was not checked).
+    row_records
+        Records of the row log replayed.
+    rows_checked
+        Rows of the covered tables compared with their records.
+    not_covered
+        Lines naming what is not covered (a ledger written before ledger seals).
     """
 
     origin: str | None
@@ -74,6 +88,10 @@ class VerificationReport:
     latest_head_size: int
     unsigned_entries: int
     key_fingerprint: str
+    sealed: bool = False
+    row_records: int = 0
+    rows_checked: int = 0
+    not_covered: tuple[str, ...] = ()
 
 
 @contextmanager
@@ -124,6 +142,7 @@ def verify_log(
     chunk_size: int = 5000,
     progress: Callable[[int, int], None] | None = None,
     trusted: Checkpoint | None = None,
+    allow_unsealed: bool = False,
 ) -> VerificationReport:
     """Verify the whole audit log stored behind ``bind``.
 
@@ -157,6 +176,8 @@ def verify_log(
         When ``public_key`` is not the key recorded for the log.
     LogNotInitialized
         When the audit tables are missing.
+    LedgerNotSealed, StateTampered, RowLogTampered, RowAltered, RowDeleted, RowUnrecorded
+        The ledger seal's findings (:func:`~privacy_ledger.audit.verify.rows.verify_seal`).
     """
     if not isinstance(public_key, SM2PublicKey):
         raise AuditParameterInvalid("public_key: must be a crypto.sm.SM2PublicKey")
@@ -208,6 +229,9 @@ def verify_log(
             )
         if trusted is not None:
             check_trusted(checker.tree, state.origin, trusted)
+        seal = verify_seal(
+            session, state, public_key, allow_unsealed=allow_unsealed, chunk_size=chunk_size
+        )
         latest = heads[-1].tree_size if heads else 0
         logger.info("verified audit log: %d entries, %d heads", size, len(heads))
         return VerificationReport(
@@ -218,4 +242,8 @@ def verify_log(
             latest_head_size=latest,
             unsigned_entries=size - latest,
             key_fingerprint=fingerprint,
+            sealed=seal.sealed,
+            row_records=seal.row_records,
+            rows_checked=seal.rows_checked,
+            not_covered=seal.not_covered,
         )

@@ -20,7 +20,13 @@ from privacy_ledger.audit.log import AuditLog
 from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.audit.models import TreeHeadRow
 from privacy_ledger.audit.verify.log import verify_log
-from privacy_ledger.errors import HeadsInconsistent, HeadTampered, LogKeyMismatch, LogTampered
+from privacy_ledger.errors import (
+    HeadsInconsistent,
+    HeadTampered,
+    LogKeyMismatch,
+    LogTampered,
+    StateTampered,
+)
 from tests.privacy_ledger.audit.conftest import ORIGIN, fill
 
 SIZE = 20
@@ -296,7 +302,9 @@ def test_heads_reordered_are_inconsistent(filled: Engine, log: AuditLog) -> None
     assert info.value.tree_size == 9
 
 
-def test_truncation_with_heads_needs_a_trusted_head(filled: Engine, log: AuditLog) -> None:
+def test_truncation_with_heads_is_caught_by_the_seal_and_a_trusted_head(
+    filled: Engine, log: AuditLog
+) -> None:
     with Session(filled) as session:
         accepted = session.scalars(select(TreeHeadRow).where(TreeHeadRow.seq == 3)).one()
         trusted = verify_head(accepted.body, accepted.signature, log.public_key)
@@ -315,7 +323,8 @@ def test_truncation_with_heads_needs_a_trusted_head(filled: Engine, log: AuditLo
             ),
             {"h": leaf},
         )
-    assert verify_log(filled, public_key=log.public_key).tree_size == 15
+    with pytest.raises(StateTampered, match="does not match its SM2 seal"):
+        verify_log(filled, public_key=log.public_key)  # the seal signs 17 entries, 3 heads
     with pytest.raises(LogTampered, match="entries from 15 on were removed") as info:
         verify_log(filled, public_key=log.public_key, trusted=trusted)
     assert info.value.entry_index == 15 and info.value.tree_size == 17
