@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 class Service:
-    """One ``secure-fed keyauthority|helper serve`` process."""
+    """One ``secure-fed keyauthority|helper|verifier serve`` process."""
 
     def __init__(self, party: str, keys: Path, state: Path, *, tls: bool = True, **opts: str):
         self.party, self.keys, self.state, self.tls = party, keys, state, tls
@@ -41,7 +41,7 @@ class Service:
         self.client_tls: ClientTLS = ca.client("aggregator") if tls else ca.client()
 
     def args(self) -> list[str]:
-        name = "keyauthority" if self.party == "keyauthority" else "helper"
+        name = self.party if self.party in ("keyauthority", "verifier") else "helper"
         args = [name, "serve", "--keys", str(self.keys), "--state", str(self.state)]
         args += ["--port", str(self.port)]
         if self.tls:
@@ -120,6 +120,14 @@ def shares_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ckks_authority(ckks_keys: Path) -> Iterator[Service]:
     service = Service("keyauthority", ckks_keys / "keyauthority", ckks_keys.parent / "ka-state")
+    yield service.start()
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def ckks_verifier(ckks_keys: Path) -> Iterator[Service]:
+    """The ceremony's verifier (the key authority pins it: nothing unattested is decrypted)."""
+    service = Service("verifier", ckks_keys / "verifier", ckks_keys.parent / "verifier-state")
     yield service.start()
     service.stop()
 

@@ -20,6 +20,7 @@ from secure_fed.deploy.transport import (
     RemoteParty,
     remote_authority,
     remote_helper,
+    remote_verifier,
 )
 from secure_fed.errors import (
     AuthorityRequestMalformed,
@@ -46,10 +47,12 @@ def _signer(keys: Path) -> ServerSigningKey:
 
 @pytest.mark.slow
 def test_a_ckks_round_runs_against_the_key_authority_service(
-    ckks_keys: Path, ckks_authority: Service, tmp_path: Path
+    ckks_keys: Path, ckks_authority: Service, ckks_verifier: Service, tmp_path: Path
 ) -> None:
-    channels = remote_authority(ckks_authority.url, tls=_aggregator_tls(ckks_keys))
-    agg = load_aggregator(ckks_keys / "aggregator", authority=channels)
+    tls = _aggregator_tls(ckks_keys)
+    channels = remote_authority(ckks_authority.url, tls=tls)
+    verifier = remote_verifier(ckks_verifier.url, tls=tls)  # every request attested first
+    agg = load_aggregator(ckks_keys / "aggregator", authority=channels, verifier=verifier)
     run_round(agg, ckks_keys, tmp_path)
 
 
