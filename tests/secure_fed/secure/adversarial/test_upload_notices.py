@@ -24,7 +24,6 @@ import pytest
 from crypto.sm import SM2PrivateKey
 from privacy_ledger.audit import canonical
 from secure_fed.errors import (
-    ReleaseRefused,
     RosterOmitsNoticed,
     UploadDiffersFromNotice,
     UploadNoticeDuplicate,
@@ -243,9 +242,3 @@ def test_an_altered_journalled_notice_is_refused_at_start(tmp_path: Path) -> Non
         db.execute(f"UPDATE notices SET notice = {altered}")  # noqa: S608 (a fixed statement)
     with pytest.raises(ModeSetupInvalid, match="stored notice"):
         r.restart()
-
-
-def test_refusals_are_release_refusals(tmp_path: Path) -> None:
-    # callers that abort a round on ReleaseRefused abort it on these too
-    assert issubclass(RosterOmitsNoticed, ReleaseRefused)
-    assert issubclass(UploadDiffersFromNotice, ReleaseRefused)
