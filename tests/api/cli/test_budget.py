@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from api.cli import app
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import MechanismEvent, PrivacyLedger, verify_log
+from privacy_ledger.audit.log import AuditLog
 
 runner = CliRunner()
 
@@ -41,7 +42,7 @@ def _own_key(folder: Path) -> SM2PrivateKey:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    _own_key(tmp_path)
+    key = _own_key(tmp_path)
     result = runner.invoke(
         app,
         _budget_set(
@@ -56,7 +57,8 @@ def db(tmp_path: Path) -> str:
     )
     assert result.exit_code == 0, result.output
     assert "limit 4 at delta 1e-05 (rdp)" in result.output
-    ledger = PrivacyLedger.from_url(url)
+    # the charges are written as a federation writes them: audited, so the ledger seal covers them
+    ledger = PrivacyLedger.from_url(url, audit=AuditLog(signer=key, origin="test/ledger"))
     for r in ("r1", "r2"):
         ledger.commit(ledger.reserve("h1", "ct", _event(), round_id=r).id)
     ledger.reserve("h1", "ct", _event(), round_id="r3")

@@ -149,7 +149,8 @@ def test_trusted_head_reveals_a_truncation(
         )
     engine.dispose()
     plain = runner.invoke(app, ["ledger", "verify", "--db", url, "--public-key", str(pem)])
-    assert plain.exit_code == 0, plain.output  # the database alone cannot tell
+    assert plain.exit_code == 1, plain.output  # the ledger seal signed 10 entries, 3 heads
+    assert "LEDGER_STATE_TAMPERED" in plain.stderr
     checked = runner.invoke(
         app, ["ledger", "verify", "--db", url, "--public-key", str(pem), "--trusted-head", str(out)]
     )
