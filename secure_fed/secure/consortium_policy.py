@@ -26,7 +26,14 @@ refusal is audited. It holds:
   be excluded. The gatekeeper derives the floor itself from the upload's
   classes (:meth:`ConsortiumPolicy.exclusion_floor`); a plan's
   ``exclude_above`` below it is refused, so the aggregator never picks whom it
-  may leave out.
+  may leave out;
+* ``max_flagged``: the most participants a round's outlier policy may exclude or
+  down-weight (``None``, the default: no budget). A plan with a larger budget,
+  or none, is refused, and a publication that leaves out more participants on
+  their scores is refused by the plan
+  (:class:`~secure_fed.secure.plan_tracker.PlanTracker`). It is what bounds one
+  participant's influence on a published cell
+  (:func:`~secure_fed.secure.scoring.outlier.influence_bound`).
 
 A policy changes only by a new ceremony or by a document with a higher
 ``version`` that every participant of the pinned policy signed
@@ -118,6 +125,14 @@ class ConsortiumPolicy:
     min_moment_rows, min_evidence_rows
         Rows a score or moment, and an evidence scalar, average over at least
         (capped at ``N``).
+    max_flagged
+        The most participants a round's outlier policy may give a factor below 1
+        (exclude or down-weight), an integer ``>= 0``; ``None`` (default): no
+        budget (a plan may still exclude at most a minority). With it one participant
+        within the public bound moves a published cell by at most
+        ``2 B min(1, max_weight (1 + max_flagged))`` (without evidence weighting and
+        copy detection; docs/audit/threat-model.md). ``None`` is left out of the
+        signed document, so a policy signed before the field existed still parses.
     isolation
         ``T`` of the multi-round rule (:mod:`secure_fed.secure.roster_rule`): no linear
         combination of all the publications a gatekeeper made may single out fewer
@@ -140,6 +155,7 @@ class ConsortiumPolicy:
     exclude_quantile: float = 0.999
     min_moment_rows: int = MIN_MOMENT_ROWS
     min_evidence_rows: int = MIN_EVIDENCE_ROWS
+    max_flagged: int | None = None
     isolation: int = 1
     version: int = 1
     consortium: str = "secure-fed"
@@ -182,6 +198,10 @@ class ConsortiumPolicy:
                 _is_real(self.exclude_quantile) and 0.5 < self.exclude_quantile < 1,
             ),
             ("isolation", self.isolation <= self.quorum),
+            (
+                "max_flagged",
+                self.max_flagged is None or (_is_int(self.max_flagged) and self.max_flagged >= 0),
+            ),
             ("scored", isinstance(self.scored, bool)),
             ("ranking", isinstance(self.ranking, bool) and (self.scored or not self.ranking)),
             ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),
@@ -227,6 +247,13 @@ class ConsortiumPolicy:
             return "the policy requires the ranking step (the robust subset)"
         if self.copies and not plan.copies:
             return "the policy requires near-copy detection"
+        if self.max_flagged is not None and (
+            plan.max_flagged is None or plan.max_flagged > self.max_flagged
+        ):
+            return (
+                f"outlier budget {plan.max_flagged} (max_flagged) exceeds the policy's "
+                f"{self.max_flagged}"
+            )
         floor = self.exclusion_floor()
         if not plan.exclude_above >= floor:
             return (
@@ -258,6 +285,8 @@ class ConsortiumPolicy:
             data[key] = repr(value) if isinstance(value, float) else value
         data["participant_ids"] = list(self.participant_ids)
         data["shape"] = list(self.shape)
+        if self.max_flagged is None:  # a policy without a budget signs the same bytes as before
+            del data["max_flagged"]
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod

@@ -217,6 +217,13 @@ class PlanTracker:
         assert self.roster is not None
         if len(excluded) > (len(self.roster) - 1) // 2:
             return f"{len(excluded)} excluded of {len(self.roster)}: at most a minority"
+        # the influence bound: one upload may flip at most max_flagged others' factors
+        counted = sorted(p for p in excluded if not impossible_score(self.final_scores[p]))
+        if self.plan.max_flagged is not None and len(counted) > self.plan.max_flagged:
+            return (
+                f"{len(counted)} excluded on their scores ({counted}): the plan allows "
+                f"{self.plan.max_flagged} (max_flagged)"
+            )
         low = sorted(
             p
             for p in excluded

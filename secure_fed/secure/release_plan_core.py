@@ -36,6 +36,7 @@ __all__ = [
     "WHITENING_RTOL",
     "ReleasePlan",
     "exclusion_floor",
+    "flag_budget",
 ]
 
 
@@ -68,6 +69,19 @@ def exclusion_floor(outlier_filter: object, num_classes: int) -> float:
     return OutlierConfig().thresholds(num_classes - 1)[1]
 
 
+def flag_budget(outlier_filter: object) -> int | None:
+    """Return the most participants the filter flags in a round (``max_flagged``).
+
+    An :class:`~secure_fed.secure.scoring.outlier.OutlierPolicy` says its own;
+    other filters get the default configuration's (``None``: no budget).
+    """
+    config = getattr(outlier_filter, "config", None)
+    budget = getattr(config, "max_flagged", None)
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+        return budget
+    return OutlierConfig().max_flagged
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReleasePlan:
     """What one round may open (validated; the parameter is named in errors).
@@ -97,6 +111,11 @@ class ReleasePlan:
         the quorum on one participant).
     exclude_above
         An excluded participant's final score must exceed this.
+    max_flagged
+        The most participants the publication may leave out on their scores (an
+        impossible, negative score aside): the outlier policy's budget of factors
+        below 1, of which the gatekeepers see the exclusions (``None``: no budget
+        beyond the minority rule every plan has).
     evidence
         The labeled slice (public-set rows and their labels): after the final
         scores, one evidence scalar per roster member, with exactly this
@@ -120,6 +139,7 @@ class ReleasePlan:
     weight_floor: float = WEIGHT_FLOOR
     max_weight: float | None = None
     exclude_above: float = 27.877
+    max_flagged: int | None = None
     evidence: EvidenceSlice | None = None
     copies: bool = False
 
@@ -147,6 +167,15 @@ class ReleasePlan:
                 isinstance(self.max_weight, float) and self.weight_floor <= self.max_weight <= 1,
             ),
             ("exclude_above", math.isfinite(self.exclude_above)),
+            (
+                "max_flagged",
+                self.max_flagged is None
+                or (
+                    isinstance(self.max_flagged, int)
+                    and not isinstance(self.max_flagged, bool)
+                    and self.max_flagged >= 0
+                ),
+            ),
             ("copies", isinstance(self.copies, bool) and (self.scored or not self.copies)),
         ]
         for name, ok in checks:
@@ -193,10 +222,12 @@ class ReleasePlan:
         exclude_above: float | None = None,
         evidence: EvidenceSlice | None = None,
         copies: bool = False,
+        max_flagged: int | None = None,
     ) -> ReleasePlan:
         """Build a round's plan from its config and the aggregator's scoring parameters.
 
-        ``max_weight`` ``None``: ``1 / min_participants``.
+        ``max_weight`` ``None``: ``1 / min_participants``; ``max_flagged`` ``None``:
+        the default outlier policy's budget (:func:`flag_budget`).
         """
         floor = exclusion_floor(None, shape[1]) if exclude_above is None else exclude_above
         return cls(
@@ -212,6 +243,7 @@ class ReleasePlan:
             ranking=scoring.c_steps >= 1,
             max_weight=max_weight,
             exclude_above=floor,
+            max_flagged=flag_budget(None) if max_flagged is None else max_flagged,
             evidence=evidence if scored else None,
             copies=copies and scored,
         )
@@ -224,6 +256,8 @@ class ReleasePlan:
     def to_bytes(self) -> bytes:
         """Canonical JSON (floats as exact ``repr`` strings) for the gatekeepers."""
         data = {k: repr(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        if self.max_flagged is None:  # a plan without a budget: the same bytes as before
+            del data["max_flagged"]
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod

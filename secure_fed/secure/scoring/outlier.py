@@ -15,6 +15,15 @@ Policy (defaults in :class:`OutlierConfig`, documented in docs/secure-aggregatio
   exclusion threshold excludes at once (gross attacks need no history);
 * at most a minority is excluded in a round, never leaving fewer than
   ``min_keep``; the highest scores go first, the rest are down-weighted;
+* with a budget ``max_flagged`` (none by default), at most that many participants
+  get a factor below 1 in a round (the lowest factors, then the highest scores, go first; the rest
+  are kept). This
+  is what bounds one participant's influence on the publication
+  (:func:`influence_bound`): whatever one upload does to the robust subset's
+  covariance, it can change the factors of at most ``max_flagged`` others in
+  each direction. A score no honest upload can have (:func:`impossible_score`)
+  is excluded outside the budget: an upload within the public bound never gets
+  one, whoever else uploads;
 * between the down-weight and the exclusion thresholds the weight factor falls
   linearly from 1 to ``min_factor``, and stays at ``min_factor`` above: with
   heterogeneous honest models the evidence of one distance is weak, so a
@@ -48,7 +57,9 @@ __all__ = [
     "OutlierConfig",
     "OutlierPolicy",
     "excluded_ids",
+    "flagged_count",
     "impossible_score",
+    "influence_bound",
 ]
 
 _log = logging.getLogger(__name__)
@@ -87,6 +98,16 @@ class OutlierConfig:
         honest models can be as far from the consensus as poisoned ones (see
         docs/secure-aggregation.md for the false positives measured on
         heterogeneous DP-trained models).
+    max_flagged
+        The most participants whose factor may be below 1 (excluded or down-weighted)
+        in one round, an integer ``>= 0`` (0 disables the filter except for
+        impossible scores); ``None`` (default): no budget (exclusions are
+        still capped to a minority, down-weights are not). A budget below the
+        number of attackers lets the rest of them through at full weight: the
+        consortium trades that against the influence bound. The lowest factors (then the highest
+        scores) keep theirs, the others are kept at factor 1. With it one in-range
+        participant moves a published cell by at most :func:`influence_bound`; the
+        consortium policy fixes the largest value a round may use.
 
     A score below ``-IMPOSSIBLE_SCORE_SLACK`` (a squared distance cannot be negative;
     in ckks mode a value beyond the ciphertext's headroom wraps its score) is excluded
@@ -100,6 +121,7 @@ class OutlierConfig:
     min_factor: float = 0.05
     dispersion: bool = True
     exclude: bool = True
+    max_flagged: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -110,6 +132,15 @@ class OutlierConfig:
             ("min_factor", 0 < self.min_factor <= 1),
             ("dispersion", isinstance(self.dispersion, bool)),
             ("exclude", isinstance(self.exclude, bool)),
+            (
+                "max_flagged",
+                self.max_flagged is None
+                or (
+                    isinstance(self.max_flagged, int)
+                    and not isinstance(self.max_flagged, bool)
+                    and self.max_flagged >= 0
+                ),
+            ),
         ]
         for name, ok in checks:
             if not ok:
@@ -287,7 +318,8 @@ class OutlierPolicy:
 
         A filter that removes a majority is no longer robust statistics but a
         takeover by whoever controls the majority; the others are down-weighted
-        to ``min_factor`` instead.
+        to ``min_factor`` instead. Then at most ``max_flagged`` factors stay
+        below 1 (:meth:`_budget`).
         """
         excluded = sorted(  # an impossible score goes first: no honest upload has one
             (d for d in out.values() if d.excluded),
@@ -296,6 +328,27 @@ class OutlierPolicy:
         limit = max(0, min((len(out) - 1) // 2, len(out) - self.min_keep))
         for d in excluded[limit:]:
             out[d.participant_id] = replace(d, action="downweight", factor=self.config.min_factor)
+        self._budget(out)
+
+    def _budget(self, out: dict[str, Decision]) -> None:
+        """Keep at most ``max_flagged`` factors below 1; the others go back to 1 (``keep``).
+
+        ``max_flagged`` ``None``: no budget.
+
+        The lowest factors go first (an exclusion before a down-weight), then the
+        highest scores, then the id. An impossible score stays excluded outside
+        the budget. The score history is not touched: a participant kept here
+        is still judged on its smoothed score next round.
+        """
+        flagged = sorted(
+            (d for d in out.values() if d.factor < 1 and not impossible_score(d.score)),
+            key=lambda d: (d.factor, -d.score, d.participant_id),
+        )
+        budget = self.config.max_flagged
+        if budget is None:
+            return
+        for d in flagged[budget:]:
+            out[d.participant_id] = replace(d, action="keep", factor=1.0)
 
     def dispersion(self, scores: Mapping[str, float]) -> float:
         """Robust overdispersion of this round's scores: ``max(1, lower_median(s) / dof)``.
@@ -339,3 +392,38 @@ class OutlierPolicy:
             downweight_threshold=low,
             exclude_threshold=high,
         )
+
+
+def flagged_count(decisions: Mapping[str, Decision]) -> int:
+    """Participants with a factor below 1 that count against ``max_flagged``.
+
+    An exclusion on an impossible score (:func:`impossible_score`) does not count.
+    """
+    return sum(1 for d in decisions.values() if d.factor < 1 and not impossible_score(d.score))
+
+
+def influence_bound(*, bound: float, max_weight: float, marked: int) -> float:
+    """Return the most one participant within ``[-bound, bound]`` moves a published cell.
+
+    ``2 * bound * min(1, max_weight * (1 + marked))``, where ``marked`` is the
+    most participants other than it whose weight term (outlier factor x merit x
+    copy factor) is below 1 in either round, the round with it and the same
+    round without it. The derivation and its assumptions are in
+    docs/audit/threat-model.md ("What one malicious participant can and cannot
+    do"); with neither evidence weighting nor copy detection, ``marked`` is the
+    outlier policy's budget ``max_flagged`` (without a budget, up to every other
+    participant: the bound is then ``2 * bound``).
+
+    Raises
+    ------
+    OutlierConfigInvalid
+        If ``bound`` is not positive and finite, ``max_weight`` is outside
+        ``(0, 1]`` or ``marked`` is not an integer ``>= 0``.
+    """
+    if not (math.isfinite(bound) and bound > 0):
+        raise OutlierConfigInvalid(f"bound must be positive and finite, got {bound!r}")
+    if not (math.isfinite(max_weight) and 0 < max_weight <= 1):
+        raise OutlierConfigInvalid(f"max_weight must be in (0, 1], got {max_weight!r}")
+    if isinstance(marked, bool) or not isinstance(marked, int) or marked < 0:
+        raise OutlierConfigInvalid(f"marked must be an integer >= 0, got {marked!r}")
+    return 2.0 * bound * min(1.0, max_weight * (1 + marked))
