@@ -149,6 +149,7 @@ def _verify(
                 public_key=key,
                 trusted=trusted,
                 allow_unsealed=allow_unsealed,
+                compare_rows=False,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except LogTampered as exc:
@@ -232,7 +233,10 @@ def verify(
         report = _verify(engine, key, _trusted(trusted_head, key), allow_unsealed=allow_unsealed)
         for line in report.not_covered:
             typer.echo(line, err=True)
+        rows, row_fault = _compare_rows(engine)
         budgets = _check_budgets(engine)
+        if row_fault is not None:
+            raise row_fault
         if recompute and public_context is not None:
             source = _Recompute(
                 context=public_context,
@@ -252,7 +256,7 @@ def verify(
         "budgets_checked": budgets,
         "sealed": report.sealed,
         "row_records": report.row_records,
-        "rows_checked": report.rows_checked,
+        "rows_checked": rows,
         "not_covered": list(report.not_covered),
     }
     if as_json:
@@ -266,9 +270,21 @@ def verify(
     typer.echo(f"{budgets} budgets: limit, delta and accountant as the audit log records them")
     if report.sealed:
         typer.echo(
-            f"ledger seal verified: {report.rows_checked} rows of the covered tables match "
+            f"ledger seal verified: {rows} rows of the covered tables match "
             f"their {report.row_records} row records"
         )
+
+
+def _compare_rows(engine: Engine) -> tuple[int, Exception | None]:
+    """Compare the covered tables with the row log; print a finding (raised after budgets)."""
+    from privacy_ledger.audit.verify.rows import compare_rows
+    from privacy_ledger.errors import LedgerSealError
+
+    try:
+        return compare_rows(engine), None
+    except LedgerSealError as exc:
+        typer.echo(f"TAMPERED: {exc}", err=True)
+        return 0, exc
 
 
 def _check_budgets(engine: Engine) -> int:

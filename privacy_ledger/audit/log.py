@@ -39,7 +39,7 @@ from privacy_ledger.audit.evidence import evidence_associated_data, seal, unseal
 from privacy_ledger.audit.merkle import SM3_HASHER
 from privacy_ledger.audit.models import LOG_STATE_ID, AuditEntryRow, LogStateRow
 from privacy_ledger.audit.proofs import consistency_proof, inclusion_proof
-from privacy_ledger.audit.rows import SEAL_KEY, Sealer, cover_engine
+from privacy_ledger.audit.rows import SEAL_KEY, Sealer, cover_engine, covering_log
 from privacy_ledger.audit.signing import HeadSigner
 from privacy_ledger.audit.store import (
     GENESIS_PREV,
@@ -232,7 +232,7 @@ class AuditLog:
             )
         )
         tail.advance(leaf)
-        session.info[SEAL_KEY] = self.sealer
+        self._seal_on_commit(session)
         return index
 
     def _tail(self, session: Session) -> AppendTail:
@@ -297,7 +297,7 @@ class AuditLog:
             if not (force or unsigned >= self.checkpoint_every or age >= self.checkpoint_seconds):
                 return None
             head = self._signer.sign(session, state, now)
-            session.info[SEAL_KEY] = self.sealer
+            self._seal_on_commit(session)
             return head
 
     def seal(self, session: Session) -> None:
@@ -307,7 +307,16 @@ class AuditLog:
         before ledger seals (``secure-fed ledger checkpoint``), whose first seal
         records every stored row as its baseline (:mod:`privacy_ledger.audit.rows`).
         """
+        self._seal_on_commit(session)
+
+    def _seal_on_commit(self, session: Session) -> None:
+        """Mark ``session`` for sealing; from now on, seal every write on its engine too."""
         session.info[SEAL_KEY] = self.sealer
+        bind = session.get_bind()
+        if covering_log(bind) is not self:
+            engine = getattr(bind, "engine", bind)
+            if isinstance(engine, Engine):
+                cover_engine(engine, self)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -143,6 +143,7 @@ def verify_log(
     progress: Callable[[int, int], None] | None = None,
     trusted: Checkpoint | None = None,
     allow_unsealed: bool = False,
+    compare_rows: bool = True,
 ) -> VerificationReport:
     """Verify the whole audit log stored behind ``bind``.
 
@@ -230,7 +231,12 @@ def verify_log(
         if trusted is not None:
             check_trusted(checker.tree, state.origin, trusted)
         seal = verify_seal(
-            session, state, public_key, allow_unsealed=allow_unsealed, chunk_size=chunk_size
+            session,
+            state,
+            public_key,
+            allow_unsealed=allow_unsealed,
+            chunk_size=chunk_size,
+            compare=compare_rows,
         )
         latest = heads[-1].tree_size if heads else 0
         logger.info("verified audit log: %d entries, %d heads", size, len(heads))

@@ -25,13 +25,13 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from crypto import SignatureInvalid
 from crypto.sm import DEFAULT_SM2_ID, SM2PublicKey
 from privacy_ledger.audit import canonical
-from privacy_ledger.audit.models import AuditEntryRow, LogStateRow, RowRecordRow
+from privacy_ledger.audit.models import LOG_STATE_ID, AuditEntryRow, LogStateRow, RowRecordRow
 from privacy_ledger.audit.rows import (
     COVERED,
     ROW_GENESIS,
@@ -50,7 +50,7 @@ from privacy_ledger.errors import (
     StateTampered,
 )
 
-__all__ = ["SealReport", "verify_seal"]
+__all__ = ["SealReport", "verify_seal", "compare_rows"]
 
 _MAX_SIGNATURE = 80
 
@@ -191,6 +191,7 @@ def verify_seal(
     *,
     allow_unsealed: bool = False,
     chunk_size: int = 5000,
+    compare: bool = True,
 ) -> SealReport:
     """Verify ``log_state``'s seal, the row log and every covered table (see the module doc).
 
@@ -220,5 +221,28 @@ def verify_seal(
     _check_signature(state, public_key)
     _check_last_leaf(session, state)
     records, latest = _replay(session, state, chunk_size)
-    checked = _compare(session, latest)
+    checked = _compare(session, latest) if compare else 0
     return SealReport(sealed=True, row_records=records, rows_checked=checked)
+
+
+def compare_rows(bind: Engine | Session, *, chunk_size: int = 5000) -> int:
+    """Compare every covered row with its newest row record; return the rows checked.
+
+    Run after :func:`~privacy_ledger.audit.verify.log.verify_log` (``compare_rows=False``)
+    has verified the seal and the row log.
+
+    Raises
+    ------
+    RowAltered, RowDeleted, RowUnrecorded
+        The first row that differs, is missing or was never recorded.
+    """
+    session = bind if isinstance(bind, Session) else Session(bind)
+    try:
+        state = session.get(LogStateRow, LOG_STATE_ID)
+        if state is None or state.seal is None:
+            return 0
+        _records, latest = _replay(session, state, chunk_size)
+        return _compare(session, latest)
+    finally:
+        if session is not bind:
+            session.close()
