@@ -17,11 +17,18 @@ Routes: ``POST /v1/decrypt`` (with the verifier's attestation in the
 ``/v1/deal-compare`` (key authority), ``POST /v1/helper`` (helper),
 ``GET /v1/contexts/{scoring|publication}`` (the key authority's public contexts, for
 participants to check by fingerprint), ``GET /healthz``.
+
+``POST /v1/notice`` (both parties) takes a participant's signed upload notice
+(:mod:`secure_fed.secure.upload_notices`) and returns the acknowledgement; with
+``client_name`` set, it is the one route served to the enrolled participants' client
+certificates (a certificate naming an enrolled participant id) and not to the
+aggregator's, every other route the other way round.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -29,14 +36,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.rest.errors import InternalFault, NotFound, RequestInvalid
 from api.rest.middleware import ServiceMiddleware
 from api.rest.problems import install_problem_handlers, problem_response
 from api.services.peer import PeerGate
 from crypto.errors import CryptoError
-from secure_fed.deploy.errors import KeyDirectoryInvalid
+from secure_fed.deploy.errors import KeyDirectoryInvalid, PeerRefused
 from secure_fed.deploy.keys import KeyAuthorityParty
+from secure_fed.deploy.peer import certificate_names, require_peer
 from secure_fed.deploy.transport import (
     ATTESTATION_HEADER,
     AUTHORITY_PATHS,
@@ -55,7 +64,13 @@ from secure_fed.errors import (
 from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.parties.helper import HelperParty
 
-__all__ = ["DEFAULT_MAX_BODY", "create_helper_app", "create_keyauthority_app", "party_status"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "NOTICE_PATH",
+    "create_helper_app",
+    "create_keyauthority_app",
+    "party_status",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -75,6 +90,64 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
 
 Handler = Callable[[bytes], bytes]
 
+#: The participants' route: a signed upload notice in, the acknowledgement out.
+NOTICE_PATH = "/v1/notice"
+
+
+class _NoticeGate(PeerGate):
+    """:class:`PeerGate`, except that :data:`NOTICE_PATH` serves the enrolled participants.
+
+    A notice authenticates itself (the participant's SM2 signature); the certificate
+    check keeps the aggregator off the participants' route and the participants off
+    the aggregator's, and audits either refusal the way the peer gate does.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        party: str,
+        expected: str,
+        participants: frozenset[str],
+        audit: AuditSink | None,
+    ) -> None:
+        super().__init__(app, party=party, expected=expected, audit=audit)
+        self.participants = participants
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check a participant's certificate on the notice route; the aggregator's elsewhere."""
+        if scope["type"] != "http" or scope.get("path") != NOTICE_PATH:
+            await super().__call__(scope, receive, send)
+            return
+        try:
+            der = _leaf(scope)
+            names = () if der is None else certificate_names(der)
+            if not any(_names(der, p) for p in names if p in self.participants):
+                raise PeerRefused(
+                    f"the notice route serves enrolled participants only, not {list(names)}"
+                )
+        except PeerRefused as exc:
+            await self._refuse(exc, scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _leaf(scope: Scope) -> bytes | None:
+    chain = scope.get("extensions", {}).get("tls", {}).get("client_cert_chain") or []
+    try:
+        return ssl.PEM_cert_to_DER_cert(str(chain[0])) if chain else None
+    except ValueError:
+        return None
+
+
+def _names(der: bytes | None, name: str) -> bool:
+    """Whether the client certificate ``der`` names ``name`` (the peer check, as a test)."""
+    try:
+        require_peer(der, expected=name)
+    except PeerRefused:
+        return False
+    return True
+
 
 def party_status(exc: Exception) -> int:
     """Return the HTTP status of a party's typed error (500 for anything else)."""
@@ -93,7 +166,13 @@ async def _on_party_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _base_app(
-    title: str, *, max_body: int, hsts: bool, client_name: str | None, audit: AuditSink | None
+    title: str,
+    *,
+    max_body: int,
+    hsts: bool,
+    client_name: str | None,
+    audit: AuditSink | None,
+    participants: frozenset[str] = frozenset(),
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -105,7 +184,15 @@ def _base_app(
     install_problem_handlers(app)
     app.add_exception_handler(SecureFedError, _on_party_error)
     app.add_exception_handler(CryptoError, _on_party_error)
-    if client_name is not None:  # inside the service middleware: its headers apply
+    if client_name is not None and participants:  # the notice route serves participants
+        app.add_middleware(
+            _NoticeGate,
+            party=title,
+            expected=client_name,
+            participants=participants,
+            audit=audit,
+        )
+    elif client_name is not None:  # inside the service middleware: its headers apply
         app.add_middleware(PeerGate, party=title, expected=client_name, audit=audit)
     app.add_middleware(ServiceMiddleware, max_body=max_body, metrics=None, hsts=hsts)
 
@@ -173,10 +260,17 @@ def create_keyauthority_app(
     certificate of that name (served by :func:`api.services.run.serve_app`);
     any other is a 403 ``DEPLOY_PEER_REFUSED`` problem, recorded in ``audit``.
     """
+    authority = party.authority
     app = _base_app(
-        "keyauthority", max_body=max_body, hsts=hsts, client_name=client_name, audit=audit
+        "keyauthority",
+        max_body=max_body,
+        hsts=hsts,
+        client_name=client_name,
+        audit=audit,
+        participants=frozenset(authority.enrolled or ()),
     )
     lock = threading.Lock()
+    _route(app, NOTICE_PATH, authority.accept_notice, lock)
     # the verifier's attestation travels with the request (ckks: required when pinned)
     _route(app, AUTHORITY_PATHS["decrypt"], party.decrypt, lock, attested=True)
     handlers: Mapping[str, Handler] = {
@@ -211,6 +305,15 @@ def create_helper_app(
 
     ``client_name`` and ``audit`` as in :func:`create_keyauthority_app`.
     """
-    app = _base_app("helper", max_body=max_body, hsts=hsts, client_name=client_name, audit=audit)
-    _route(app, HELPER_PATH, helper.handle, threading.Lock())
+    app = _base_app(
+        "helper",
+        max_body=max_body,
+        hsts=hsts,
+        client_name=client_name,
+        audit=audit,
+        participants=frozenset(helper.secrets),
+    )
+    lock = threading.Lock()
+    _route(app, HELPER_PATH, helper.handle, lock)
+    _route(app, NOTICE_PATH, helper.accept_notice, lock)
     return app
