@@ -63,6 +63,7 @@ from secure_fed.errors import (
 )
 from secure_fed.secure.audit import AuditSink, LedgerAuditSink
 from secure_fed.secure.parties.helper import HelperParty
+from secure_fed.secure.protocol.upload_notice import NOTICE_PATH
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -89,9 +90,6 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
 )
 
 Handler = Callable[[bytes], bytes]
-
-#: The participants' route: a signed upload notice in, the acknowledgement out.
-NOTICE_PATH = "/v1/notice"
 
 
 class _NoticeGate(PeerGate):

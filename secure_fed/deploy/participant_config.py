@@ -41,6 +41,13 @@ Relative paths are taken from the file's own folder. Format::
     # audit_key = "log-signing-key.pem"  # its log's SM2 key (default: beside a SQLite
     #                                    # ledger file, made for a new ledger)
 
+    [notice]                       # optional: signed upload notices, sent before each upload
+    url = "https://127.0.0.1:8444" # the round's opening gatekeeper: key authority (ckks)
+                                   # or helper (shares); POST /v1/notice
+    ca_file = "keys/tls/ca.pem"
+    cert_file = "keys/tls/hospital-1.pem"  # this participant's client certificate
+    key_file = "keys/tls/hospital-1.key"
+
 Every bad field raises :class:`~secure_fed.deploy.config_errors.ParticipantConfigInvalid`
 naming the file and the field; a public set whose SM3 differs from ``public.sm3``
 raises :class:`~secure_fed.deploy.config_errors.PublicSetMismatch`.
@@ -173,6 +180,10 @@ class ParticipantConfig:
     ledger_url: str
     audit_key: Path | None = None
     audit_canaries: int = 0
+    notice_url: str = ""
+    notice_ca: Path | None = None
+    notice_cert: Path | None = None
+    notice_key: Path | None = None
 
     def load_public(self, builtin_public: np.ndarray | None = None) -> np.ndarray:
         """Return the public set, checked against ``public.sm3`` before anything uses it.
@@ -318,7 +329,23 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
         ledger_url=ledger_url,
         audit_key=f.path_of("budget.audit_key", optional=True),
         audit_canaries=_audit_canaries(f),
+        **_notice_fields(f),
     )
+
+
+def _notice_fields(f: TomlFields) -> dict[str, Any]:
+    """``[notice]``: the gatekeeper's HTTPS URL and the TLS files (all or none)."""
+    url = f.text("notice.url", optional=True)
+    if not url:
+        return {}
+    if not url.startswith("https://"):
+        raise f.fail("notice.url", f"an https:// URL, got {url!r}")
+    return {
+        "notice_url": url.rstrip("/"),
+        "notice_ca": f.path_of("notice.ca_file"),
+        "notice_cert": f.path_of("notice.cert_file"),
+        "notice_key": f.path_of("notice.key_file"),
+    }
 
 
 def _audit_canaries(f: TomlFields) -> int:

@@ -13,6 +13,13 @@ participant), then restores the model and progress from the state directory.
   retraining, no second charge);
 * :meth:`ParticipantNode.handle_publication` distills once per round and
   checkpoints the model.
+
+With ``[notice]`` in ``participant.toml`` the node sends the round's opening
+gatekeeper (the key authority in ``ckks``, the helper in ``shares``) its signed
+upload notice before the envelope leaves (:func:`post_notice`;
+:mod:`secure_fed.secure.upload_notices`): from then on no roster of the round may
+leave it out. A refused notice (late, or the gatekeeper unreachable) is raised and
+the node sends no upload; a resent envelope's notice already recorded is fine.
 """
 
 from __future__ import annotations
@@ -33,11 +40,15 @@ from secure_fed.deploy.participant_config import ParticipantConfig
 from secure_fed.deploy.participant_state import BudgetRecorder, ParticipantState
 from secure_fed.deploy.remote_budget import RemoteBudgetGate
 from secure_fed.deploy.server_config import config_from_settings
+from secure_fed.deploy.tls import ClientTLS
+from secure_fed.deploy.transport import RemoteParty
+from secure_fed.errors import UploadNoticeDuplicate
 from secure_fed.federation.aggregator_builder import private_parts
 from secure_fed.federation.builders import build_participant
 from secure_fed.federation.config import ASSET_ID, FederationConfig, plan_participants
 from secure_fed.federation.handlers import ParticipantHandler
 from secure_fed.federation.messages import decode_publication
+from secure_fed.federation.participant import upload_notice
 from secure_fed.federation.stages import RoundConfig
 from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.data import load_task
@@ -45,8 +56,12 @@ from secure_fed.learning.distill import PUBLIC_LOGIT_BOUND
 from secure_fed.learning.tabular import read_table
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import UploadEncoder
+from secure_fed.secure.protocol.upload_notice import NOTICE_PATH
 
-__all__ = ["NodeData", "ParticipantNode", "load_node_data"]
+__all__ = ["NodeData", "ParticipantNode", "load_node_data", "post_notice"]
+
+#: The gatekeeper that opens each mode's values (takes its participants' notices).
+_NOTICE_PARTY = {"ckks": "key_authority", "shares": "helper"}
 
 _log = logging.getLogger(__name__)
 
@@ -207,13 +222,37 @@ def _keys(
     )
 
 
+def post_notice(notice: bytes, *, url: str, tls: ClientTLS, timeout: float = 30.0) -> bytes:
+    """POST a signed upload notice to the gatekeeper at ``url``; return its acknowledgement.
+
+    Raises
+    ------
+    UploadNoticeMalformed, UploadNoticeForged, UploadNoticeRound, UploadNoticeDuplicate
+        The gatekeeper's refusal, as the same typed error.
+    PartyUnavailable, PartyReplyInvalid
+        The gatekeeper is unreachable or answered something else.
+    """
+    channel = RemoteParty(url, NOTICE_PATH, tls=tls, timeout=timeout)
+    try:
+        return channel(notice)
+    finally:
+        channel.close()
+
+
 class ParticipantNode:
     """A participant rebuilt from its files for one message (see the module docstring)."""
 
     def __init__(
-        self, *, config: ParticipantConfig, handler: ParticipantHandler, state: ParticipantState
+        self,
+        *,
+        config: ParticipantConfig,
+        handler: ParticipantHandler,
+        state: ParticipantState,
+        notice_party: str | None = None,
+        notice_key: SM2PrivateKey | None = None,
     ) -> None:
         self.config, self.handler, self.state = config, handler, state
+        self.notice_party, self._notice_key = notice_party, notice_key
 
     @classmethod
     def open(
@@ -269,7 +308,19 @@ class ParticipantNode:
         )
         attach_audit(handler.participant.trainer, config, real_gate)
         state.restore(handler)
-        return cls(config=config, handler=handler, state=state)
+        party = _NOTICE_PARTY.get(federation.mode)
+        if config.notice_url and party is None:
+            raise ParticipantConfigInvalid(
+                f"{config.source}: mode {federation.mode!r} has no gatekeeper to notice",
+                field="notice.url",
+            )
+        return cls(
+            config=config,
+            handler=handler,
+            state=state,
+            notice_party=party if config.notice_url else None,
+            notice_key=key,
+        )
 
     def handle_round(self, round_config: RoundConfig) -> bytes:
         """Return the signed envelope of the round: the one on disk, or a freshly trained one.
@@ -285,6 +336,7 @@ class ParticipantNode:
         kept = self.state.envelope(rid)
         if kept is not None:
             _log.info("round %d: resending the envelope made before (no retraining)", rid)
+            self._notice(kept, resent=True)
             return kept
         if round_config.public_set_sm3 != self.config.public_sm3:
             raise PublicSetMismatch(
@@ -302,7 +354,30 @@ class ParticipantNode:
             refused_reason=None if report is None else report.refused_reason,
         )
         self.state.save_envelope(rid, envelope)
+        self._notice(envelope)
         return envelope
+
+    def _notice(self, envelope: bytes, *, resent: bool = False) -> None:
+        """Send the envelope's signed upload notice before the envelope leaves (``[notice]``)."""
+        c = self.config
+        if self.notice_party is None or self._notice_key is None:
+            return
+        notice = upload_notice(
+            envelope,
+            key=self._notice_key,
+            party=self.notice_party,
+            receipt_required=self.handler.receipts is not None,
+        )
+        if notice is None:  # no budget receipt: refused anyway, and not noticed
+            return
+        assert c.notice_ca is not None
+        tls = ClientTLS(ca=c.notice_ca, cert=c.notice_cert, key=c.notice_key)
+        try:
+            post_notice(notice, url=c.notice_url, tls=tls)
+        except UploadNoticeDuplicate:
+            if not resent:
+                raise
+            _log.info("the notice of the resent envelope was recorded before")
 
     def handle_publication(self, publication: bytes) -> dict[str, Any]:
         """Distill from the publication once per round; return what the node did.

@@ -41,6 +41,7 @@ from secure_fed.wire import SHARES_UPLOAD, decode_frame
 __all__ = [
     "MAX_NOTICE_BYTES",
     "NOTICE_DOMAIN",
+    "NOTICE_PATH",
     "UploadNotice",
     "notice_digest",
     "parse_notice",
@@ -51,6 +52,8 @@ __all__ = [
 NOTICE_DOMAIN = "secure-fed/upload-notice/v1"
 _PREFIX = NOTICE_DOMAIN.encode("ascii") + b"\x00"
 _FIELDS = ("domain", "round_id", "participant_id", "party", "upload_sm3")
+#: The gatekeeper services' route of notices (``POST``, ``application/octet-stream``).
+NOTICE_PATH = "/v1/notice"
 #: Largest notice accepted (about 400 bytes in practice).
 MAX_NOTICE_BYTES = 1024
 _PARTIES = ("key_authority", "helper")

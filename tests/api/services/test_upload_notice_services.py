@@ -17,10 +17,12 @@ import httpx
 import pytest
 
 from api.services.apps import NOTICE_PATH
+from privacy_ledger.audit import canonical
 from secure_fed.deploy.keys import load_aggregator, load_participant
+from secure_fed.deploy.participant_node import post_notice
 from secure_fed.deploy.tls import ClientTLS, LocalCA
 from secure_fed.deploy.transport import OCTET_STREAM, remote_authority, remote_helper
-from secure_fed.errors import RosterOmitsNoticed
+from secure_fed.errors import RosterOmitsNoticed, UploadNoticeDuplicate
 from secure_fed.secure.protocol.upload_notice import notice_digest, sign_notice
 from tests.api.services.conftest import Service
 from tests.secure_fed.secure.helpers import BOUND, plan, population
@@ -65,19 +67,12 @@ def test_a_noticed_participant_cannot_be_dropped_over_https_nor_after_a_restart(
             )
 
         headers = {"content-type": OCTET_STREAM}
-        for pid in ids:  # each participant with its own client certificate
+        for pid in ids:  # each participant with its own client certificate, as its node does
             own = ca.issue_client(pid) if not ca.cert(pid).exists() else ca.client(pid)
-            with own_client(own) as client:
-                reply = client.post(
-                    f"{helper.url}{NOTICE_PATH}", content=notice(pid), headers=headers
-                )
-                assert reply.status_code == 200, reply.text
-                again = client.post(
-                    f"{helper.url}{NOTICE_PATH}", content=notice(pid), headers=headers
-                )
-                assert (
-                    again.status_code == 400 and again.json()["code"] == "UPLOAD_NOTICE_DUPLICATE"
-                )
+            ack = canonical.decode(post_notice(notice(pid), url=helper.url, tls=own))
+            assert ack["noticed"] is True and ack["participant_id"] == pid, ack
+            with pytest.raises(UploadNoticeDuplicate):  # the same typed error over HTTPS
+                post_notice(notice(pid), url=helper.url, tls=own)
         # the aggregator's certificate is not served on the participants' route
         with own_client(tls) as client:
             refused = client.post(
