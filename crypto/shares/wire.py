@@ -37,6 +37,8 @@ KIND_SEED = 2
 KIND_TRIPLE = 3
 KIND_TRIPLE_SEED = 4
 KIND_OPENING = 5
+KIND_AUTH_MASK = 6
+"""An input mask's share and its MAC shares (:mod:`crypto.shares.mac`): ``(1 + lanes)`` words each."""
 
 DEFAULT_MAX_COUNT = 1 << 26
 """Default cap on elements in one blob (512 MiB of values) when parsing."""
@@ -164,6 +166,7 @@ def payload_size(kind: int, count: int) -> int:
         KIND_TRIPLE: 24 * count,
         KIND_TRIPLE_SEED: 32,
         KIND_OPENING: 16 * count,
+        KIND_AUTH_MASK: 24 * count,
     }
     return sizes[kind]
 
@@ -214,7 +217,14 @@ def unpack(
         raise ShareTampered("share blob magic is wrong (not a secure-fed share)")
     if ring != RING_ID:
         raise ShareTampered(f"share blob ring id {ring} is not the expected ring Z_2^{RING_ID}")
-    if got_kind not in (KIND_VALUES, KIND_SEED, KIND_TRIPLE, KIND_TRIPLE_SEED, KIND_OPENING):
+    if got_kind not in (
+        KIND_VALUES,
+        KIND_SEED,
+        KIND_TRIPLE,
+        KIND_TRIPLE_SEED,
+        KIND_OPENING,
+        KIND_AUTH_MASK,
+    ):
         raise ShareTampered(f"share blob kind {got_kind} is unknown")
     if got_count > max_count or llen > MAX_LABEL_BYTES:
         raise ShareTampered(f"share blob count {got_count} or label length {llen} exceeds limit")

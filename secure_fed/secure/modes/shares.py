@@ -27,6 +27,7 @@ from functools import partial
 from crypto.shares import (
     ShareMacKey,
 )
+from crypto.shares.mac import InputMaskDealer
 from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import (
     AggregationMode,
@@ -105,16 +106,31 @@ class SharesDeployment(SecureDeployment):
         dealer_keys: Mapping[str, ShareMacKey],
         request_key: ChannelKey,
         signing_key: ServerSigningKey,
+        masks: InputMaskDealer | None = None,
     ) -> None:
         super().__init__(mode=SharesMode.name, plan=plan)
         self.authority, self.helper = authority, helper
         self._request_key, self._signing_key = request_key, signing_key
         self._enrolments, self._macs = dict(enrolments), dict(dealer_keys)
+        self._masks = masks
 
     @classmethod
-    def deploy(cls, plan: DeploymentPlan) -> SharesDeployment:
-        """Enrol every participant, generate the MAC keys, start the helper."""
-        enrolments = {p: SharesEnrolment.generate(p) for p in plan.participant_ids}
+    def deploy(cls, plan: DeploymentPlan, *, authenticated: bool = True) -> SharesDeployment:
+        """Enrol every participant, generate the MAC keys, start the helper.
+
+        ``authenticated`` (the default): SPDZ-style MACs on every share, the key
+        authority's dealer holding the whole MAC key and each server one share of it
+        (:mod:`crypto.shares.mac`); the publication is MAC-checked before either
+        server releases it. ``False``: unauthenticated shares (the measured baseline).
+        """
+        ids = list(plan.participant_ids)
+        masks = InputMaskDealer.generate(ids) if authenticated else None
+        enrolments = {
+            p: SharesEnrolment.generate(
+                p, dealer_secret=None if masks is None else masks.participants[p]
+            )
+            for p in ids
+        }
         macs = {
             "aggregator": ShareMacKey.generate(recipient="dealer-aggregator"),
             "helper": ShareMacKey.generate(recipient="dealer-helper"),
@@ -132,6 +148,8 @@ class SharesDeployment(SecureDeployment):
             request_key=link,
             registry=_registry(plan),
             consortium=plan.consortium_pin("helper"),
+            mac_key=None if masks is None else masks.key_share(1),
+            mask_secret=None if masks is None else masks.helper_secret,
         )
         authority = KeyAuthority(
             min_participants=plan.min_participants,
@@ -146,6 +164,7 @@ class SharesDeployment(SecureDeployment):
             dealer_keys=macs,
             request_key=link,
             signing_key=signing,
+            masks=masks,
         )
 
     @property
@@ -190,6 +209,15 @@ class SharesDeployment(SecureDeployment):
             channel_key=self._macs["channel"],
             request_key=self._request_key,
             signing_key=self._signing_key,
+            mac_key=None if self._masks is None else self._masks.key_share(0),
+            mask_dealer=None
+            if self._masks is None
+            else partial(
+                self.authority.handle_deal_masks,
+                masks=self._masks,
+                key_aggregator=self._macs["aggregator"],
+            ),
+            audit=self.plan.audit,
         )
 
     def aggregator(self, *, bound: float) -> SharesAggregator:

@@ -17,6 +17,7 @@ from crypto.shares import (
     ShareLabel,
     ShareMacKey,
 )
+from crypto.shares.mac import authenticate, mask_label, parse_mask
 from secure_fed.errors import (
     AggregationInvalid,
     ModeSetupInvalid,
@@ -131,25 +132,54 @@ class SharesAggregator(PlannedAggregator):
         if not all(isinstance(p, int) and p >= 0 for p in parts) or sum(parts) != len(body):
             raise UploadMalformed("shares upload parts do not match the payload")
         label = ShareLabel(round_id=0, participant_id=str(pid), tensor=f"pred-{uid}")
+        count = self.shape[0] * self.shape[1]
+        if bool(head.get("masked", False)) != (self.keys.mac_key is not None):
+            raise UploadMalformed(
+                "shares upload is masked for authenticated shares"
+                if self.keys.mac_key is None
+                else "authenticated shares need a masked upload (x - r)"
+            )
         try:
             bundle = ShareBundle.parse(
                 body[: parts[0]],
                 key=self._macs[str(pid)],
                 label=label,
                 party=0,
-                count=self.shape[0] * self.shape[1],
+                count=count,
             )
         except CryptoError as exc:
             raise UploadMalformed(f"aggregator share of {pid!r} refused: {exc}") from exc
+        round_id = max(self._plans, default=0)  # the newest round whose plan is fixed
+        share, macs = bundle.values(), None
+        if self.keys.mac_key is not None:
+            share, macs = self._authenticate(str(pid), uid, share, round_id)
         load: dict[str, object] = {
             Key.OP: HelperOp.LOAD,
             Key.PARTICIPANT_ID: pid,
             Key.UPLOAD_ID: uid,
         }
-        round_id = max(self._plans, default=0)  # the newest round whose plan is fixed
-        _call(self.keys, load, body[parts[0] :], round_id=round_id)
-        check_upload(self.keys, pid=str(pid), uid=uid, share=bundle.values(), round_id=round_id)
-        return _ShareUpload(str(pid), uid, bundle.values().reshape(self.shape))
+        forwarded = [body[parts[0] :]]
+        if macs is not None:  # the helper checks d against the participant's sealed tag
+            forwarded.append(bundle.values().astype("<u8").tobytes())
+        _call(self.keys, load, *forwarded, round_id=round_id)
+        check_upload(self.keys, pid=str(pid), uid=uid, share=share, round_id=round_id)
+        return _ShareUpload(str(pid), uid, share.reshape(self.shape), macs)
+
+    def _authenticate(
+        self, pid: str, uid: str, masked: np.ndarray, round_id: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``[x]_0`` and ``[alpha_l x]_0`` from ``d = x - r`` and the dealer's mask shares."""
+        assert self.keys.mac_key is not None
+        blob = self.keys.deal_masks(
+            round_id=round_id, participant_id=pid, upload_id=uid, count=masked.size
+        )
+        try:
+            r0, m0 = parse_mask(
+                blob, key=self.keys.dealer_key, label=mask_label(pid, uid), count=masked.size
+            )
+        except CryptoError as exc:
+            raise UploadMalformed(f"the dealer's input mask of {pid!r} refused: {exc}") from exc
+        return authenticate(masked, r0, m0, key=self.keys.mac_key)
 
     def _uploads(self, handles: Mapping[str, UploadHandle]) -> dict[str, _ShareUpload]:
         out = {}
@@ -166,7 +196,13 @@ class SharesAggregator(PlannedAggregator):
         ids, w = normalized_weights(handles, weights)
         ups = self._uploads(handles)
         share = weighted_share([ups[p].share for p in ids], w)
-        return _ShareAggregate(ids, [ups[p].uid for p in ids], w, share)
+        macs = None
+        if self.keys.mac_key is not None:
+            found = [ups[p].macs for p in ids]
+            if any(m is None for m in found):
+                raise AggregationInvalid("an upload of an authenticated deployment has no MACs")
+            macs = weighted_share([m for m in found if m is not None], w)
+        return _ShareAggregate(ids, [ups[p].uid for p in ids], w, share, macs)
 
     def reveal(self, aggregate: AggregateHandle, *, round_id: int) -> np.ndarray:
         """Open the round's one publication with the helper (both check it against the plan)."""

@@ -9,6 +9,7 @@ are the aggregator's side of the helper channel. Importable from
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import NoReturn, Protocol
 
 import numpy as np
 
+from crypto.errors import MacCheckFailed
 from crypto.shares import (
     RING_PREDICTIONS,
     ShareBundle,
@@ -23,12 +25,22 @@ from crypto.shares import (
     ShareMacKey,
     split_with_seed,
 )
+from crypto.shares.mac import (
+    PUBLICATION_BITS,
+    MacKeyShare,
+    MacOpening,
+    mask_label,
+    masked_message,
+    participant_mask,
+)
 from crypto.sm import SM4GCM
 from secure_fed.errors import (
     AggregationInvalid,
     ModeSetupInvalid,
     OpeningRefused,
+    SharesOpeningForged,
 )
+from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import (
     AggregateHandle,
     UploadEncoder,
@@ -36,17 +48,34 @@ from secure_fed.secure.mode import (
 )
 from secure_fed.secure.modes.share_range import RangeDealer
 from secure_fed.secure.protocol.authority_requests import compare_request, deal_request
+from secure_fed.secure.protocol.helper_requests import (
+    MAC_REVEAL,
+    MAC_SEED,
+    MAC_SEED_COMMIT,
+    MAC_SIGMA,
+    MAC_SIGMA_COMMIT,
+    MAC_STAGE,
+    MAC_TOSS,
+    hex_bytes,
+)
 from secure_fed.secure.protocol.helper_wire import (
     helper_request,
     reply_array,
     seal_key,
 )
-from secure_fed.secure.protocol.vocabulary import AuthorityOp, HelperOp, Key, Purpose
+from secure_fed.secure.protocol.vocabulary import (
+    AuditEvent,
+    AuthorityOp,
+    HelperOp,
+    Key,
+    Purpose,
+)
 from secure_fed.secure.release_plan import PlanTracker
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey
 from secure_fed.wire import (
     SHARES_UPLOAD,
+    encode_array,
     encode_frame,
 )
 
@@ -81,12 +110,15 @@ def _secret(name: str, value: object) -> bytes:
 class SharesEnrolment:
     """One participant's enrolment: a secret shared with the aggregator, one with the helper.
 
+    With authenticated shares (:mod:`crypto.shares.mac`) also ``dealer_secret``, shared
+    with the dealer, from which the participant derives each upload's input mask.
     Never shown by ``repr`` and never pickled.
     """
 
     participant_id: str
     aggregator_secret: bytes = field(repr=False)
     helper_secret: bytes = field(repr=False)
+    dealer_secret: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.participant_id, str) or not self.participant_id:
@@ -95,14 +127,19 @@ class SharesEnrolment:
             )
         _secret("aggregator_secret", self.aggregator_secret)
         _secret("helper_secret", self.helper_secret)
+        if self.dealer_secret is not None:
+            _secret("dealer_secret", self.dealer_secret)
 
     @classmethod
-    def generate(cls, participant_id: str) -> SharesEnrolment:
+    def generate(
+        cls, participant_id: str, *, dealer_secret: bytes | None = None
+    ) -> SharesEnrolment:
         """Fresh random secrets (from :mod:`secrets`) for ``participant_id``."""
         return cls(
             participant_id=participant_id,
             aggregator_secret=secrets.token_bytes(SECRET_BYTES),
             helper_secret=secrets.token_bytes(SECRET_BYTES),
+            dealer_secret=dealer_secret,
         )
 
     def __reduce__(self) -> NoReturn:
@@ -138,6 +175,14 @@ class SharesKeys:
         without it).
     signing_key
         The aggregator's SM2 key; it signs every deal request to the key authority.
+    mac_key
+        The aggregator's share of the MAC keys (authenticated shares,
+        :mod:`crypto.shares.mac`); ``None``: shares are not authenticated.
+    mask_dealer
+        Byte channel to the dealer of the uploads' input masks (the key authority's
+        :meth:`~secure_fed.secure.parties.dealer.Dealer.handle_deal_masks`), signed.
+    audit
+        Where the aggregator records a failed MAC check (``access.denied``).
     """
 
     secrets: Mapping[str, bytes] = field(repr=False)
@@ -149,6 +194,9 @@ class SharesKeys:
     compare_dealer: RangeDealer | None = None
     request_key: ChannelKey | None = field(default=None, repr=False)
     signing_key: ServerSigningKey | None = field(default=None, repr=False)
+    mac_key: MacKeyShare | None = field(default=None, repr=False)
+    mask_dealer: Channel | None = None
+    audit: AuditSink | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.secrets:
@@ -164,6 +212,12 @@ class SharesKeys:
             raise ModeSetupInvalid("request_key must be a ChannelKey")
         if self.signing_key is not None and not isinstance(self.signing_key, ServerSigningKey):
             raise ModeSetupInvalid("signing_key must be a ServerSigningKey")
+        if self.mac_key is not None and (
+            not isinstance(self.mac_key, MacKeyShare) or self.mac_key.party != 0
+        ):
+            raise ModeSetupInvalid("mac_key must be party 0's MacKeyShare")
+        if (self.mac_key is None) != (self.mask_dealer is None):
+            raise ModeSetupInvalid("mac_key and mask_dealer come together (authenticated shares)")
 
     def tagged(self, header: Mapping[str, object], payload: bytes, *, round_id: int) -> bytes:
         """Tag a helper request with :attr:`request_key` (bound to its op and ``round_id``).
@@ -210,6 +264,27 @@ class SharesKeys:
         )
         return self.range_dealer(request)
 
+    def deal_masks(
+        self, *, round_id: int, participant_id: str, upload_id: str, count: int
+    ) -> bytes:
+        """Ask for the aggregator's share of one upload's input mask and its MACs, signed.
+
+        Raises
+        ------
+        ModeSetupInvalid
+            If no mask dealer or no signing key is configured.
+        """
+        if self.mask_dealer is None or self.signing_key is None:
+            raise ModeSetupInvalid("a mask dealer and signing_key are needed for input masks")
+        request = deal_request(
+            round_id=round_id,
+            tensor=json.dumps([participant_id, upload_id]),
+            count=count,
+            signer=self.signing_key,
+            purpose=AuthorityOp.MASKS,
+        )
+        return self.mask_dealer(request)
+
     def deal_compare(
         self, *, round_id: int, tensor: str, count: int, upper: int
     ) -> tuple[bytes, bytes]:
@@ -243,6 +318,7 @@ class SharesEncoder(UploadEncoder):
         self._agg_key = ShareMacKey.derive(enrolment.aggregator_secret, recipient="aggregator")
         self._helper_key = ShareMacKey.derive(enrolment.helper_secret, recipient="helper")
         self._seal = SM4GCM(seal_key(enrolment.helper_secret))
+        self._mask_secret = enrolment.dealer_secret
 
     def encode(self, predictions: np.ndarray) -> bytes:
         """Return ``SFSH`` payload bytes: aggregator share frame + sealed helper seed frame."""
@@ -252,37 +328,55 @@ class SharesEncoder(UploadEncoder):
         uid = secrets.token_hex(8)
         label = ShareLabel(round_id=0, participant_id=self.pid, tensor=f"pred-{uid}")
         ring = CODEC.encode_clipped(np.clip(arr, -self.bound, self.bound)).reshape(-1)
-        share0, seed = split_with_seed(ring, label=label)
         f = CODEC.frac_bits
+        if self._mask_secret is not None:  # authenticated: d = x - r to both servers
+            masked = ring - participant_mask(
+                self._mask_secret, mask_label(self.pid, uid), ring.size
+            )
+            share0 = masked  # the helper gets a tag of d (the aggregator forwards d)
+            helper_part = self._helper_key.tag(
+                masked_message(label, masked.astype("<u8").tobytes())
+            )
+        else:
+            share0, seed = split_with_seed(ring, label=label)
+            bundle1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f)
+            helper_part = bundle1.to_bytes(self._helper_key)
         blob0 = ShareBundle.from_values(share0, label=label, party=0, frac_bits=f).to_bytes(
             self._agg_key
         )
-        bundle1 = ShareBundle.from_seed(seed, label=label, count=ring.size, frac_bits=f)
-        sealed = self._seal.encrypt(
-            bundle1.to_bytes(self._helper_key), associated_data=f"{self.pid}|{uid}".encode()
-        )
+        sealed = self._seal.encrypt(helper_part, associated_data=f"{self.pid}|{uid}".encode())
         head: dict[str, object] = {
             "participant_id": self.pid,
             "upload_id": uid,
             "parts": [len(blob0), len(sealed)],
         }
+        if self._mask_secret is not None:
+            head["masked"] = True
         return encode_frame(SHARES_UPLOAD, head, blob0 + sealed)
 
 
 class _ShareUpload(UploadHandle):
-    __slots__ = ("pid", "share", "uid")
+    __slots__ = ("macs", "pid", "share", "uid")
 
-    def __init__(self, pid: str, uid: str, share: np.ndarray) -> None:
-        self.pid, self.uid, self.share = pid, uid, share
+    def __init__(
+        self, pid: str, uid: str, share: np.ndarray, macs: np.ndarray | None = None
+    ) -> None:
+        self.pid, self.uid, self.share, self.macs = pid, uid, share, macs
 
 
 class _ShareAggregate(AggregateHandle):
-    __slots__ = ("pids", "share", "uids", "weights")
+    __slots__ = ("macs", "pids", "share", "uids", "weights")
 
     def __init__(
-        self, pids: list[str], uids: list[str], weights: list[float], share: np.ndarray
+        self,
+        pids: list[str],
+        uids: list[str],
+        weights: list[float],
+        share: np.ndarray,
+        macs: np.ndarray | None = None,
     ) -> None:
         self.pids, self.uids, self.weights, self.share = pids, uids, weights, share
+        self.macs = macs
 
 
 def _call(
@@ -311,10 +405,78 @@ def _open_linear(
         "weights": aggregate.weights,
         "round_id": round_id,
     }
-    _, other = _call(keys, header, round_id=round_id)
+    if keys.mac_key is not None:
+        total = _open_checked(keys, aggregate, header, round_id).reshape(aggregate.share.shape)
+    else:
+        _, other = _call(keys, header, round_id=round_id)
+        total = aggregate.share + np.asarray(other, dtype=np.uint64)
     tracker.record(ask, None)
-    total = aggregate.share + np.asarray(other, dtype=np.uint64)
     return CODEC.decode(total, frac_bits=CODEC.frac_bits + 16)
+
+
+def _open_checked(
+    keys: SharesKeys, aggregate: _ShareAggregate, header: dict[str, object], round_id: int
+) -> np.ndarray:
+    """Open the publication with the helper and check its MACs (:class:`MacOpening`).
+
+    Three requests: the linear opening with this side's share and coin-toss
+    commitment (the helper answers with its share and seed), this side's seed and
+    check-value commitment (the helper answers with its check values), and this
+    side's check values once its own check passed (the helper checks and releases).
+
+    Raises
+    ------
+    SharesOpeningForged
+        If the check fails here (the helper's share, MACs or check values were
+        offset): nothing is returned, and ``access.denied`` names the helper.
+    """
+    assert keys.mac_key is not None and aggregate.macs is not None
+    opening = MacOpening(
+        key=keys.mac_key,
+        share=aggregate.share.reshape(-1),
+        macs=aggregate.macs.reshape(aggregate.macs.shape[0], -1),
+        label=ShareLabel(round_id=round_id, participant_id="mac", tensor="publication"),
+        bound=1 << (PUBLICATION_BITS - 1),
+    )
+    meta, raw = encode_array(aggregate.share, "u8")
+    first = {**header, MAC_SEED_COMMIT: opening.seed_commitment().hex(), Key.ARRAY: meta}
+    reply, other = _call(keys, first, raw, round_id=round_id)
+    try:
+        total = opening.open(np.asarray(other, dtype=np.uint64))
+        opening.receive_seed(hex_bytes(reply.get(MAC_SEED), 32, "the helper's seed"))
+        toss: dict[str, object] = {
+            Key.OP: HelperOp.MAC_CHECK,
+            MAC_STAGE: MAC_TOSS,
+            Key.ROUND_ID: round_id,
+            MAC_SEED: opening.own_seed().hex(),
+            MAC_SIGMA_COMMIT: opening.sigma_commitment().hex(),
+        }
+        reply, _ = _call(keys, toss, round_id=round_id)
+        opening.check(hex_bytes(reply.get(MAC_SIGMA), 16, "the helper's check values"))
+    except MacCheckFailed as exc:
+        if keys.audit is not None:
+            keys.audit.record(
+                AuditEvent.ACCESS_DENIED,
+                {
+                    "party": "aggregator",
+                    "op": HelperOp.MAC_CHECK,
+                    "step": "publication",
+                    "peer": "helper",
+                    "code": SharesOpeningForged.code,
+                    "reason": str(exc),
+                },
+            )
+        raise SharesOpeningForged(
+            f"the helper's share of the publication (or this side's own): {exc}"
+        ) from exc
+    reveal: dict[str, object] = {
+        Key.OP: HelperOp.MAC_CHECK,
+        MAC_STAGE: MAC_REVEAL,
+        Key.ROUND_ID: round_id,
+        MAC_SIGMA: opening.sigma_opening().hex(),
+    }
+    _call(keys, reveal, round_id=round_id)  # the helper checks and releases, or refuses
+    return total
 
 
 def _plan_check(tracker: PlanTracker, ask: ReleaseRequest) -> None:

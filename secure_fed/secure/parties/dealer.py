@@ -10,9 +10,12 @@ decryption service is the other, in its own module); :func:`deal_request` and
 
 from __future__ import annotations
 
+import json
 import time
 
+from crypto.errors import CryptoError
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
+from crypto.shares.mac import InputMaskDealer
 from secure_fed.errors import AuthorityRequestMalformed, ReleaseRefused
 from secure_fed.secure.modes.share_range import (
     COMPARE_PARTICIPANT,
@@ -116,6 +119,40 @@ class Dealer:
             )
         )
         return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
+
+    def handle_deal_masks(
+        self, request: bytes, *, masks: InputMaskDealer, key_aggregator: ShareMacKey
+    ) -> bytes:
+        """Deal the aggregator's share of one upload's input mask and its MACs (signed request).
+
+        The request names ``[participant_id, upload_id]`` (JSON, its ``tensor``) and
+        the count; it belongs to no round (freshness only, as a range check). The
+        helper derives its own share from the secret it shares with the dealer, so
+        nothing of it crosses the aggregator (:mod:`crypto.shares.mac`).
+
+        Raises
+        ------
+        ServerRequestUnauthenticated, ServerRequestReplayed, AuthorityRequestMalformed
+            As :meth:`handle_deal`; a request for anything but masks, or naming no
+            enrolled participant, is malformed.
+        """
+        verified = self._verify(request, self._range_verifier, op=AuthorityOp.MASKS)
+        asked = self._parsed(verified, AuthorityOp.MASKS)
+        try:
+            pid, uid = json.loads(asked.tensor)
+            if not isinstance(pid, str) or not isinstance(uid, str):
+                raise ValueError
+            blob = masks.deal(pid, uid, asked.count, key=key_aggregator)
+        except (ValueError, TypeError, CryptoError) as exc:
+            refusal = AuthorityRequestMalformed(f"an input-mask request names no upload: {exc}")
+            self._denied(refusal, op=AuthorityOp.MASKS)
+            raise refusal from exc
+        self.log.append(
+            DecryptionRecord(
+                0, f"masks:{uid}", AuthorityOp.MASKS, (asked.count,), 0, (), False, time.time()
+            )
+        )
+        return blob
 
     def handle_deal_range(
         self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey

@@ -44,15 +44,26 @@ parsed once by :mod:`secure_fed.secure.protocol.helper_requests`.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from crypto.errors import CryptoError
+import numpy as np
+
+from crypto.errors import CryptoError, ShareTampered
 from crypto.shares import (
     ShareBundle,
     ShareLabel,
     ShareMacKey,
+)
+from crypto.shares.mac import (
+    MacKeyShare,
+    MacOpening,
+    authenticate,
+    helper_mask,
+    mask_label,
+    masked_message,
 )
 from crypto.sm import SM4GCM
 from secure_fed.errors import (
@@ -62,6 +73,7 @@ from secure_fed.errors import (
     PlanOutsidePolicy,
     ServerRequestReplayed,
     ServerRequestUnauthenticated,
+    SharesOpeningForged,
     UploadMalformed,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
@@ -73,13 +85,14 @@ from secure_fed.secure.parties.helper_copies import CopiesRun, Reply
 from secure_fed.secure.parties.helper_openings import OpeningsMachine, _Pending
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.plan_journal import PlanJournal
-from secure_fed.secure.protocol.codecs import wire_int
+from secure_fed.secure.protocol.codecs import split_parts, wire_int
 from secure_fed.secure.protocol.helper_requests import (
     CopiesRequest,
     EvidenceRequest,
     FinishRequest,
     LinearRequest,
     LoadRequest,
+    MacCheckRequest,
     OpenRequest,
     parse_op,
 )
@@ -167,6 +180,15 @@ class HelperParty(OpeningsMachine):
         (:class:`~secure_fed.secure.consortium_policy.PolicyPin`): a plan outside
         it is refused (``PLAN_OUTSIDE_POLICY``, audited). Its quorum, participants
         and shape must be the helper's.
+    mac_key
+        The helper's share of the MAC keys (authenticated shares,
+        :mod:`crypto.shares.mac`); ``None``: shares are not authenticated. With it,
+        every upload is a masked ``x - r`` whose mask shares the helper derives from
+        ``mask_secret`` (shared with the dealer only), and every linear opening is
+        MAC-checked before the helper releases it; a failed check aborts the round
+        (``SHARES_OPENING_FORGED``, audited, every later opening of it refused).
+    mask_secret
+        The secret the helper shares with the dealer (input masks).
     """
 
     shape: tuple[int, int]
@@ -181,6 +203,8 @@ class HelperParty(OpeningsMachine):
     nonces: FreshnessStore | None = field(default=None, repr=False)
     plan_journal: PlanJournal | None = field(default=None, repr=False)
     consortium: PolicyPin | None = field(default=None, repr=False)
+    mac_key: MacKeyShare | None = field(default=None, repr=False)
+    mask_secret: bytes | None = field(default=None, repr=False)
     log: list[DecryptionRecord] = field(default_factory=list)
     policy: ReleasePolicy = field(init=False, repr=False)
     plans: PlanBook = field(init=False, repr=False)
@@ -189,12 +213,21 @@ class HelperParty(OpeningsMachine):
     _pending: dict[str, _Pending] = field(default_factory=dict, repr=False)
     _copies_runs: dict[str, CopiesRun] = field(default_factory=dict, repr=False)
     _round_uploads: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
+    _mac_shares: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _mac_openings: dict[int, tuple[MacOpening, ReleaseRequest]] = field(
+        default_factory=dict, repr=False
+    )
+    _forged_rounds: set[int] = field(default_factory=set, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _op_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
     _upload_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
+        if (self.mac_key is None) != (self.mask_secret is None):
+            raise ModeSetupInvalid("mac_key and mask_secret come together (authenticated shares)")
+        if self.mac_key is not None and self.mac_key.party != 1:
+            raise ModeSetupInvalid("the helper holds party 1's MAC key share")
         if self.request_key is not None:
             key, store = self.request_key, self.nonces
             self._plan_verifier = RequestVerifier(
@@ -262,7 +295,8 @@ class HelperParty(OpeningsMachine):
             HelperOp.RANGE: lambda h, p: self.range_checks.handle(
                 h, p, seeds=self._seeds, dealer_key=self.dealer_key, channel_key=self.channel_key
             ),
-            HelperOp.LINEAR: lambda h, p: self._linear(LinearRequest.from_wire(h)),
+            HelperOp.LINEAR: lambda h, p: self._linear(LinearRequest.from_wire(h, p)),
+            HelperOp.MAC_CHECK: lambda h, p: self._mac_check(MacCheckRequest.from_wire(h)),
             HelperOp.OPEN: lambda h, p: self._open(OpenRequest.from_wire(h, p)),
             HelperOp.FINISH: lambda h, p: self._finish(FinishRequest.from_wire(h, p)),
             HelperOp.EVIDENCE: lambda h, p: self._evidence(EvidenceRequest.from_wire(h, p)),
@@ -273,6 +307,9 @@ class HelperParty(OpeningsMachine):
         if op == HelperOp.PLAN:  # audits its own refusals
             reply_header, reply = self._plan(header, payload)
             return encode_frame(HELPER_REPLY, reply_header, reply)
+        round_id = header.get(Key.ROUND_ID)
+        if op not in (HelperOp.LOAD, HelperOp.RANGE) and round_id in self._forged_rounds:
+            raise SharesOpeningForged(f"round {round_id} aborted on a failed MAC check")
         try:
             reply_header, reply = ops[op](header, payload)
         except (AuthorityRequestMalformed, UploadMalformed) as exc:
@@ -407,20 +444,55 @@ class HelperParty(OpeningsMachine):
             return {Key.OK: True}, b""  # idempotent reload after a restart
         secret = self.secrets[pid]
         label = ShareLabel(round_id=0, participant_id=pid, tensor=f"pred-{uid}")
+        masked = b""
+        if self.mac_key is not None:  # the sealed tag, then the masked values d = x - r
+            parts = header.get(Key.PARTS)
+            if not isinstance(parts, list) or len(parts) != 2:
+                raise UploadMalformed("an authenticated load carries the sealed tag and d")
+            payload, masked = split_parts(header, payload)
         try:
             blob = SM4GCM(seal_key(secret)).decrypt(
                 payload, associated_data=f"{pid}|{uid}".encode()
             )
-            bundle = ShareBundle.parse(
-                blob,
-                key=ShareMacKey.derive(secret, recipient="helper"),
-                label=label,
-                party=1,
-                seeded=True,
-                count=self.shape[0] * self.shape[1],
-            )
+            if self.mac_key is not None:
+                bundle = self._authenticated(pid, uid, blob, masked, label)
+            else:
+                bundle = ShareBundle.parse(
+                    blob,
+                    key=ShareMacKey.derive(secret, recipient="helper"),
+                    label=label,
+                    party=1,
+                    seeded=True,
+                    count=self.shape[0] * self.shape[1],
+                )
         except CryptoError as exc:
             raise UploadMalformed(f"helper share of {pid!r} refused: {exc}") from exc
         self._seeds[uid] = (pid, bundle)
         self.notices.loaded_share(uid, payload)  # what a notice to the helper names
         return {Key.OK: True}, b""
+
+    def _authenticated(
+        self, pid: str, uid: str, tag: bytes, masked: bytes, label: ShareLabel
+    ) -> ShareBundle:
+        """Keep ``[x]_1`` and ``[alpha_l x]_1`` of the masked upload ``d = x - r``.
+
+        ``d`` is the aggregator's copy; the participant's tag under the key it shares
+        with the helper (sealed) proves the helper sees the same ``d``.
+
+        Raises
+        ------
+        ShareTampered
+            If ``d`` has another size or does not match the participant's tag.
+        """
+        assert self.mac_key is not None and self.mask_secret is not None
+        count = self.shape[0] * self.shape[1]
+        key = ShareMacKey.derive(self.secrets[pid], recipient="helper")
+        if len(masked) != 8 * count or not hmac.compare_digest(
+            tag, key.tag(masked_message(label, masked))
+        ):
+            raise ShareTampered("the masked upload does not match the participant's tag")
+        d = np.frombuffer(masked, dtype="<u8").astype(np.uint64)
+        r1, m1 = helper_mask(self.mask_secret, mask_label(pid, uid), count)
+        share, macs = authenticate(d, r1, m1, key=self.mac_key)
+        self._mac_shares[uid] = macs
+        return ShareBundle.from_values(share, label=label, party=1, frac_bits=12)

@@ -13,17 +13,20 @@ before the helper's share leaves.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numpy as np
 
-from crypto.errors import CryptoError
+from crypto.errors import CryptoError, MacCheckFailed
 from crypto.shares import (
     BeaverParty,
     ShareLabel,
     TripleShare,
 )
+from crypto.shares.mac import PUBLICATION_BITS, MacKeyShare, MacOpening
 from secure_fed.errors import (
     AuthorityRequestMalformed,
+    SharesOpeningForged,
 )
 from secure_fed.secure.modes.evidence import evidence_sums, open_sums
 from secure_fed.secure.modes.share_ops import (
@@ -39,14 +42,21 @@ from secure_fed.secure.modes.share_ops import (
 )
 from secure_fed.secure.parties.helper_copies import CopiesMachine, Reply
 from secure_fed.secure.protocol.helper_requests import (
+    MAC_REVEAL,
+    MAC_SEED,
+    MAC_SIGMA,
     DistanceAsk,
     EvidenceRequest,
     FinishRequest,
     LinearRequest,
+    MacCheckRequest,
     OpenRequest,
 )
 from secure_fed.secure.protocol.vocabulary import (
+    AuditEvent,
+    HelperOp,
     Key,
+    Party,
     Purpose,
     Step,
 )
@@ -78,6 +88,10 @@ class OpeningsMachine(CopiesMachine):
     """
 
     _pending: dict[str, _Pending]
+    mac_key: MacKeyShare | None
+    _mac_shares: dict[str, np.ndarray]
+    _mac_openings: dict[int, tuple[MacOpening, ReleaseRequest]]
+    _forged_rounds: set[int]
 
     def _shares(self, ids: tuple[str, ...]) -> tuple[list[str], list[np.ndarray]]:
         uids = list(ids)
@@ -120,11 +134,95 @@ class OpeningsMachine(CopiesMachine):
         weights = request.weights
         ask = self._ask(request.purpose, uids, request.round_id, weights=weights)
         self.policy.check(ask)
+        if self.mac_key is not None and (request.seed_commitment is None or request.share is None):
+            raise AuthorityRequestMalformed(
+                "an authenticated linear opening carries its MAC fields"
+            )
         self._bind(ask, uids)
         out = weighted_share(shares, list(weights))
-        self.policy.released(replace(ask, shape=out.shape))
+        if self.mac_key is None:
+            self.policy.released(replace(ask, shape=out.shape))
+            meta, data = encode_array(out, "u8")
+            return {Key.ARRAY: meta}, data
+        return self._linear_checked(request, ask, uids, out)
+
+    def _linear_checked(
+        self, request: LinearRequest, ask: ReleaseRequest, uids: list[str], out: np.ndarray
+    ) -> Reply:
+        """First stage of a MAC-checked linear opening: reconstruct, keep, send the share.
+
+        The helper releases the value only once the MAC check passed
+        (:meth:`_mac_check`); an opened value outside its bound is already forged.
+        """
+        assert self.mac_key is not None
+        assert request.seed_commitment is not None and request.share is not None
+        missing = [u for u in uids if u not in self._mac_shares]
+        if missing:
+            raise AuthorityRequestMalformed(f"helper holds no MACs of uploads {missing}")
+        macs = weighted_share([self._mac_shares[u] for u in uids], list(request.weights))
+        opening = MacOpening(
+            key=self.mac_key,
+            share=out.reshape(-1),
+            macs=macs,
+            label=ShareLabel(round_id=request.round_id, participant_id="mac", tensor="publication"),
+            bound=1 << (PUBLICATION_BITS - 1),
+        )
+        try:
+            opening.expect_seed(request.seed_commitment)
+            if request.share.shape != out.shape:
+                raise AuthorityRequestMalformed("the aggregator's share has another shape")
+            opening.open(request.share)
+        except MacCheckFailed as exc:
+            self._forged(ask, exc)
+        self._mac_openings[request.round_id] = (opening, replace(ask, shape=out.shape))
         meta, data = encode_array(out, "u8")
-        return {Key.ARRAY: meta}, data
+        return {Key.ARRAY: meta, MAC_SEED: opening.own_seed().hex()}, data
+
+    def _mac_check(self, request: MacCheckRequest) -> Reply:
+        """Serve the coin toss and check values of a MAC-checked opening; release once passed."""
+        found = self._mac_openings.get(request.round_id)
+        if found is None:
+            raise AuthorityRequestMalformed(
+                f"no MAC-checked opening is open in round {request.round_id}"
+            )
+        opening, ask = found
+        try:
+            if request.stage == MAC_REVEAL:
+                assert request.opening is not None
+                opening.check(request.opening)
+            else:
+                assert request.seed is not None and request.commitment is not None
+                opening.receive_seed(request.seed)
+                opening.expect_sigma(request.commitment)
+                return {
+                    Key.ROUND_ID: request.round_id,
+                    MAC_SIGMA: opening.reveal_sigma().hex(),
+                }, b""
+        except MacCheckFailed as exc:
+            del self._mac_openings[request.round_id]
+            self._forged(ask, exc)
+        del self._mac_openings[request.round_id]
+        self.policy.released(ask)
+        return {Key.OK: True, Key.ROUND_ID: request.round_id}, b""
+
+    def _forged(self, ask: ReleaseRequest, exc: MacCheckFailed) -> NoReturn:
+        """Abort the round on a failed MAC check: audit it, refuse every later opening."""
+        self._forged_rounds.add(ask.round_id)
+        self._mac_openings.pop(ask.round_id, None)
+        if self.audit is not None:
+            self.audit.record(
+                AuditEvent.ACCESS_DENIED,
+                {
+                    "party": Party.HELPER,
+                    "op": HelperOp.MAC_CHECK,
+                    "step": "publication",
+                    "peer": "aggregator",
+                    "round_id": ask.round_id,
+                    "code": SharesOpeningForged.code,
+                    "reason": str(exc),
+                },
+            )
+        raise SharesOpeningForged(f"the aggregator's share of the publication: {exc}") from exc
 
     # -- Beaver products: moments and scores -------------------------------------------
 

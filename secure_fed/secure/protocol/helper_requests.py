@@ -39,6 +39,7 @@ __all__ = [
     "FinishRequest",
     "LinearRequest",
     "LoadRequest",
+    "MacCheckRequest",
     "OpenRequest",
     "label",
     "parse_op",
@@ -157,15 +158,24 @@ class LinearRequest:
     purpose: Purpose
     uids: tuple[str, ...]
     weights: tuple[float, ...]
+    seed_commitment: bytes | None = None
+    share: np.ndarray | None = None
 
     @classmethod
-    def from_wire(cls, header: Mapping[str, object]) -> LinearRequest | DistanceAsk:
+    def from_wire(
+        cls, header: Mapping[str, object], payload: bytes = b""
+    ) -> LinearRequest | DistanceAsk:
         """Parse a linear opening (a :class:`DistanceAsk` under a distance's name).
+
+        An authenticated opening (:mod:`crypto.shares.mac`) also carries the
+        aggregator's coin-toss commitment (``mac_seed_commit``, hex) and its share
+        of the values (the payload, ``array``).
 
         Raises
         ------
         AuthorityRequestMalformed
-            On an unknown purpose, no upload ids or non-numeric weights.
+            On an unknown purpose, no upload ids, non-numeric weights, or a
+            malformed commitment or share.
         """
         purpose, round_id = (
             header.get(Key.PURPOSE, Purpose.AGGREGATE),
@@ -179,7 +189,78 @@ class LinearRequest:
             )
         uids = upload_ids(header.get(Key.UIDS))
         weights = wire_weights(header.get(Key.WEIGHTS))
-        return cls(round_id=round_id, purpose=Purpose(str(purpose)), uids=uids, weights=weights)
+        commit, share = header.get(MAC_SEED_COMMIT), None
+        if commit is not None:
+            commit = hex_bytes(commit, 32, "a MAC seed commitment")
+            share = np.asarray(decode_array(header.get(Key.ARRAY), payload), dtype=np.uint64)
+        elif payload:
+            raise AuthorityRequestMalformed("a linear opening without a MAC carries no payload")
+        return cls(
+            round_id=round_id,
+            purpose=Purpose(str(purpose)),
+            uids=uids,
+            weights=weights,
+            seed_commitment=commit,
+            share=share,
+        )
+
+
+#: Header fields of an authenticated opening (:mod:`crypto.shares.mac`), hex bytes.
+MAC_SEED_COMMIT = "mac_seed_commit"
+MAC_SEED = "mac_seed"
+MAC_SIGMA_COMMIT = "mac_sigma_commit"
+MAC_SIGMA = "mac_sigma"
+MAC_STAGE = "mac_stage"
+MAC_TOSS, MAC_REVEAL = "toss", "reveal"
+
+
+def hex_bytes(raw: object, size: int, what: str) -> bytes:
+    """Return ``size`` bytes from a hex string, or refuse it naming ``what``."""
+    try:
+        if not isinstance(raw, str) or len(raw) != 2 * size:
+            raise ValueError
+        return bytes.fromhex(raw)
+    except ValueError as exc:
+        raise AuthorityRequestMalformed(f"{what} must be {size} bytes in hex") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class MacCheckRequest:
+    """A stage of the MAC check of an authenticated linear opening (op ``mac_check``).
+
+    ``toss``: the aggregator opens its coin-toss seed and commits to its check
+    values (the helper replies with its own check values); ``reveal``: the
+    aggregator opens its check values (the helper checks, then releases).
+    """
+
+    round_id: int
+    stage: str
+    seed: bytes | None
+    commitment: bytes | None
+    opening: bytes | None
+
+    @classmethod
+    def from_wire(cls, header: Mapping[str, object]) -> MacCheckRequest:
+        """Parse a MAC-check stage.
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            On another stage or malformed hex fields.
+        """
+        round_id, stage = wire_int(header, Key.ROUND_ID), header.get(MAC_STAGE)
+        if stage == MAC_TOSS:
+            seed = hex_bytes(header.get(MAC_SEED), 32, "the aggregator's coin-toss seed")
+            commit = hex_bytes(header.get(MAC_SIGMA_COMMIT), 32, "a check-value commitment")
+            return cls(
+                round_id=round_id, stage=MAC_TOSS, seed=seed, commitment=commit, opening=None
+            )
+        if stage == MAC_REVEAL:
+            opening = hex_bytes(header.get(MAC_SIGMA), 48, "the aggregator's check values")
+            return cls(
+                round_id=round_id, stage=MAC_REVEAL, seed=None, commitment=None, opening=opening
+            )
+        raise AuthorityRequestMalformed(f"a MAC check names stage {MAC_TOSS!r} or {MAC_REVEAL!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

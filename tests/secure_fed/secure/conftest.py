@@ -41,3 +41,16 @@ def shares() -> tuple[SecureDeployment, MemoryAuditSink]:
         policy=POLICY,
     )
     return dep, sink
+
+
+@pytest.fixture
+def shares_plain() -> tuple[SecureDeployment, MemoryAuditSink]:
+    """A shares deployment without MACs (the helper protocol tests craft its requests)."""
+    from secure_fed.secure.deployment import DeploymentPlan
+    from secure_fed.secure.modes.shares import SharesDeployment
+
+    sink = MemoryAuditSink()
+    plan = DeploymentPlan(
+        shape=(N, C), participant_ids=tuple(IDS), min_participants=3, audit=sink, policy=POLICY
+    )
+    return SharesDeployment.deploy(plan, authenticated=False), sink

@@ -161,6 +161,8 @@ def test_a_replayed_label_after_a_restart_is_refused_with_a_log_row(shares, tmp_
         audit=sink,
         registry=HelperRegistry(tmp_path / "helper.sqlite"),
         request_key=dep.helper.request_key,
+        mac_key=dep.helper.mac_key,
+        mask_secret=dep.helper.mask_secret,
     )
     from secure_fed.secure.modes.shares import SharesAggregator
 

@@ -142,6 +142,8 @@ def test_the_registry_file_refuses_a_replayed_triple_after_a_helper_restart(
         audit=sink,
         registry=HelperRegistry(path),
         request_key=old.request_key,
+        mac_key=old.mac_key,
+        mask_secret=old.mask_secret,
     )
     keys = replace(dep.server_keys(), helper=restarted.handle)  # type: ignore[attr-defined]
     agg = SharesAggregator(shape=dep.shape, bound=BOUND, keys=keys, min_participants=3)

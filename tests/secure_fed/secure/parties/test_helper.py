@@ -30,8 +30,8 @@ def _linear(dep, uids: list[str], weights: list[object], purpose: str = "aggrega
 
 
 @pytest.fixture
-def loaded(shares):  # type: ignore[no-untyped-def]
-    dep, sink = shares
+def loaded(shares_plain):  # type: ignore[no-untyped-def]
+    dep, sink = shares_plain
     agg = dep.aggregator(bound=BOUND)
     preds = population(3, N, C, seed=3)
     uids = {p: _load(dep, agg, p, m) for p, m in preds.items()}

@@ -96,9 +96,9 @@ def test_a_helper_request_names_its_operation() -> None:
     ],
 )
 def test_the_helper_loads_only_an_enrolled_participants_sealed_share(  # type: ignore[no-untyped-def]
-    shares, header: dict[str, object], message: str
+    shares_plain, header: dict[str, object], message: str
 ) -> None:
-    dep, _ = shares
+    dep, _ = shares_plain
     with pytest.raises(UploadMalformed, match=message):
         dep.helper.handle(signed(dep, {"op": "load", **header}, b"junk"))
 

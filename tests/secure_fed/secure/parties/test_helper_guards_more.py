@@ -52,8 +52,8 @@ def _load(dep, pid: str, uid: str, payload: bytes) -> bytes:  # type: ignore[no-
 
 
 @pytest.mark.parametrize("count", [N * C - 1, N * C + 1, C, 1])
-def test_a_sealed_share_of_another_size_is_refused(shares, count: int) -> None:  # type: ignore[no-untyped-def]
-    dep, _ = shares
+def test_a_sealed_share_of_another_size_is_refused(shares_plain, count: int) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares_plain
     pid = IDS[1]
     payload = _sealed(dep.helper.secrets[pid], pid, "u-size", count)
     with pytest.raises(
@@ -69,8 +69,8 @@ def test_a_sealed_share_of_another_size_is_refused(shares, count: int) -> None: 
     ) == ({"ok": True}, b"")
 
 
-def test_a_load_and_its_reload_are_acknowledged_without_a_body(shares) -> None:  # type: ignore[no-untyped-def]
-    dep, _ = shares
+def test_a_load_and_its_reload_are_acknowledged_without_a_body(shares_plain) -> None:  # type: ignore[no-untyped-def]
+    dep, _ = shares_plain
     pid = IDS[2]
     payload = _sealed(dep.helper.secrets[pid], pid, "u-ack", N * C)
     assert decode_frame(_load(dep, pid, "u-ack", payload), HELPER_REPLY) == ({"ok": True}, b"")
