@@ -206,7 +206,7 @@ class LocalFederation:
         specs = [self._party(layout, "keyauthority", layout.authority_port)]
         if self.options.mode == "shares":
             specs.append(self._party(layout, "helper", layout.helper_port))
-        else:  # ckks: the verifier recomputes every request before it is decrypted
+        elif self.options.verifier:  # ckks: it recomputes every request before decryption
             specs.append(self._party(layout, "verifier", layout.verifier_port))
         specs.append(api_spec(layout.api, python=self.python, env=self._env()))
         specs.append(self._superlink(layout))

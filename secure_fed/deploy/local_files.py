@@ -67,6 +67,9 @@ class LocalOptions:
     reply_timeout: float = 300.0
     #: Keep the SuperLink's state in a SQLite file (restartable) rather than in memory.
     superlink_database: bool = True
+    #: ckks: the key ceremony makes the verifier, the key authority pins it and the run
+    #: starts it (``False``: no verifier, forgeries only detected afterwards; benchmarks).
+    verifier: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -167,7 +170,8 @@ def _server_toml(options: LocalOptions, layout: LocalLayout, sm3: str) -> str:
     cert, key = layout.tls("aggregator")
     # shares: the helper; ckks: the verifier, which attests every decryption request
     second = f"helper_url = {_q(f'https://127.0.0.1:{layout.helper_port}')}\n"
-    if options.mode == "ckks":
+    second = second if options.mode == "shares" else ""
+    if options.mode == "ckks" and options.verifier:
         second = f"verifier_url = {_q(f'https://127.0.0.1:{layout.verifier_port}')}\n"
     return f"""[server]
 namespace = "local"
@@ -258,6 +262,7 @@ def prepare(options: LocalOptions) -> LocalLayout:
         participant_ids=ids,
         shape=shape,
         min_participants=options.min_participants,
+        verifier=options.verifier,
     )
     url = options.database_url or f"sqlite:///{run / 'ledger.db'}"
     _seed_ledger(options, keys, url, ids, run / "nodes")

@@ -92,7 +92,9 @@ def round_summaries(database_url: str, namespace: str = _NAMESPACE) -> tuple[Rou
 
 def _parties(layout: LocalLayout, mode: str) -> tuple[tuple[str, str, str], ...]:
     """``(party, log, state)``, paths relative to the run folder."""
-    names = ["keyauthority", "helper" if mode == "shares" else "verifier"]
+    verifier = (layout.keys / "verifier").exists()  # ckks: made by the key ceremony
+    second = ["helper"] if mode == "shares" else ["verifier"] if verifier else []
+    names = ["keyauthority", *second]
     rows = [(n, f"logs/{n}.log", f"{n}/, its audit log {n}/audit.db") for n in names]
     rows.append(("api", "logs/api.log", "api/api.toml, the ledger (below)"))
     rows.append(("superlink", "logs/superlink.log", "superlink/"))

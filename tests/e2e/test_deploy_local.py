@@ -6,11 +6,14 @@ sent as soon as the services are up must stop all of them -- every process
 that descended from the command, including Flower's own sub-processes --
 and the command must exit 130. A ckks run shows the key authority's decryptions in the
 console and the report while its services are up, prints its result on standard
-output, and the recomputation it names passes on the run folder.
+output, and the recomputation it names passes on the run folder. The ckks run has its
+verifier (a process of its own): every decryption request the key authority served was
+attested first, in the verifier's own audit log.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -103,6 +106,43 @@ def _check_console(api: str, run: Path) -> None:
         assert "decryption.released" in report.text
 
 
+def _fields(audit_db: Path, *events: str) -> list[dict[str, object]]:
+    """The fields of every entry of ``events`` in a party's own audit log, in order."""
+    marks = ", ".join("?" * len(events))
+    with sqlite3.connect(audit_db) as db:
+        rows = db.execute(
+            f"SELECT event, entry FROM audit_entries WHERE event IN ({marks}) ORDER BY entry_index",
+            events,
+        ).fetchall()
+    return [{**json.loads(bytes(r[1]))["fields"], "event": r[0]} for r in rows]
+
+
+def _check_verified_release(run: Path) -> None:
+    """The verifier held both uploads and attested every request before its release."""
+    verifier, authority = run / "verifier" / "audit.db", run / "keyauthority" / "audit.db"
+    with sqlite3.connect(verifier) as db:
+        size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
+    assert signed == size  # the verifier stopped cleanly too
+    held = _fields(verifier, "verifier.upload_held")
+    assert {(e["round_id"], e["participant_id"]) for e in held} == {
+        (1, "bank-1"),
+        (1, "hospital-1"),
+    }
+    attested = {e["request_sm3"] for e in _fields(verifier, "verifier.attested")}
+    served = _fields(authority, "decryption.requested", "decryption.released")
+    asked: list[object] = []
+    for entry in served:  # each release follows its request, which the verifier attested
+        if entry["event"] == "decryption.requested":
+            asked.append(entry["request_sm3"])
+        else:
+            assert asked and asked[-1] in attested, (entry, asked, attested)
+    assert asked and set(asked) <= attested, (asked, attested)
+    released = [e for e in served if e["event"] == "decryption.released"]
+    assert {"aggregate", "score"} <= {str(e["purpose"]) for e in released}
+    denied = _fields(authority, "access.denied") + _fields(verifier, "access.denied")
+    assert not denied, denied  # an honest run: nothing refused by either
+
+
 def _check_export(run: Path, out: Path) -> None:
     export = subprocess.run(
         [*CLI, "audit", "export", "--db", f"sqlite:///{run / 'ledger.db'}",
@@ -157,6 +197,8 @@ def test_a_ckks_run_shows_its_decryptions_prints_its_result_and_recomputes(tmp_p
         r"^1 +published +published [0-9a-f]{16}\.\.\.; uploaded: bank-1, hospital-1;", out, re.M
     ), out
     assert re.search(r"^keyauthority +log   logs/keyauthority\.log$", out, re.M), out
+    assert re.search(r"^verifier +log   logs/verifier\.log$", out, re.M), out
+    _check_verified_release(run_dir)
     assert "services up" in err_file.read_text() and "services up" not in out
     assert f"    RUN={run_dir}" in out.splitlines(), out
     assert "{" not in out, out  # no Python dict any more

@@ -24,9 +24,11 @@ What it does, in order:
    the aggregator as it arrives, records the nodes that sent nothing before the
    deadline as dropouts (``participant.dropped``) and finishes the round (it
    publishes while at least ``min_participants`` uploads were accepted, else it
-   aborts). A round that cannot even open (the key authority or helper is
-   down) ends the run: every later round would fail alike; run again once
-   the party is back (the round was never stored, so it runs then);
+   aborts). In ckks mode the aggregator forwards each envelope it accepted to the
+   verifier and obtains the verifier's attestation before each decryption request
+   (``[parties] verifier_url``; a refusal aborts the round). A round that cannot even
+   open (the key authority or helper is down) ends the run: every later round would
+   fail alike; run again once the party is back (the round was never stored, so it runs then);
 4. sends the last round's publication to every node that answered it, which
    distills; after a restart with no round left to run, the publication read
    back in step 1 goes out alone.
