@@ -35,6 +35,11 @@ Kinds (:data:`ADAPTIVE_REGISTRY`):
   its per-cell sigma chosen so that pair distances ``2 sigma^2 C`` sit
   :data:`JITTER_MARGIN` times above the copy threshold the coalition
   estimates, within :data:`JITTER_SIGMA` (0.4 to 0.75);
+* ``above_chance``: the adaptive answer to the weighting's chance rule (a merit
+  capped at ``CHANCE_MERIT`` for evidence at or below 0): the ``jitter`` kind on
+  all rows but a fixed :data:`MIX_FRACTION` of them, where it sends the honest
+  mean (plus the same noise). Its evidence is then about ``2 x 0.6 - 1 = 0.2``
+  times the honest mean's, above 0 on any slice, without knowing the slice;
 * ``stealthy``: the honest mean (the smallest Mahalanobis distance) on every
   row but a chosen :data:`STEALTH_FRACTION` of them, where the top two classes
   of the mean are swapped, the new top raised :data:`STEALTH_MARGIN` noise
@@ -69,6 +74,7 @@ __all__ = [
     "ADAPTIVE_REGISTRY",
     "INSIDE_REACH",
     "JITTER_MARGIN",
+    "MIX_FRACTION",
     "JITTER_SIGMA",
     "STEALTH_FRACTION",
     "STEALTH_MARGIN",
@@ -77,6 +83,7 @@ __all__ = [
     "copy_threshold",
     "forge",
     "jitter_sigma",
+    "mixed_rows",
     "stealth_rows",
 ]
 
@@ -91,6 +98,8 @@ INSIDE_REACH = 2.0
 STEALTH_MARGIN = 4.0
 #: Fraction of public rows the ``stealthy`` kind poisons.
 STEALTH_FRACTION = 0.1
+#: Fraction of public rows on which the ``above_chance`` kind sends the honest mean.
+MIX_FRACTION = 0.6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +224,20 @@ def _jitter(view: RoundView) -> np.ndarray:
     return base + view.rng().normal(0.0, _sigma(view, base), size=base.shape)
 
 
+def mixed_rows(rows: int, *, seed: int) -> np.ndarray:
+    """Return the rows where the ``above_chance`` kind sends the honest mean (fixed per seed)."""
+    count = max(1, int(round(MIX_FRACTION * rows)))
+    return np.sort(np.random.default_rng([seed, 0xAC]).choice(rows, size=count, replace=False))
+
+
+def _above_chance(view: RoundView) -> np.ndarray:
+    mean = view.honest_mean()
+    rows = mixed_rows(len(mean), seed=view.seed)
+    base = -mean
+    base[rows] = mean[rows]
+    return base + view.rng().normal(0.0, _sigma(view, base), size=base.shape)
+
+
 def stealth_rows(rows: int, *, seed: int) -> np.ndarray:
     """Return the rows the ``stealthy`` kind poisons (the same for every member and round)."""
     count = max(1, int(round(STEALTH_FRACTION * rows)))
@@ -250,6 +273,7 @@ ADAPTIVE_REGISTRY: dict[str, _Kind] = {
     "threshold_inflate": _Kind(_threshold_inflate, "far, distinct colluders inflate the copy cut"),
     "threshold_inside": _Kind(_threshold_inside, "one far colluder, the others inside the subset"),
     "jitter": _Kind(_jitter, "negated mean plus noise just above the copy threshold"),
+    "above_chance": _Kind(_above_chance, "jitter, the honest mean on 60% of rows: evidence > 0"),
     "stealthy": _Kind(_stealthy, "the honest mean, top two classes swapped on chosen rows"),
 }
 

@@ -82,12 +82,13 @@ def decision_events(
 
     Each carries the decision (score, EMA, thresholds, action, factor), the
     declared sample count (recorded, never used) and the weight terms that were
-    applied: base share, evidence, its EMA, merit, copies count, the outlier
-    factor as applied (the policy's factor: evidence never waives it) and the
-    published weight. ``terms`` is None when the round aborted
-    at the filter: nothing was aggregated and every weight is null. Otherwise an
-    excluded participant has weight 0. ``max_weight`` is the round's public cap
-    on one weight (every recorded weight is at most it).
+    applied: base share, evidence, its EMA, merit (with ``below_chance``: the
+    weighting's chance rule capped it), copies count, the outlier factor as
+    applied (the policy's factor: evidence never waives it) and the published
+    weight. ``terms`` is None when the round aborted at the filter: nothing was
+    aggregated and every weight is null. Otherwise an excluded participant has
+    weight 0. ``max_weight`` is the round's public cap on one weight (every
+    recorded weight is at most it).
     """
     events = []
     for pid in sorted(decisions):
@@ -101,6 +102,7 @@ def decision_events(
                 "evidence": t.evidence if t else None,
                 "correctness": t.correctness if t else None,
                 "merit": t.merit if t else None,
+                "below_chance": t.below_chance if t else None,
                 "copies": t.copies if t else None,
                 "applied_factor": t.factor if t else None,
                 "weight": None if terms is None else (t.weight if t else 0.0),

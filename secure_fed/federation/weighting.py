@@ -8,6 +8,7 @@ reward being right", and docs/federation.md, section 5):
     c_k^(t)  = beta * c_k^(t-1) + (1 - beta) * e_k^(t)             (EMA of the evidence)
     r        = quantile_q(c)                  (q = 1/4: the lower quartile)
     m_k      = clip(exp(alpha * (c_k - r) / |r|), m_min, 1)        (merit, at most 1)
+    m_k      = min(m_k, m_chance)  if min(c_k, e_k) <= 0            (no better than chance)
     f_k      = the outlier policy's factor, in (0, 1]              (closeness factor)
     u_k      = 1 / (1 + copies_k)                                  (near-duplicates share)
     v_k      = b_k * m_k * f_k * u_k
@@ -38,6 +39,24 @@ participant right on the slice and poisoned elsewhere has top evidence, and a
 waiver of the factor for good evidence would give it back its full base share.
 Without evidence (a mode or a task without a labeled slice) every merit is 1.
 
+**The chance rule.** The evidence is a centred logit: an upload that carries no
+information about the labels (constant rows, noise) has evidence 0 in
+expectation, one that points away from the true classes has evidence below 0.
+A participant whose smoothed evidence *or* this round's evidence is at or below
+0 is no better than chance on the secret labelled slice, and its merit is at
+most ``m_chance`` (:data:`CHANCE_MERIT`, 1e-3), far below the soft floor ``m_min``
+and the outlier policy's smallest factor (0.05). The reference ``r`` is a
+quantile of everybody's evidence, so a coalition of a quarter of the roster
+below 0 drags it below 0 and softens its own merit (the jitter coalition under
+label skew had merit 0.5 to 0.6); 0 is a reference no participant moves. The
+gap below ``m_min`` matters under the cap: the weight the capped participants
+cannot take is spread over everybody below the cap in proportion to ``v_k``,
+and with the attackers at ``m_min = 0.05`` and the honest participants the
+coalition pushed out of the robust subset at ``f = 0.05`` that spread gave both
+the same share. Testing this round's evidence as well as the EMA removes the
+EMA's lag for this one rule: a clean history does not carry a participant that
+turns against the labels through its first attacking round.
+
 Bound on a group ``G``: ``W_G <= sum_{k in G} b_k / sum_j b_j m_j u_j f_j``
 whatever ``G`` uploads, since every factor of ``G`` is at most 1; the denominator
 falls only by what the other participants lose (their own evidence, copies and
@@ -61,17 +80,22 @@ import numpy as np
 from secure_fed.errors import WeightingInvalid
 from secure_fed.secure.release_plan import WEIGHT_FLOOR
 
+#: Merit of a participant no better than chance on the labelled slice (the chance rule).
+CHANCE_MERIT = 1e-3
+
 #: Smallest weight before the cap: twice the codec's resolution, so the published
 #: weight stays above the release plan's floor.
 MIN_WEIGHT = 2 * WEIGHT_FLOOR
 
 __all__ = [
+    "CHANCE_MERIT",
     "MAX_COUNT",
     "MIN_WEIGHT",
     "DynamicWeighting",
     "WeightTerms",
     "apply_factors",
     "base_shares",
+    "below_chance",
     "cap_weights",
     "check_cap",
     "merits",
@@ -152,6 +176,29 @@ def merits(
             exponent = float(np.float64(alpha) * ((np.float64(c) - reference) / scale))
         out[p] = min(1.0, max(floor, math.exp(max(-700.0, exponent))))
     return reference, out
+
+
+def below_chance(smoothed: Mapping[str, float], evidence: Mapping[str, float]) -> dict[str, bool]:
+    """Return, per participant, whether its smoothed or this round's evidence is ``<= 0``.
+
+    The chance rule of the module docstring: ``min(c_k, e_k) <= 0``. Both maps
+    name the same participants; every value is finite (checked by the caller,
+    :meth:`DynamicWeighting.smooth`).
+
+    Raises
+    ------
+    WeightingInvalid
+        If the maps name different participants or a value is not finite.
+    """
+    if set(smoothed) != set(evidence):
+        raise WeightingInvalid("smoothed and round evidence name different participants")
+    out = {}
+    for pid, c in smoothed.items():
+        e = evidence[pid]
+        if not (math.isfinite(c) and math.isfinite(e)):
+            raise WeightingInvalid(f"evidence of {pid!r} must be finite, got {c!r}, {e!r}")
+        out[pid] = min(c, e) <= 0
+    return out
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -305,6 +352,9 @@ class WeightTerms:
         ``W_k``, the published weight, at most ``max_weight``.
     max_weight
         The round's cap ``w_max``.
+    below_chance
+        True when the chance rule applied (the smoothed or this round's evidence
+        at or below 0: the merit is at most ``m_chance``); False without evidence.
     """
 
     base: float
@@ -315,6 +365,7 @@ class WeightTerms:
     factor: float
     weight: float
     max_weight: float
+    below_chance: bool = False
 
     @property
     def copy_factor(self) -> float:
@@ -343,6 +394,10 @@ class DynamicWeighting:
         claim); empty: equal base shares.
     history
         Smoothed evidence ``c_k`` of every participant seen so far (persisted state).
+    chance_merit
+        Largest merit ``m_chance`` in ``(0, 1]`` of a participant no better than
+        chance (the chance rule: its merit is ``min(m_k, m_chance)``, never
+        raised); None disables the rule (the soft merit alone).
     """
 
     alpha: float = 1.0
@@ -351,6 +406,7 @@ class DynamicWeighting:
     quantile: float = 0.25
     registered: dict[str, int] = field(default_factory=dict)
     history: dict[str, float] = field(default_factory=dict)
+    chance_merit: float | None = CHANCE_MERIT
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.alpha) and 0 <= self.alpha <= 100):
@@ -361,6 +417,10 @@ class DynamicWeighting:
             raise WeightingInvalid(f"quantile must be in [0, 1], got {self.quantile!r}")
         if not (math.isfinite(self.min_merit) and 0 < self.min_merit <= 1):
             raise WeightingInvalid(f"min_merit must be in (0, 1], got {self.min_merit!r}")
+        m = self.chance_merit
+        number = isinstance(m, int | float) and not isinstance(m, bool)
+        if m is not None and not (number and math.isfinite(m) and 0 < m <= 1):
+            raise WeightingInvalid(f"chance_merit must be in (0, 1] or None, got {m!r}")
         for pid, n in self.registered.items():
             _check_count(pid, n)
 
@@ -435,6 +495,13 @@ class DynamicWeighting:
             if smoothed
             else None
         )
+        chance = (
+            below_chance(smoothed, evidence)
+            if smoothed and evidence is not None and self.chance_merit is not None
+            else dict.fromkeys(ids, False)
+        )
+        if merit is not None and self.chance_merit is not None:
+            merit = {p: min(m, self.chance_merit) if chance[p] else m for p, m in merit.items()}
         # in logs: b_k m_k g_k u_k of tiny terms would underflow to a zero weight
         shares = _normalised(
             {
@@ -457,6 +524,7 @@ class DynamicWeighting:
                 factor=factors[p],
                 weight=weights[p],
                 max_weight=max_weight,
+                below_chance=chance[p],
             )
             for p in ids
         }

@@ -58,11 +58,11 @@ def test_merit_does_not_depend_on_the_logit_scale() -> None:
 def test_ema_smooths_the_evidence_across_rounds() -> None:
     wt = DynamicWeighting(alpha=1.0, beta=0.5, quantile=0.5)
     wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 2.0})
-    terms = wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 0.0})
-    assert terms["b"].correctness == pytest.approx(1.0) and wt.history["b"] == pytest.approx(1.0)
-    assert terms["b"].evidence == 0.0
-    # median of (2, 1) is 1.5: b's merit exp(-0.5 / 1.5), not the instant exp(-1)
-    assert terms["b"].merit == pytest.approx(np.exp(-0.5 / 1.5))
+    terms = wt.weigh(dict.fromkeys("ab", 1.0), evidence={"a": 2.0, "b": 0.5})
+    assert terms["b"].correctness == pytest.approx(1.25) and wt.history["b"] == pytest.approx(1.25)
+    assert terms["b"].evidence == 0.5 and not terms["b"].below_chance
+    # median of (2, 1.25) is 1.625: b's merit exp(-0.375 / 1.625), not the instant exp(-0.6)
+    assert terms["b"].merit == pytest.approx(np.exp(-0.375 / 1.625))
 
 
 def test_new_participant_and_dropout_renormalise() -> None:

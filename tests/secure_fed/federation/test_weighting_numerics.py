@@ -71,10 +71,15 @@ def test_merit_of_a_participant_above_a_zero_reference_does_not_overflow() -> No
     it had ``exp(1e6)`` and the whole round failed with ``OverflowError``."""
     reference, merit = merits({"a": 0.0, "b": 0.0, "c": 1.0}, alpha=1.0, floor=0.05)
     assert reference == 0.0 and merit == {"a": 1.0, "b": 1.0, "c": 1.0}
-    terms = DynamicWeighting(beta=0.0).weigh(
-        dict.fromkeys("abcd", 1.0), evidence={"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.2}
+    evidence = {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.2}
+    terms = DynamicWeighting(beta=0.0, chance_merit=None).weigh(
+        dict.fromkeys("abcd", 1.0), evidence=evidence
     )
     assert {p: t.weight for p, t in terms.items()} == pytest.approx(dict.fromkeys("abcd", 0.25))
+    # with the chance rule, evidence at 0 is no better than chance: d alone keeps merit 1
+    terms = DynamicWeighting(beta=0.0).weigh(dict.fromkeys("abcd", 1.0), evidence=evidence)
+    assert [terms[p].below_chance for p in "abcd"] == [True, True, True, False]
+    assert terms["d"].weight == pytest.approx(1 / (1 + 3e-3))
 
 
 @PROPERTY
@@ -189,7 +194,13 @@ def test_weigh_raises_only_the_typed_error_and_publishes_a_capped_distribution(
     cap = data.draw(st.one_of(st.just(1.0), st.floats(1 / n, 1), ANY_FLOAT))
     rounds = data.draw(st.integers(1, 3))
     try:
-        wt = DynamicWeighting(**params, registered=registered)
+        wt = DynamicWeighting(
+            alpha=params["alpha"],
+            beta=params["beta"],
+            min_merit=params["min_merit"],
+            quantile=params["quantile"],
+            registered=registered,
+        )
     except WeightingInvalid:
         return
     for _ in range(rounds):
