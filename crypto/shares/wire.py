@@ -21,9 +21,10 @@ from typing import NoReturn
 
 import numpy as np
 
-from crypto.errors import ParameterInvalid, ShareTampered
+from crypto.errors import CryptoError, ParameterInvalid, ShareTampered
 from crypto.shares._ring import RING_ID, RingArray
 from crypto.shares.prg import ShareLabel
+from crypto.sm import SM4GCM
 
 MAGIC = b"SFS1"
 TAG_BYTES = 32
@@ -38,7 +39,7 @@ KIND_TRIPLE = 3
 KIND_TRIPLE_SEED = 4
 KIND_OPENING = 5
 KIND_AUTH_MASK = 6
-"""An input mask's share and its MAC shares (:mod:`crypto.shares.mac`): ``(1 + lanes)`` words each."""
+"""An input mask's share and its MAC shares (``crypto.shares.mac``): 3 words each."""
 
 DEFAULT_MAX_COUNT = 1 << 26
 """Default cap on elements in one blob (512 MiB of values) when parsing."""
@@ -156,6 +157,41 @@ def pack(frame: Frame, key: ShareMacKey) -> bytes:
     )
     body = head + label + frame.payload
     return body + key.tag(body)
+
+
+_SEAL_DOMAIN = b"secure-fed/shares/dealer-seal/v1\x00"
+
+
+def _sealer(key: ShareMacKey) -> SM4GCM:
+    return SM4GCM(key.tag(_SEAL_DOMAIN)[:16])  # the dealer-to-party channel's confidentiality
+
+
+def seal_to(key: ShareMacKey, blob: bytes) -> bytes:
+    """Encrypt a dealt blob for its recipient (SM4-GCM under a key derived from ``key``).
+
+    The helper's dealt material travels through the aggregator: tagged only, its
+    shares (triples, range masks) would be readable there, and with the aggregator's
+    own half they open every masked value. Sealed, the aggregator forwards bytes it
+    cannot read.
+    """
+    sealer = _sealer(key)
+    return sealer.encrypt(blob, associated_data=_SEAL_DOMAIN)
+
+
+def open_sealed(key: ShareMacKey, sealed: bytes) -> bytes:
+    """Decrypt a blob sealed with :func:`seal_to`.
+
+    Raises
+    ------
+    ShareTampered
+        If it does not decrypt under ``key`` (altered, or sealed for another party).
+    """
+    if not isinstance(sealed, bytes | bytearray):
+        raise ShareTampered("a sealed blob must be bytes")
+    try:
+        return _sealer(key).decrypt(bytes(sealed), associated_data=_SEAL_DOMAIN)
+    except CryptoError as exc:
+        raise ShareTampered(f"the dealt blob does not decrypt for this party: {exc}") from exc
 
 
 def payload_size(kind: int, count: int) -> int:

@@ -36,6 +36,7 @@ from crypto.shares import (
     ShareLabel,
     ShareMacKey,
 )
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadOutOfRange
 from secure_fed.secure.protocol.vocabulary import HelperOp, Key
 from secure_fed.wire import HELPER_REPLY, decode_frame
@@ -208,7 +209,11 @@ class HelperRangeChecks:
         material, first = _parts(header, payload)
         share = seeds[uid][1].values()
         parsed = RangeMaterial.parse(
-            material, key=keys[0], label=_label(check), party=1, count=share.size
+            open_sealed(keys[0], material),
+            key=keys[0],
+            label=_label(check),
+            party=1,
+            count=share.size,
         )
         party = RangeCheckParty(material=parsed, channel_key=keys[1])
         mine = party.start(share)

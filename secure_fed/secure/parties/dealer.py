@@ -16,6 +16,7 @@ import time
 from crypto.errors import CryptoError
 from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triples
 from crypto.shares.mac import InputMaskDealer
+from crypto.shares.wire import seal_to
 from secure_fed.errors import AuthorityRequestMalformed, ReleaseRefused
 from secure_fed.secure.modes.share_range import (
     COMPARE_PARTICIPANT,
@@ -118,7 +119,7 @@ class Dealer:
                 time.time(),
             )
         )
-        return t0.to_bytes(key_aggregator), t1.to_bytes(key_helper)
+        return t0.to_bytes(key_aggregator), seal_to(key_helper, t1.to_bytes(key_helper))
 
     def handle_deal_masks(
         self, request: bytes, *, masks: InputMaskDealer, key_aggregator: ShareMacKey
@@ -197,7 +198,7 @@ class Dealer:
             round_id, f"range:{tensor}", AuthorityOp.RANGE, (count,), 0, (), False, time.time()
         )
         self.log.append(record)
-        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
+        return m0.to_bytes(key_aggregator), seal_to(key_helper, m1.to_bytes(key_helper))
 
     def handle_deal_compare(
         self, request: bytes, *, key_aggregator: ShareMacKey, key_helper: ShareMacKey
@@ -235,7 +236,7 @@ class Dealer:
                 time.time(),
             )
         )
-        return m0.to_bytes(key_aggregator), m1.to_bytes(key_helper)
+        return m0.to_bytes(key_aggregator), seal_to(key_helper, m1.to_bytes(key_helper))
 
 
 def _deal_request(verified: VerifiedRequest, purpose: AuthorityOp) -> DealRequest:

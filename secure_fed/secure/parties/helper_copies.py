@@ -27,6 +27,7 @@ from crypto.shares import (
     ShareMacKey,
     TripleShare,
 )
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import AuthorityRequestMalformed, ScoringInvalid
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.modes.planned import distance_request
@@ -199,7 +200,11 @@ class CopiesMachine:
         try:
             label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
             triple = TripleShare.parse(
-                triples, key=self.dealer_key, label=label, party=1, count=x.size
+                open_sealed(self.dealer_key, triples),
+                key=self.dealer_key,
+                label=label,
+                party=1,
+                count=x.size,
             )
             beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
             opening = beaver.open(x, x)
@@ -208,7 +213,7 @@ class CopiesMachine:
                 round_id=round_id, participant_id=COMPARE_PARTICIPANT, tensor=check
             )
             parsed = RangeMaterial.parse(
-                material,
+                open_sealed(self.dealer_key, material),
                 key=self.dealer_key,
                 label=cmp_label,
                 party=1,
@@ -250,7 +255,11 @@ class CopiesMachine:
         try:
             label = ShareLabel(round_id=round_id, participant_id="beaver", tensor=tensor)
             triple = TripleShare.parse(
-                parts[0], key=self.dealer_key, label=label, party=1, count=bits.size
+                open_sealed(self.dealer_key, parts[0]),
+                key=self.dealer_key,
+                label=label,
+                party=1,
+                count=bits.size,
             )
             beaver = BeaverParty(triples=triple, channel_key=self.channel_key)
             opening = beaver.open(*bit_factors(bits, party=1))

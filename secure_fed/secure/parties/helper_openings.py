@@ -24,6 +24,7 @@ from crypto.shares import (
     TripleShare,
 )
 from crypto.shares.mac import PUBLICATION_BITS, MacKeyShare, MacOpening
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     SharesOpeningForged,
@@ -305,7 +306,11 @@ class OpeningsMachine(CopiesMachine):
         label = ShareLabel(round_id=ask.round_id, participant_id="beaver", tensor=tensor)
         try:
             triple = TripleShare.parse(
-                triples, key=self.dealer_key, label=label, party=1, count=x.size
+                open_sealed(self.dealer_key, triples),
+                key=self.dealer_key,
+                label=label,
+                party=1,
+                count=x.size,
             )
         except CryptoError as exc:
             raise AuthorityRequestMalformed(f"triples refused: {exc}") from exc

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 import secure_fed.secure.parties.helper_openings as openings
-from crypto.shares import RING_PREDICTIONS, RING_WEIGHTS
+from crypto.errors import ShareTampered
+from crypto.shares import RING_PREDICTIONS, RING_WEIGHTS, ShareLabel, TripleShare
 from crypto.shares.mac import MacOpening
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import SharesOpeningForged
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.modes.share_ops import weighted_share
@@ -163,3 +165,26 @@ def test_neither_server_holds_the_mac_key_whole(shares: Dep) -> None:
             if isinstance(words, np.ndarray) and words.shape == whole.shape:
                 assert not np.array_equal(words, whole), party
     assert not hasattr(agg.keys, "masks") and not hasattr(dep.helper, "_alpha")
+
+
+def test_the_helpers_dealt_material_is_sealed_from_the_aggregator(shares: Dep) -> None:
+    """What the aggregator forwards to the helper does not show the helper's half.
+
+    Before, the blob was only tagged: its payload, the helper's triple and range-mask
+    shares, was readable, and with the aggregator's own half it opened every masked input.
+    """
+    dep, _ = shares
+    keys = dep.server_keys()
+    helper_key = dep.helper.dealer_key
+    _, triples = keys.deal(round_id=1, tensor="t-seal", count=64)
+    label = ShareLabel(round_id=1, participant_id="beaver", tensor="t-seal")
+    a1, b1, c1 = TripleShare.parse(
+        open_sealed(helper_key, triples), key=helper_key, label=label, party=1, count=64
+    ).parts()
+    assert not triples.startswith(b"SFS1")  # not a readable share frame
+    for part in (a1, b1, c1):
+        assert part.tobytes()[:32] not in triples
+    _, material = keys.deal_range(round_id=1, tensor="r-seal", count=16)
+    assert not material.startswith(b"SFS1")
+    with pytest.raises(ShareTampered):  # sealed for the helper: another key cannot open it
+        open_sealed(keys.dealer_key, material)
