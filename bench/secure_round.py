@@ -40,6 +40,11 @@ ckks round runs with the publication epoch (the default: the published sum is
 decrypted under ``CKKS_PUBLICATION``, counted on its own) and once more without
 it (``ckks_without_publication_epoch``, the opt-out), for the cost ratio.
 
+With ``shares`` among the modes and ``--macs both`` (the default) the shares round runs
+with authenticated shares (MACs, the default deployment) and once more without
+(``shares_without_macs``), and ``shares`` reports ``server_seconds_ratio_to_without_macs``
+(and the same for ``load_seconds``, ``helper_seconds``); ``--macs on`` / ``off`` runs one.
+
 Shares mode's ``load_seconds`` includes the range check every upload passes at load
 (``crypto.shares.range_check``). The ``range_check`` section measures it on its own,
 per participant at N x 10, in both circuit layouts: seconds of the dealer and of each
@@ -78,7 +83,7 @@ from crypto.sm import SM2PrivateKey, sm3_digest
 from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
 from secure_fed.federation.messages import UploadHeader, encode_upload
 from secure_fed.federation.schema import ModelSchema, OutputSpec, RoundSchema, SemVer
-from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.modes.ckks import PRESET as CKKS_MODE_PRESET
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
@@ -191,6 +196,7 @@ def run_mode(
     *,
     publication_preset: str | None = "CKKS_PUBLICATION",
     verified: bool = False,
+    authenticated: bool = True,
 ) -> dict[str, object]:
     """Encode, load, filter and aggregate one round in ``mode``; return the figures.
 
@@ -198,18 +204,26 @@ def run_mode(
     ``verified``: ckks with the verifier enrolled (every upload forwarded in its signed
     envelope, every request recomputed and attested before the key authority decrypts);
     its seconds and bytes are reported on their own and included in ``server_seconds``.
+    ``authenticated=False``: shares without MACs (the baseline of ``--macs both``).
     """
     ids = sorted(preds)
     n, c = next(iter(preds.values())).shape
     t = time.perf_counter()
-    dep = SecureDeployment.create(
-        mode=mode,
-        shape=(n, c),
-        participant_ids=ids,
-        min_participants=max(2, len(ids) // 2),
-        publication_preset=publication_preset,
-        verified_release=verified,
-    )
+    dep: SecureDeployment
+    if mode == "shares" and not authenticated:
+        bare = DeploymentPlan(
+            shape=(n, c), participant_ids=tuple(ids), min_participants=max(2, len(ids) // 2)
+        )
+        dep = SharesDeployment.deploy(bare, authenticated=False)
+    else:
+        dep = SecureDeployment.create(
+            mode=mode,
+            shape=(n, c),
+            participant_ids=ids,
+            min_participants=max(2, len(ids) // 2),
+            publication_preset=publication_preset,
+            verified_release=verified,
+        )
     setup = time.perf_counter() - t
     agg, ka, helper, dealer = _timed_aggregator(dep)
     encoders = {p: dep.encoder(p, bound=BOUND) for p in ids}
@@ -286,6 +300,7 @@ def run_mode(
         "publication_ciphertexts_released": _released(dep, "publication_keys"),
         "verified_release": verified,
         "verifier": verifier,
+        "authenticated_shares": bool(getattr(keys, "mac_key", None) is not None),
     }
 
 
@@ -412,12 +427,29 @@ def main() -> None:
         action="store_true",
         help="skip the ckks round with verified release (the verifier's time and bytes)",
     )
+    parser.add_argument(
+        "--macs",
+        choices=("both", "on", "off"),
+        default="both",
+        help="shares mode with MACs (on, the default deployment), without (off), or both in "
+        "one run with the ratio (both)",
+    )
     args = parser.parse_args()
     n = 2000 if args.quick else 10_000
     ks = (5, 10) if args.quick else (5, 10, 20, 40)
     preds = population(10, n, 10, attackers=3)
     modes = [m for m in args.modes.split(",") if m]
-    main_runs = {m: run_mode(m, preds) for m in modes}
+    main_runs = {
+        m: run_mode(m, preds, authenticated=not (m == "shares" and args.macs == "off"))
+        for m in modes
+    }
+    if "shares" in modes and args.macs == "both":  # the same round without MACs, one run
+        main_runs["shares_without_macs"] = run_mode("shares", preds, authenticated=False)
+        macs, bare = main_runs["shares"], main_runs["shares_without_macs"]
+        for key in ("server_seconds", "load_seconds", "helper_seconds"):
+            macs[f"{key}_ratio_to_without_macs"] = round(
+                float(str(macs[key])) / (float(str(bare[key])) or 1e-9), 2
+            )
     if "ckks" in modes and not args.no_verified:  # the same round, every release attested
         main_runs["ckks_verified"] = run_mode("ckks", preds, verified=True)
         plain, checked = main_runs["ckks"], main_runs["ckks_verified"]
