@@ -98,3 +98,45 @@ def test_a_participant_that_drops_out_before_its_notice_leaves_the_round_to_the_
     assert noticed == ["bank-2", "hospital-1", "hospital-3"]
     assert len(_released(sink)) == 1
     assert [e for e in sink.named("access.denied") if e.get("op") == "roster"] == []
+
+
+def test_a_participant_without_a_budget_receipt_sends_no_notice_and_the_round_publishes(
+    tmp_path: Path,
+) -> None:
+    """Its upload is refused for the missing receipt: noticed, it would abort the round."""
+    from privacy_ledger.budget.service import PrivacyLedger
+    from secure_fed.federation.config import ASSET_ID, plan_participants
+
+    config = FederationConfig(
+        participants=4,
+        rounds=1,
+        mode="shares",
+        architectures=("logreg",),
+        epochs_per_round=1,
+        baseline=False,
+        distill=DistillSettings(epochs=1),
+    )
+    ledger = PrivacyLedger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    plan = plan_participants(config)
+    for p in plan:
+        ledger.register_participant(p.participant_id, institution=p.institution, kind=p.kind)
+        ledger.register_asset(p.participant_id, ASSET_ID)
+        budget = "0.001" if p.participant_id == VICTIM else "8"  # it cannot train: no receipt
+        ledger.set_budget(p.participant_id, ASSET_ID, epsilon=budget, delta=1e-5)
+    sink = MemoryAuditSink()
+    fed = Federation(
+        config=config,
+        task=load_task("digits", seed=0),
+        budget=ledger,
+        store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+        audit=sink,
+    )
+    try:
+        result = fed.run_round()
+    finally:
+        ledger.engine.dispose()
+    assert result.stage == "published", result.reason
+    refused = [e["code"] for e in sink.named("upload.rejected")]
+    assert refused == ["UPLOAD_RECEIPT_MISSING"]
+    noticed = sorted(str(e["participant_id"]) for e in sink.named("upload.noticed"))
+    assert noticed == ["bank-2", "hospital-1", "hospital-3"]
