@@ -3,7 +3,7 @@
 Prints one JSON document. Ten participants, the last three a coalition
 running one kind of :data:`secure_fed.evaluation.adaptive.ADAPTIVE_REGISTRY`
 (``slice_aware``, ``threshold_inflate``, ``threshold_inside``, ``jitter``,
-``stealthy``), through
+``above_chance``, ``stealthy``), through
 end-to-end rounds of the in-process federation
 (:func:`secure_fed.evaluation.adaptive_rounds.run_arm`: the project's round
 engine, every mode's own scoring, copies and weighting). In the same run and
