@@ -140,3 +140,36 @@ def test_a_participant_without_a_budget_receipt_sends_no_notice_and_the_round_pu
     assert refused == ["UPLOAD_RECEIPT_MISSING"]
     noticed = sorted(str(e["participant_id"]) for e in sink.named("upload.noticed"))
     assert noticed == ["bank-2", "hospital-1", "hospital-3"]
+
+
+def test_a_noticed_participant_the_exclusion_rule_removes_does_not_abort_the_round(
+    tmp_path: Path,
+) -> None:
+    """The policy's reasons still apply once the roster is fixed: scored far, excluded."""
+    from secure_fed.evaluation.attacks import AttackSpec
+
+    config = FederationConfig(
+        participants=5,
+        rounds=1,
+        mode="shares",
+        architectures=("logreg",),
+        epochs_per_round=1,
+        baseline=False,
+        distill=DistillSettings(epochs=1),
+        attack=AttackSpec("gaussian", 1),
+        exclude_outliers=True,
+    )
+    sink = MemoryAuditSink()
+    fed = Federation(
+        config=config,
+        task=load_task("digits", seed=0),
+        budget=InMemoryBudgetGate(epsilon=8.0, delta=1e-5),
+        store=JsonFileRoundStore(directory=tmp_path / "rounds"),
+        audit=sink,
+    )
+    result = fed.run_round()
+    assert result.stage == "published", result.reason
+    assert len(sink.named("upload.noticed")) == 5  # everybody noticed, the attacker too
+    attacker = next(r for r in result.rows if r.attacker)
+    assert attacker.decision == "exclude" and not attacker.weight, attacker
+    assert [e for e in sink.named("access.denied") if e.get("op") == "roster"] == []
