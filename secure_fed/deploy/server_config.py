@@ -95,6 +95,7 @@ _KNOBS = {
     "evidence_rows": int,
     "sharpen_temperature": float,
     "exclude_outliers": bool,
+    "max_flagged": int,
     "max_weight": float,
     "epsilon": float,
     "delta": float,

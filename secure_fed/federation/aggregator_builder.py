@@ -137,7 +137,7 @@ def build_aggregator(
     policy = OutlierPolicy(
         dof=num_classes - 1,
         min_keep=config.quorum(),
-        config=OutlierConfig(exclude=config.exclude_outliers),
+        config=OutlierConfig(exclude=config.exclude_outliers, max_flagged=config.max_flagged),
     )
     engine = RoundEngine(
         store=store,

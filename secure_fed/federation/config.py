@@ -74,6 +74,7 @@ class FederationConfig:
     baseline: bool = True
     round_timeout: float = 600.0
     exclude_outliers: bool = False
+    max_flagged: int | None = None
     central_dp: float | None = None
     max_weight: float | None = None
     participant_ids: tuple[str, ...] | None = None
@@ -92,6 +93,12 @@ class FederationConfig:
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("round_timeout", self.round_timeout > 0, "> 0"),
             ("evidence_rows", 0 <= self.evidence_rows <= 100_000, "an integer in [0, 100000]"),
+            (
+                "max_flagged",
+                self.max_flagged is None
+                or (type(self.max_flagged) is int and 0 <= self.max_flagged < self.participants),
+                "None or an integer in [0, participants)",
+            ),
         ]
         for name, ok, what in checks:
             if not ok:

@@ -59,6 +59,7 @@ from secure_fed.federation.weighting import DynamicWeighting, WeightTerms, sharp
 from secure_fed.secure.audit import AuditSink
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
 from secure_fed.secure.release_plan import MIN_EVIDENCE_ROWS, ReleasePlan, exclusion_floor
+from secure_fed.secure.release_plan_core import flag_budget
 from secure_fed.secure.scoring.outlier import Decision, excluded_ids
 
 __all__ = ["RoundEngine"]
@@ -214,6 +215,7 @@ class RoundEngine:
             exclude_above=exclusion_floor(self.outlier_filter, self.aggregator.shape[1]),
             evidence=None if self.evidence is None else self.evidence.for_round(config.round_id),
             copies=self.aggregator.detects_copies,
+            max_flagged=flag_budget(self.outlier_filter),
         )
 
     def start_collecting(self, round_id: int) -> None:

@@ -252,6 +252,7 @@ class Federation:
                 shape=shape,
                 quorum=config.quorum(),
                 max_weight=config.weight_cap(),
+                max_flagged=config.max_flagged,
             ),
             signing_keys,
         )
