@@ -349,9 +349,10 @@ class Sealer:
         found = {
             (name, key) for name, table in COVERED.items() for key, _ in iter_table(session, table)
         }
-        if found:
+        if found - pending:
             logger.warning(
-                "sealing a ledger written before row records: %d rows as baseline", len(found)
+                "sealing a ledger written before row records: %d rows as baseline",
+                len(found - pending),
             )
         return found
 
