@@ -232,3 +232,38 @@ def _signed_header(request: bytes) -> bytes:
     header = dict(decoded)
     header.pop("signature")
     return encode_header(KEY_AUTHORITY_REQUEST, header)
+
+
+def test_the_verifier_service_refuses_a_foreign_client_and_bad_uploads_typed_and_audited(
+    ckks_keys: Path, ckks_verifier: Service, tmp_path: Path
+) -> None:
+    """Another certificate of the same CA, an envelope no participant signed, a bad body."""
+    from secure_fed.deploy.errors import PeerRefused
+    from secure_fed.deploy.transport import VERIFIER_PATHS, RemoteParty
+    from secure_fed.errors import VerifierUploadRefused
+
+    ca = LocalCA(ckks_keys / "tls")
+    participant = ca.issue_client("h1")  # same CA, clientAuth, not the aggregator
+    with pytest.raises(PeerRefused, match="not 'aggregator'"):
+        remote_verifier(ckks_verifier.url, tls=participant).attest(b"x")
+    channels = remote_verifier(ckks_verifier.url, tls=ca.client("aggregator"))
+    # a participant's envelope with one byte changed: its signature no longer verifies
+    agg = load_aggregator(
+        ckks_keys / "aggregator",
+        authority=remote_authority("https://127.0.0.1:9", tls=ca.client("aggregator")),
+        verifier=channels,
+    )
+    parts = {p: load_participant(ckks_keys / "participants" / p) for p in agg.participant_ids}
+    harness = Harness(LoadedDeployment(agg, parts), tmp_path, ids=agg.participant_ids,
+                      min_participants=2, audit=MemoryAuditSink())  # fmt: skip
+    harness.keys = {p: parts[p].signing_key for p in agg.participant_ids}
+    matrix = population(1, *agg.shape, seed=3)
+    envelope = bytearray(harness.envelope("h1", next(iter(matrix.values())), 30))
+    envelope[-1] ^= 1
+    with pytest.raises(VerifierUploadRefused, match="forwarded upload refused"):
+        channels.forward(bytes(envelope), 30)
+    with pytest.raises(VerifierUploadRefused, match="round id and an envelope"):
+        RemoteParty(ckks_verifier.url, VERIFIER_PATHS["upload"], tls=ca.client("aggregator"))(b"x")
+    denied = _entries(ckks_verifier, "access.denied")
+    assert {e["code"] for e in denied} >= {"DEPLOY_PEER_REFUSED", "VERIFIER_UPLOAD_REFUSED"}
+    assert not [e for e in _entries(ckks_verifier, "verifier.upload_held") if e["round_id"] == 30]
