@@ -343,6 +343,8 @@ def test_a_demo_run_folder_recomputes_and_an_altered_upload_or_decryption_is_nam
     code, output = _verify(url, pem, out / "scoring.context")
     assert code == 1, output
     assert "MISMATCH: round 1, purpose " in output and "[CLI_RECOMPUTE_MISMATCH]" in output, pid
+    # the ledger seal names the altered row itself, recompute or not
+    assert 'LEDGER_ROW_ALTERED] table rounds, row ["demo:00000001"], column state' in output
     index = _alter_decryption(curl)
     code, output = _verify(curl, copy / "log-public-key.pem", copy / "scoring.context")
     assert code == 1, output
