@@ -310,6 +310,7 @@ def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
     from dataclasses import replace
 
     from secure_fed.deploy.keys import load_participant
+    from secure_fed.deploy.verifier_party import load_verifier
     from secure_fed.errors import DecryptionRefused, SecureFedError
     from tests.secure_fed.deploy.loaded import LoadedDeployment
     from tests.secure_fed.secure.helpers import BOUND, Harness, population
@@ -317,12 +318,19 @@ def test_a_key_authority_killed_mid_round_resumes_and_never_publishes_twice(
     service = Service("keyauthority", ckks_keys / "keyauthority", tmp_path / "state").start()
     try:
         tls = _aggregator_tls(ckks_keys)
+        # the ceremony's verifier, in process here: the key authority pins it
+        verifier = load_verifier(ckks_keys / "verifier", audit=None).channels()
         agg = load_aggregator(
-            ckks_keys / "aggregator", authority=remote_authority(service.url, tls=tls)
+            ckks_keys / "aggregator",
+            authority=remote_authority(service.url, tls=tls),
+            verifier=verifier,
         )
         ids = agg.participant_ids
         parts = {p: load_participant(ckks_keys / "participants" / p) for p in ids}
         h = Harness(LoadedDeployment(agg, parts), tmp_path, ids=ids, min_participants=2, audit=None)
+        h.keys = {p: parts[p].signing_key for p in ids}  # the verifier checks these keys
+        h.verifier.keys = {p: k.public_key for p, k in h.keys.items()}
+        h.verifier.forward = h.engine.aggregator.forward_upload
         preds = dict(zip(ids, population(len(ids), *agg.shape, seed=9).values(), strict=True))
         h.engine.open(h.config(1))
         h.engine.start_collecting(1)
