@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, before bench/
 sys.path.insert(1, str(Path(__file__).resolve().parent))
@@ -34,7 +35,7 @@ from secure_fed.deploy.local import LocalFederation  # noqa: E402
 from secure_fed.deploy.local_files import LocalOptions  # noqa: E402
 
 
-def variant(*, verified: bool, participants: int, rounds: int) -> dict[str, object]:
+def variant(*, verified: bool, participants: int, rounds: int) -> dict[str, Any]:
     """Run one ckks federation (with the verifier or not); return its figures."""
     run_dir = Path(tempfile.mkdtemp(prefix="deploy-verified-")) / "run"
     options = LocalOptions(
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--order", default="verified,unverified")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    runs = {}
+    runs: dict[str, dict[str, Any]] = {}
     for name in args.order.split(","):
         runs[name] = variant(
             verified=name == "verified", participants=args.participants, rounds=args.rounds
@@ -92,11 +93,11 @@ def main() -> None:
     with_v, without = runs.get("verified"), runs.get("unverified")
     ratios: dict[str, object] = {}
     if with_v and without:
-        ratios["run_s"] = round(float(with_v["run_s"]) / float(without["run_s"]), 2)  # type: ignore[arg-type]
+        ratios["run_s"] = round(float(with_v["run_s"]) / float(without["run_s"]), 2)
         per = [
-            round(float(a["open_to_end_s"]) / float(b["open_to_end_s"]), 2)  # type: ignore[index, arg-type]
-            for a, b in zip(with_v["rounds"], without["rounds"], strict=False)  # type: ignore[call-overload]
-            if float(b["open_to_end_s"]) > 0  # type: ignore[index, arg-type]
+            round(float(a["open_to_end_s"]) / float(b["open_to_end_s"]), 2)
+            for a, b in zip(with_v["rounds"], without["rounds"], strict=False)
+            if float(b["open_to_end_s"]) > 0
         ]
         ratios["round_open_to_end"] = per
     print(
