@@ -26,6 +26,7 @@ __all__ = [
     "center_shares",
     "centred_difference",
     "check_moment_room",
+    "evidence_bound",
     "moment_sums",
     "pair_factors",
     "score_plan",
@@ -46,6 +47,15 @@ def weighted_share(shares: list[np.ndarray], weights: list[float]) -> np.ndarray
     for share, w in zip(shares, encoded, strict=True):
         out += share * w
     return out
+
+
+def evidence_bound(rows: int, classes: int) -> int:
+    """Largest ``|sum(mask * x)|`` of one upload's evidence, for its MAC-checked opening.
+
+    The mask is ``C 1[c = y_i] - 1`` on ``rows`` rows: ``2 (C - 1)`` in absolute value
+    per row, times ``B 2^f`` per value (``B = 8``, ``f = 12``).
+    """
+    return int(rows * 2 * (classes - 1) * CODEC.clip_bound * 2**CODEC.frac_bits) + 1
 
 
 def center_shares(share: np.ndarray, center: np.ndarray, *, party: int) -> np.ndarray:

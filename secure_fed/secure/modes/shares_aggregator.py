@@ -17,7 +17,7 @@ from crypto.shares import (
     ShareLabel,
     ShareMacKey,
 )
-from crypto.shares.mac import authenticate, mask_label, parse_mask
+from crypto.shares.mac import MAC_LANES, MacOpening, authenticate, mask_label, parse_mask
 from secure_fed.errors import (
     AggregationInvalid,
     ModeSetupInvalid,
@@ -33,6 +33,7 @@ from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_fie
 from secure_fed.secure.modes.planned import PlannedAggregator
 from secure_fed.secure.modes.share_copies import run_copies
 from secure_fed.secure.modes.share_ops import (
+    evidence_bound,
     weighted_share,
 )
 from secure_fed.secure.modes.share_range import check_upload
@@ -42,14 +43,17 @@ from secure_fed.secure.modes.shares_keys import (
     _open_linear,
     _ShareAggregate,
     _ShareUpload,
+    run_checked,
 )
 from secure_fed.secure.modes.shares_scoring import SharesScoringRound
+from secure_fed.secure.protocol.helper_requests import MAC_EVIDENCE
 from secure_fed.secure.protocol.helper_wire import (
     plan_request,
     reply_array,
 )
 from secure_fed.secure.protocol.vocabulary import HelperOp, Key, Step
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import (
     ScoringConfig,
 )
@@ -239,7 +243,12 @@ class SharesAggregator(PlannedAggregator):
             "array": meta,
             **slice_fields(piece),
         }
-        reply, theirs = _call(self.keys, head, raw, round_id=round_id)
+        if self.keys.mac_key is not None:  # MAC-checked: the helper releases only after
+            reply, total = self._evidence_checked(ids, ups, piece, mine, head, raw, round_id)
+            theirs: object = np.zeros_like(total)
+            mine = total
+        else:
+            reply, theirs = _call(self.keys, head, raw, round_id=round_id)
         if reply.get(Key.STEP) != Step.EVIDENCE or reply.get("round_id") != round_id:
             raise OpeningRefused(f"helper reply does not answer the evidence of round {round_id}")
         values = open_sums(
@@ -248,6 +257,34 @@ class SharesAggregator(PlannedAggregator):
         for ask, value in zip(asks, values, strict=True):
             tracker.record(ask, np.array([value]))
         return dict(zip(ids, values, strict=True))
+
+    def _evidence_checked(
+        self,
+        ids: list[str],
+        ups: dict[str, _ShareUpload],
+        piece: EvidenceSlice,
+        mine: np.ndarray,
+        head: dict[str, object],
+        raw: bytes,
+        round_id: int,
+    ) -> tuple[dict[str, object], np.ndarray]:
+        """Open the evidence scalars MAC-checked (:func:`run_checked`)."""
+        assert self.keys.mac_key is not None
+        n, c = self.shape
+        found = [ups[p].macs for p in ids]
+        if any(m is None for m in found):
+            raise AggregationInvalid("an upload of an authenticated deployment has no MACs")
+        lanes = [
+            [m[lane].reshape(n, c) for m in found if m is not None] for lane in range(MAC_LANES)
+        ]
+        opening = MacOpening(
+            key=self.keys.mac_key,
+            share=mine,
+            macs=np.stack([evidence_sums(lane, piece) for lane in lanes]),
+            label=ShareLabel(round_id=round_id, participant_id="mac", tensor=MAC_EVIDENCE),
+            bound=evidence_bound(len(piece.rows), c),
+        )
+        return run_checked(self.keys, opening, head, raw, round_id=round_id, step=MAC_EVIDENCE)
 
     def copies(
         self, handles: Mapping[str, UploadHandle], *, round_id: int

@@ -49,12 +49,14 @@ from secure_fed.secure.mode import (
 from secure_fed.secure.modes.share_range import RangeDealer
 from secure_fed.secure.protocol.authority_requests import compare_request, deal_request
 from secure_fed.secure.protocol.helper_requests import (
+    MAC_PUBLICATION,
     MAC_REVEAL,
     MAC_SEED,
     MAC_SEED_COMMIT,
     MAC_SIGMA,
     MAC_SIGMA_COMMIT,
     MAC_STAGE,
+    MAC_STEP,
     MAC_TOSS,
     hex_bytes,
 )
@@ -417,10 +419,35 @@ def _open_linear(
 def _open_checked(
     keys: SharesKeys, aggregate: _ShareAggregate, header: dict[str, object], round_id: int
 ) -> np.ndarray:
-    """Open the publication with the helper and check its MACs (:class:`MacOpening`).
+    """Open the publication with the helper and check its MACs (:func:`run_checked`)."""
+    assert keys.mac_key is not None and aggregate.macs is not None
+    opening = MacOpening(
+        key=keys.mac_key,
+        share=aggregate.share.reshape(-1),
+        macs=aggregate.macs.reshape(aggregate.macs.shape[0], -1),
+        label=ShareLabel(round_id=round_id, participant_id="mac", tensor=MAC_PUBLICATION),
+        bound=1 << (PUBLICATION_BITS - 1),
+    )
+    meta, raw = encode_array(aggregate.share, "u8")
+    _, total = run_checked(
+        keys, opening, {**header, Key.ARRAY: meta}, raw, round_id=round_id, step=MAC_PUBLICATION
+    )
+    return total
 
-    Three requests: the linear opening with this side's share and coin-toss
-    commitment (the helper answers with its share and seed), this side's seed and
+
+def run_checked(
+    keys: SharesKeys,
+    opening: MacOpening,
+    header: dict[str, object],
+    raw: bytes,
+    *,
+    round_id: int,
+    step: str,
+) -> tuple[dict[str, object], np.ndarray]:
+    """Run a MAC-checked opening with the helper; return its first reply and the values.
+
+    Three requests: ``header`` (the opening: this side's share ``raw`` and a coin-toss
+    commitment; the helper answers with its share and seed), this side's seed and
     check-value commitment (the helper answers with its check values), and this
     side's check values once its own check passed (the helper checks and releases).
 
@@ -430,16 +457,7 @@ def _open_checked(
         If the check fails here (the helper's share, MACs or check values were
         offset): nothing is returned, and ``access.denied`` names the helper.
     """
-    assert keys.mac_key is not None and aggregate.macs is not None
-    opening = MacOpening(
-        key=keys.mac_key,
-        share=aggregate.share.reshape(-1),
-        macs=aggregate.macs.reshape(aggregate.macs.shape[0], -1),
-        label=ShareLabel(round_id=round_id, participant_id="mac", tensor="publication"),
-        bound=1 << (PUBLICATION_BITS - 1),
-    )
-    meta, raw = encode_array(aggregate.share, "u8")
-    first = {**header, MAC_SEED_COMMIT: opening.seed_commitment().hex(), Key.ARRAY: meta}
+    first = {**header, MAC_SEED_COMMIT: opening.seed_commitment().hex()}
     reply, other = _call(keys, first, raw, round_id=round_id)
     try:
         total = opening.open(np.asarray(other, dtype=np.uint64))
@@ -447,12 +465,13 @@ def _open_checked(
         toss: dict[str, object] = {
             Key.OP: HelperOp.MAC_CHECK,
             MAC_STAGE: MAC_TOSS,
+            MAC_STEP: step,
             Key.ROUND_ID: round_id,
             MAC_SEED: opening.own_seed().hex(),
             MAC_SIGMA_COMMIT: opening.sigma_commitment().hex(),
         }
-        reply, _ = _call(keys, toss, round_id=round_id)
-        opening.check(hex_bytes(reply.get(MAC_SIGMA), 16, "the helper's check values"))
+        checked, _ = _call(keys, toss, round_id=round_id)
+        opening.check(hex_bytes(checked.get(MAC_SIGMA), 16, "the helper's check values"))
     except MacCheckFailed as exc:
         if keys.audit is not None:
             keys.audit.record(
@@ -460,23 +479,25 @@ def _open_checked(
                 {
                     "party": "aggregator",
                     "op": HelperOp.MAC_CHECK,
-                    "step": "publication",
+                    "step": step,
                     "peer": "helper",
+                    "round_id": round_id,
                     "code": SharesOpeningForged.code,
                     "reason": str(exc),
                 },
             )
         raise SharesOpeningForged(
-            f"the helper's share of the publication (or this side's own): {exc}"
+            f"the helper's share of the {step} (or this side's own): {exc}"
         ) from exc
     reveal: dict[str, object] = {
         Key.OP: HelperOp.MAC_CHECK,
         MAC_STAGE: MAC_REVEAL,
+        MAC_STEP: step,
         Key.ROUND_ID: round_id,
         MAC_SIGMA: opening.sigma_opening().hex(),
     }
     _call(keys, reveal, round_id=round_id)  # the helper checks and releases, or refuses
-    return total
+    return reply, total
 
 
 def _plan_check(tracker: PlanTracker, ask: ReleaseRequest) -> None:

@@ -214,9 +214,9 @@ class HelperParty(OpeningsMachine):
     _copies_runs: dict[str, CopiesRun] = field(default_factory=dict, repr=False)
     _round_uploads: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
     _mac_shares: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _mac_openings: dict[int, tuple[MacOpening, ReleaseRequest]] = field(
-        default_factory=dict, repr=False
-    )
+    _mac_openings: dict[
+        tuple[int, str], tuple[MacOpening, list[tuple[ReleaseRequest, np.ndarray | None]]]
+    ] = field(default_factory=dict, repr=False)
     _forged_rounds: set[int] = field(default_factory=set, repr=False)
     range_checks: HelperRangeChecks = field(default_factory=HelperRangeChecks, repr=False)
     _plan_verifier: RequestVerifier | None = field(init=False, repr=False, default=None)

@@ -23,7 +23,7 @@ from crypto.shares import (
     ShareLabel,
     TripleShare,
 )
-from crypto.shares.mac import PUBLICATION_BITS, MacKeyShare, MacOpening
+from crypto.shares.mac import MAC_LANES, PUBLICATION_BITS, MacKeyShare, MacOpening
 from crypto.shares.wire import open_sealed
 from secure_fed.errors import (
     AuthorityRequestMalformed,
@@ -34,6 +34,7 @@ from secure_fed.secure.modes.share_ops import (
     CODEC,
     centred_difference,
     check_moment_room,
+    evidence_bound,
     moment_sums,
     pair_factors,
     score_plan,
@@ -43,6 +44,8 @@ from secure_fed.secure.modes.share_ops import (
 )
 from secure_fed.secure.parties.helper_copies import CopiesMachine, Reply
 from secure_fed.secure.protocol.helper_requests import (
+    MAC_EVIDENCE,
+    MAC_PUBLICATION,
     MAC_REVEAL,
     MAC_SEED,
     MAC_SIGMA,
@@ -65,12 +68,16 @@ from secure_fed.secure.release_plan import PlanTracker
 from secure_fed.secure.release_policy import (
     ReleaseRequest,
 )
+from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import symmetric_from_pairs
 from secure_fed.wire import (
     encode_array,
 )
 
 __all__ = ["OpeningsMachine"]
+
+#: What a MAC-checked opening releases once its check passed: each ask, with its values.
+_Release = tuple[ReleaseRequest, np.ndarray | None]
 
 
 @dataclass
@@ -91,7 +98,7 @@ class OpeningsMachine(CopiesMachine):
     _pending: dict[str, _Pending]
     mac_key: MacKeyShare | None
     _mac_shares: dict[str, np.ndarray]
-    _mac_openings: dict[int, tuple[MacOpening, ReleaseRequest]]
+    _mac_openings: dict[tuple[int, str], tuple[MacOpening, list[_Release]]]
     _forged_rounds: set[int]
 
     def _shares(self, ids: tuple[str, ...]) -> tuple[list[str], list[np.ndarray]]:
@@ -174,19 +181,21 @@ class OpeningsMachine(CopiesMachine):
                 raise AuthorityRequestMalformed("the aggregator's share has another shape")
             opening.open(request.share)
         except MacCheckFailed as exc:
-            self._forged(ask, exc)
-        self._mac_openings[request.round_id] = (opening, replace(ask, shape=out.shape))
+            self._forged(ask, exc, MAC_PUBLICATION)
+        releases: list[_Release] = [(replace(ask, shape=out.shape), None)]
+        self._mac_openings[(request.round_id, MAC_PUBLICATION)] = (opening, releases)
         meta, data = encode_array(out, "u8")
         return {Key.ARRAY: meta, MAC_SEED: opening.own_seed().hex()}, data
 
     def _mac_check(self, request: MacCheckRequest) -> Reply:
         """Serve the coin toss and check values of a MAC-checked opening; release once passed."""
-        found = self._mac_openings.get(request.round_id)
+        key = (request.round_id, request.step)
+        found = self._mac_openings.get(key)
         if found is None:
             raise AuthorityRequestMalformed(
                 f"no MAC-checked opening is open in round {request.round_id}"
             )
-        opening, ask = found
+        opening, releases = found
         try:
             if request.stage == MAC_REVEAL:
                 assert request.opening is not None
@@ -200,30 +209,34 @@ class OpeningsMachine(CopiesMachine):
                     MAC_SIGMA: opening.reveal_sigma().hex(),
                 }, b""
         except MacCheckFailed as exc:
-            del self._mac_openings[request.round_id]
-            self._forged(ask, exc)
-        del self._mac_openings[request.round_id]
-        self.policy.released(ask)
+            self._forged(releases[0][0], exc, request.step)
+        del self._mac_openings[key]
+        for ask, values in releases:
+            if values is None:
+                self.policy.released(ask)
+            else:
+                self.policy.released(ask, values=values)
         return {Key.OK: True, Key.ROUND_ID: request.round_id}, b""
 
-    def _forged(self, ask: ReleaseRequest, exc: MacCheckFailed) -> NoReturn:
+    def _forged(self, ask: ReleaseRequest, exc: MacCheckFailed, step: str) -> NoReturn:
         """Abort the round on a failed MAC check: audit it, refuse every later opening."""
         self._forged_rounds.add(ask.round_id)
-        self._mac_openings.pop(ask.round_id, None)
+        for key in [k for k in self._mac_openings if k[0] == ask.round_id]:
+            del self._mac_openings[key]
         if self.audit is not None:
             self.audit.record(
                 AuditEvent.ACCESS_DENIED,
                 {
                     "party": Party.HELPER,
                     "op": HelperOp.MAC_CHECK,
-                    "step": "publication",
+                    "step": step,
                     "peer": "aggregator",
                     "round_id": ask.round_id,
                     "code": SharesOpeningForged.code,
                     "reason": str(exc),
                 },
             )
-        raise SharesOpeningForged(f"the aggregator's share of the publication: {exc}") from exc
+        raise SharesOpeningForged(f"the aggregator's share of the {step}: {exc}") from exc
 
     # -- Beaver products: moments and scores -------------------------------------------
 
@@ -387,8 +400,53 @@ class OpeningsMachine(CopiesMachine):
         piece = self._tracker(asks[0]).plan.evidence
         assert piece is not None  # the plan allowed an evidence step
         mine = evidence_sums(shares, piece)
+        if self.mac_key is not None:
+            return self._evidence_checked(request, asks, uids, mine, piece)
         values = open_sums(mine, theirs, rows=len(piece.rows), classes=self.shape[1])
         for ask, value in zip(asks, values, strict=True):
             self.policy.released(ask, values=np.array([value]))
         meta, data = encode_array(mine, "u8")
         return {Key.ARRAY: meta, Key.STEP: Step.EVIDENCE, Key.ROUND_ID: round_id}, data
+
+    def _evidence_checked(
+        self,
+        request: EvidenceRequest,
+        asks: list[ReleaseRequest],
+        uids: list[str],
+        mine: np.ndarray,
+        piece: EvidenceSlice,
+    ) -> Reply:
+        """Open the evidence scalars MAC-checked; release them once the check passed."""
+        assert self.mac_key is not None
+        if request.seed_commitment is None:
+            raise AuthorityRequestMalformed(
+                "an authenticated evidence opening carries its MAC fields"
+            )
+        n, c = self.shape
+        macs = np.stack(
+            [
+                evidence_sums([self._mac_shares[u][lane].reshape(n, c) for u in uids], piece)
+                for lane in range(MAC_LANES)
+            ]
+        )
+        opening = MacOpening(
+            key=self.mac_key,
+            share=mine,
+            macs=macs,
+            label=ShareLabel(round_id=request.round_id, participant_id="mac", tensor=MAC_EVIDENCE),
+            bound=evidence_bound(len(piece.rows), c),
+        )
+        try:
+            opening.expect_seed(request.seed_commitment)
+            total = opening.open(request.theirs)
+        except MacCheckFailed as exc:
+            self._forged(asks[0], exc, MAC_EVIDENCE)
+        values = open_sums(total, np.zeros_like(total), rows=len(piece.rows), classes=c)
+        releases: list[_Release] = [
+            (ask, np.array([value])) for ask, value in zip(asks, values, strict=True)
+        ]
+        self._mac_openings[(request.round_id, MAC_EVIDENCE)] = (opening, releases)
+        meta, data = encode_array(mine, "u8")
+        head: dict[str, object] = {Key.ARRAY: meta, Key.STEP: Step.EVIDENCE}
+        head.update({Key.ROUND_ID: request.round_id, MAC_SEED: opening.own_seed().hex()})
+        return head, data

@@ -212,6 +212,9 @@ MAC_SIGMA_COMMIT = "mac_sigma_commit"
 MAC_SIGMA = "mac_sigma"
 MAC_STAGE = "mac_stage"
 MAC_TOSS, MAC_REVEAL = "toss", "reveal"
+MAC_STEP = "mac_step"
+#: The openings that are MAC-checked: the publication and the evidence scalars.
+MAC_PUBLICATION, MAC_EVIDENCE = "publication", "evidence"
 
 
 def hex_bytes(raw: object, size: int, what: str) -> bytes:
@@ -238,6 +241,7 @@ class MacCheckRequest:
     seed: bytes | None
     commitment: bytes | None
     opening: bytes | None
+    step: str = MAC_PUBLICATION
 
     @classmethod
     def from_wire(cls, header: Mapping[str, object]) -> MacCheckRequest:
@@ -249,16 +253,31 @@ class MacCheckRequest:
             On another stage or malformed hex fields.
         """
         round_id, stage = wire_int(header, Key.ROUND_ID), header.get(MAC_STAGE)
+        step = header.get(MAC_STEP, MAC_PUBLICATION)
+        if step not in (MAC_PUBLICATION, MAC_EVIDENCE):
+            raise AuthorityRequestMalformed(
+                f"a MAC check names step {MAC_PUBLICATION!r} or {MAC_EVIDENCE!r}"
+            )
         if stage == MAC_TOSS:
             seed = hex_bytes(header.get(MAC_SEED), 32, "the aggregator's coin-toss seed")
             commit = hex_bytes(header.get(MAC_SIGMA_COMMIT), 32, "a check-value commitment")
             return cls(
-                round_id=round_id, stage=MAC_TOSS, seed=seed, commitment=commit, opening=None
+                round_id=round_id,
+                stage=MAC_TOSS,
+                seed=seed,
+                commitment=commit,
+                opening=None,
+                step=str(step),
             )
         if stage == MAC_REVEAL:
             opening = hex_bytes(header.get(MAC_SIGMA), 48, "the aggregator's check values")
             return cls(
-                round_id=round_id, stage=MAC_REVEAL, seed=None, commitment=None, opening=opening
+                round_id=round_id,
+                stage=MAC_REVEAL,
+                seed=None,
+                commitment=None,
+                opening=opening,
+                step=str(step),
             )
         raise AuthorityRequestMalformed(f"a MAC check names stage {MAC_TOSS!r} or {MAC_REVEAL!r}")
 
@@ -398,6 +417,7 @@ class EvidenceRequest:
     uids: tuple[str, ...]
     theirs: np.ndarray
     evidence: EvidenceSlice | None
+    seed_commitment: bytes | None = None
 
     @classmethod
     def from_wire(cls, header: Mapping[str, object], payload: bytes) -> EvidenceRequest:
@@ -413,7 +433,16 @@ class EvidenceRequest:
         theirs = np.asarray(decode_array(header.get(Key.ARRAY), payload), dtype=np.uint64)
         if theirs.shape != (len(uids),):
             raise AuthorityRequestMalformed("the aggregator's evidence sums have the wrong shape")
-        return cls(round_id=round_id, uids=uids, theirs=theirs, evidence=slice_from_fields(header))
+        commit = header.get(MAC_SEED_COMMIT)
+        return cls(
+            round_id=round_id,
+            uids=uids,
+            theirs=theirs,
+            evidence=slice_from_fields(header),
+            seed_commitment=None
+            if commit is None
+            else hex_bytes(commit, 32, "a MAC seed commitment"),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,17 +29,16 @@ from secure_fed.errors import (
     DecryptionRefused,
     OpeningRefused,
     ServerRequestReplayed,
+    SharesOpeningForged,
 )
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.modes.evidence import (
     ckks_evidence,
     integer_mask,
-    open_evidence,
     share_evidence,
     slice_fields,
 )
-from secure_fed.secure.parties.helper import reply_array
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.secure.scoring.evidence import EvidenceSlice, plain_evidence
@@ -157,6 +156,8 @@ class Round:
             "parts": [len(raw)],
             **slice_fields(piece),
         }
+        if self.agg.keys.mac_key is not None:  # type: ignore[attr-defined]
+            head["mac_seed_commit"] = bytes(32).hex()  # authenticated shares: a MAC-checked opening
         return self.agg.keys.tagged(head, raw, round_id=1)  # type: ignore[attr-defined, no-any-return]
 
     def request(self, pids: list[str], piece: EvidenceSlice) -> bytes:
@@ -312,17 +313,17 @@ def test_a_shares_aggregator_mask_on_its_own_share_reveals_only_the_plans_eviden
     tmp_path: Path,
 ) -> None:
     """The helper applies the plan's mask to its own share, whatever sums the aggregator
-    sends: its reply is ``M . x1``, so the aggregator learns ``M . x0 + M . x1``, the plan's
-    evidence, and nothing of the one row its own mask selected."""
+    sends. With authenticated shares (the default) it also reconstructs the value before
+    answering: the aggregator's share is uniform, so sums under another mask leave the
+    evidence's bound and are refused as forged (round aborted, nothing released); without
+    MACs its reply ``M . x1`` gave the aggregator ``M . x0 + M . x1``, the plan's evidence."""
     run = Round("shares", tmp_path)
     share = run.handles["p00"].share  # type: ignore[attr-defined]
-    plan_mask = integer_mask(rows=np.array(SLICE.rows), labels=np.array(SLICE.labels), shape=(N, C))
     one_row = integer_mask(
         rows=np.array(ONE_ROW.rows), labels=np.array(ONE_ROW.labels), shape=(N, C)
     )
     forged = np.array([share_evidence(share, one_row)], dtype=np.uint64)
-    header, theirs = reply_array(run.gatekeeper.handle(run.shares_request(["p00"], SLICE, forged)))
-    assert header["step"] == "evidence"
-    helper_sum = np.asarray(theirs, dtype=np.uint64)[0]
-    learned = open_evidence(share_evidence(share, plan_mask), helper_sum, rows=ROWS, classes=C)
-    assert learned == pytest.approx(EXPECTED["p00"], abs=1e-3)
+    released = sum(r.released for r in run.gatekeeper.log)
+    with pytest.raises(SharesOpeningForged, match="outside its public bound"):
+        run.gatekeeper.handle(run.shares_request(["p00"], SLICE, forged))
+    assert sum(r.released for r in run.gatekeeper.log) == released  # nothing of it released

@@ -13,11 +13,13 @@ step and the peer.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import secure_fed.secure.modes.shares_aggregator as aggregator_module
 import secure_fed.secure.parties.helper_openings as openings
 from crypto.errors import ShareTampered
 from crypto.shares import RING_PREDICTIONS, RING_WEIGHTS, ShareLabel, TripleShare
@@ -25,7 +27,9 @@ from crypto.shares.mac import MacOpening
 from crypto.shares.wire import open_sealed
 from secure_fed.errors import SharesOpeningForged
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.modes.evidence import evidence_sums
 from secure_fed.secure.modes.share_ops import weighted_share
+from tests.secure_fed.secure.adversarial.test_evidence_gatekeeping import Round as EvidenceRound
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population
 
@@ -188,3 +192,47 @@ def test_the_helpers_dealt_material_is_sealed_from_the_aggregator(shares: Dep) -
     assert not material.startswith(b"SFS1")
     with pytest.raises(ShareTampered):  # sealed for the helper: another key cannot open it
         open_sealed(keys.dealer_key, material)
+
+
+def _offset_first(module: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Offset the first result of ``module.name`` (a server's evidence sums) by 5.0."""
+    honest = evidence_sums
+    calls: list[int] = []
+
+    def offset(shares_in: list[np.ndarray], piece: Any) -> np.ndarray:
+        out = honest(shares_in, piece)
+        if not calls:
+            out = out.copy()
+            out[0] += np.uint64(int(OFFSET * 2**RING_PREDICTIONS.frac_bits))
+        calls.append(1)
+        return out
+
+    monkeypatch.setattr(module, name, offset)
+    return calls
+
+
+def test_an_offset_on_the_aggregators_share_of_the_evidence_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    round_ = EvidenceRound("shares", tmp_path)
+    before = _released(round_.dep)
+    _skip_own_check(monkeypatch)
+    calls = _offset_first(aggregator_module, monkeypatch, "evidence_sums")
+    with pytest.raises(SharesOpeningForged, match="aggregator's share of the evidence"):
+        round_.publish()
+    assert calls and _released(round_.dep) == before  # no evidence, no publication
+    (event,) = _forged(round_.sink, "helper")
+    assert event["step"] == "evidence" and event["peer"] == "aggregator"
+
+
+def test_an_offset_on_the_helpers_share_of_the_evidence_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    round_ = EvidenceRound("shares", tmp_path)
+    before = _released(round_.dep)
+    calls = _offset_first(openings, monkeypatch, "evidence_sums")
+    with pytest.raises(SharesOpeningForged, match="helper's share of the evidence"):
+        round_.publish()
+    assert calls and _released(round_.dep) == before
+    (event,) = _forged(round_.sink, "aggregator")
+    assert event["step"] == "evidence" and event["peer"] == "helper"
