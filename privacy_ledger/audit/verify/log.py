@@ -11,9 +11,9 @@
    consecutive heads are consistent (RFC 9162 section 2.1.4 proof, generated
    and verified);
 4. the ledger seal (:mod:`privacy_ledger.audit.verify.rows`): ``log_state`` is
-   what its SM2 seal signs, the row log replays to the sealed hash, and every
-   row of the covered tables (rounds, uploads, budgets, reservations...) equals
-   its newest record.
+   what its SM2 seal signs and the row log replays to the sealed hash; with
+   ``compare_rows``, every row of the covered tables (rounds, uploads, budgets,
+   reservations...) equals its newest record.
 
 The first failure raises a typed :class:`~privacy_ledger.errors.LogTampered`
 whose ``entry_index`` names the first bad entry (or ``tree_size`` the bad head).
@@ -143,7 +143,7 @@ def verify_log(
     progress: Callable[[int, int], None] | None = None,
     trusted: Checkpoint | None = None,
     allow_unsealed: bool = False,
-    compare_rows: bool = True,
+    compare_rows: bool = False,
 ) -> VerificationReport:
     """Verify the whole audit log stored behind ``bind``.
 
@@ -160,8 +160,18 @@ def verify_log(
     trusted
         A head accepted earlier (e.g. exported by ``secure-fed ledger export-head``
         and checked with :func:`~privacy_ledger.audit.checkpoint.verify_head`): the log
-        must still contain it. This catches a truncation of entries together
-        with their heads, which the database alone cannot reveal.
+        must still contain it. This catches a rollback of entries together
+        with their heads and seal, which the database alone cannot reveal.
+    allow_unsealed
+        Accept a ledger written before ledger seals (migration ``0005``) and never
+        sealed since; the report's ``not_covered`` then names what was not checked.
+    compare_rows
+        Also compare every row of the covered tables with its newest row record
+        (``secure-fed ledger verify`` does, after its budget check). Off by default:
+        the seal and the row log are always verified, and callers that report table
+        disagreements themselves (the compliance export's budget cross-check) keep
+        doing so; :func:`~privacy_ledger.audit.verify.rows.compare_rows` runs the
+        comparison on its own.
 
     Returns
     -------
