@@ -15,7 +15,10 @@
 Participants are ``hospital-1``, ``bank-1``, ``hospital-2``... on alternating
 architectures, each with its Dirichlet share of a built-in task (``digits``)
 and a budget of epsilon 8 at delta 1e-5 in the ledger; each charges it through
-the API with its own participant token. Ports are chosen free on 127.0.0.1.
+the API with its own participant token, and posts a signed upload notice before
+each upload to the gatekeeper that opens the mode's values (the key authority in
+ckks mode, the helper in shares mode) with a client certificate of the run's CA
+(``keys/tls/<id>.pem``). Ports are chosen free on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from secure_fed.deploy.api_service import ApiEndpoint, write_api_config
 from secure_fed.deploy.ceremony import read_sm2
 from secure_fed.deploy.keys import create_keys, read_manifest
 from secure_fed.deploy.supervisor import free_port
+from secure_fed.deploy.tls import LocalCA
 from secure_fed.errors import FederationConfigInvalid
 from secure_fed.federation.config import ASSET_ID, KINDS
 from secure_fed.federation.participant import public_set_digest
@@ -204,6 +208,7 @@ client_key = {_q(key)}
 
 def _participant_toml(options: LocalOptions, layout: LocalLayout, k: int, sm3: str) -> str:
     pid = layout.ids[k]
+    cert, key = layout.tls(pid)  # its client certificate: it posts its upload notices
     return f"""[participant]
 id = {_q(pid)}
 architecture = {_q(ARCHITECTURES[k % 2])}
@@ -228,7 +233,18 @@ dir = {_q(layout.keys / "participants" / pid)}
 api_url = {_q(layout.api.url)}
 token_file = "api-token"
 ca_file = {_q(layout.ca_file)}
+
+[notice]
+url = {_q(f"https://127.0.0.1:{_notice_port(options, layout)}")}
+ca_file = {_q(layout.ca_file)}
+cert_file = {_q(cert)}
+key_file = {_q(key)}
 """
+
+
+def _notice_port(options: LocalOptions, layout: LocalLayout) -> int:
+    """Return the port of the gatekeeper that opens the mode's values (takes the notices)."""
+    return layout.authority_port if options.mode == "ckks" else layout.helper_port
 
 
 def _flwr_config(layout: LocalLayout) -> str:
@@ -264,6 +280,9 @@ def prepare(options: LocalOptions) -> LocalLayout:
         min_participants=options.min_participants,
         verifier=options.verifier,
     )
+    tls = LocalCA(keys / "tls")
+    for pid in ids:  # each participant's client certificate, for its upload notices
+        tls.issue_client(pid)
     url = options.database_url or f"sqlite:///{run / 'ledger.db'}"
     _seed_ledger(options, keys, url, ids, run / "nodes")
     api_cert, api_key = keys / "tls" / "api.pem", keys / "tls" / "api.key"

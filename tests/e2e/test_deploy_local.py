@@ -118,7 +118,11 @@ def _fields(audit_db: Path, *events: str) -> list[dict[str, object]]:
 
 
 def _check_verified_release(run: Path) -> None:
-    """The verifier held both uploads and attested every request before its release."""
+    """The verifier held both uploads and attested every request before its release.
+
+    And the key authority holds both participants' signed upload notices, so the
+    round's roster could not have left either out.
+    """
     verifier, authority = run / "verifier" / "audit.db", run / "keyauthority" / "audit.db"
     with sqlite3.connect(verifier) as db:
         size, signed = db.execute("SELECT tree_size, last_head_size FROM log_state").fetchone()
@@ -141,6 +145,11 @@ def _check_verified_release(run: Path) -> None:
     assert {"aggregate", "score"} <= {str(e["purpose"]) for e in released}
     denied = _fields(authority, "access.denied") + _fields(verifier, "access.denied")
     assert not denied, denied  # an honest run: nothing refused by either
+    noticed = _fields(authority, "upload.noticed")  # each participant's, before its upload
+    assert {(e["round_id"], e["participant_id"]) for e in noticed} == {
+        (1, "bank-1"),
+        (1, "hospital-1"),
+    }
 
 
 def _check_export(run: Path, out: Path) -> None:
