@@ -18,6 +18,7 @@ import functools
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -31,7 +32,8 @@ from secure_fed.errors import (
     ServerRequestReplayed,
     UploadMalformed,
 )
-from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
+from secure_fed.secure.modes.shares import SharesDeployment
 from secure_fed.secure.parties.helper import reply_array
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,
@@ -252,16 +254,23 @@ TestKeyAuthorityRequests.settings = SETTINGS
 
 
 class HelperMachine(RuleBasedStateMachine):
-    """Requests to one shares helper (a fresh deployment per run)."""
+    """Requests to one shares helper (a fresh deployment per run).
+
+    The machine crafts the helper's plain ``linear`` requests, so its deployment has
+    no MACs (an authenticated helper releases a publication only through a checked
+    opening: ``test_an_authenticated_helper_never_releases_a_plain_linear_publication``).
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.dep = SecureDeployment.create(
-            mode="shares",
-            shape=(N, C),
-            participant_ids=IDS,
-            min_participants=MIN,
-            policy=publication_only(IDS, (N, C), quorum=MIN),
+        self.dep = SharesDeployment.deploy(
+            DeploymentPlan(
+                shape=(N, C),
+                participant_ids=tuple(IDS),
+                min_participants=MIN,
+                policy=publication_only(IDS, (N, C), quorum=MIN),
+            ),
+            authenticated=False,
         )
         agg = self.dep.aggregator(bound=BOUND)
         preds = population(len(IDS), N, C, seed=5)
@@ -351,3 +360,43 @@ class HelperMachine(RuleBasedStateMachine):
 
 TestHelperRequests = HelperMachine.TestCase
 TestHelperRequests.settings = SETTINGS
+
+
+def _plain_publication(dep: Any) -> Any:
+    """Install round 1's plan and ask the helper for a plain (unchecked) weighted sum."""
+    agg = dep.aggregator(bound=BOUND)
+    preds = population(MIN, N, C, seed=5)
+    uids = []
+    for pid, matrix in zip(IDS, preds.values(), strict=False):
+        payload = dep.encoder(pid, bound=BOUND).encode(matrix)
+        agg.load(payload)
+        uids.append(str(decode_frame(payload, SHARES_UPLOAD)[0]["upload_id"]))
+    install_helper_plan(dep.helper, plan(1, (N, C), scored=False, max_weight=1 / MIN))
+    request = {
+        "op": "linear",
+        "purpose": "aggregate",
+        "uids": uids,
+        "weights": _weights(len(uids), None),
+        "round_id": 1,
+    }
+    return reply_array(dep.helper.handle(signed(dep, request)))
+
+
+def test_an_authenticated_helper_never_releases_a_plain_linear_publication() -> None:
+    """With MACs, a publication leaves the helper only through a checked opening.
+
+    The plain ``linear`` request the machine above is granted (unauthenticated
+    shares) would let an aggregator that offsets its own share skip the MAC check.
+    """
+    policy = publication_only(IDS, (N, C), quorum=MIN)
+    plain = SharesDeployment.deploy(
+        DeploymentPlan(shape=(N, C), participant_ids=tuple(IDS), min_participants=MIN,
+                       policy=policy),
+        authenticated=False,
+    )  # fmt: skip
+    assert _plain_publication(plain)  # granted without MACs
+    macs = SecureDeployment.create(
+        mode="shares", shape=(N, C), participant_ids=IDS, min_participants=MIN, policy=policy
+    )
+    with pytest.raises(EXPECTED):
+        _plain_publication(macs)
