@@ -60,7 +60,9 @@ def test_out_of_range_upload_is_refused_at_load(shares, monkeypatch) -> None:  #
     agg.load(dep.encoder("p03", bound=BOUND).encode(edge))  # exactly at the bound passes
 
 
-def test_the_helper_opens_nothing_of_an_unchecked_or_failed_upload(shares_plain, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_helper_opens_nothing_of_an_unchecked_or_failed_upload(
+    shares_plain, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """An aggregator that skips the check cannot get the upload opened by the helper."""
     dep, _ = shares_plain
     agg = dep.aggregator(bound=BOUND)
