@@ -23,6 +23,7 @@ import pytest
 from crypto.shares import ShareMacKey
 from crypto.shares.prg import ShareLabel
 from crypto.shares.range_material import RangeMaterial
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     OpeningRefused,
@@ -72,6 +73,7 @@ def test_a_comparison_at_either_end_of_the_range_is_dealt_and_logged_as_no_relea
     request = compare_request(round_id=7, tensor="cmp", count=3, upper=upper, signer=signer)
     blob_a, blob_h = ka.handle_deal_compare(request, **keys)
     label = ShareLabel(round_id=7, participant_id=COMPARE_PARTICIPANT, tensor="cmp")
+    blob_h = open_sealed(keys["key_helper"], blob_h)  # the helper's half travels sealed
     for party, blob, key in ((0, blob_a, keys["key_aggregator"]), (1, blob_h, keys["key_helper"])):
         RangeMaterial.parse(
             blob, key=key, label=label, party=party, count=3, spec=compare_spec(upper)

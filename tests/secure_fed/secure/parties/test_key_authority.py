@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from crypto.ckks import pack_class_major, weighted_sum
+from crypto.errors import ShareTampered
 from crypto.shares import ShareLabel, ShareMacKey, TripleShare
+from crypto.shares.wire import open_sealed
 from secure_fed.errors import (
     AuthorityRequestMalformed,
     DecryptionRefused,
@@ -239,7 +241,9 @@ def test_dealt_triples_multiply() -> None:
     blob_a, blob_h = ka.deal(round_id=2, tensor="t", count=5, key_aggregator=ka_a, key_helper=ka_h)
     label = ShareLabel(round_id=2, participant_id="beaver", tensor="t")
     t0 = TripleShare.parse(blob_a, key=ka_a, label=label, party=0, seeded=True, count=5)
-    t1 = TripleShare.parse(blob_h, key=ka_h, label=label, party=1, count=5)
+    with pytest.raises(ShareTampered):  # the helper's half travels sealed to the helper
+        TripleShare.parse(blob_h, key=ka_h, label=label, party=1, count=5)
+    t1 = TripleShare.parse(open_sealed(ka_h, blob_h), key=ka_h, label=label, party=1, count=5)
     (a0, b0, c0), (a1, b1, c1) = t0.parts(), t1.parts()
     assert np.array_equal((a0 + a1) * (b0 + b1), c0 + c1)
     assert ka.log[-1].kind == "triples" and not ka.log[-1].released
