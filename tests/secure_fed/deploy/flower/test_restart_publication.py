@@ -6,7 +6,8 @@ is killed pushing round 2; the second aborts round 2, reads round 1's
 publication back from the store and carries it in round 3's messages, then is
 killed pushing round 3's publication; the third has no round left and sends
 round 3's publication alone. A stored publication that was altered is refused
-before any message goes out.
+before any message goes out: by its own checks when the change went through the
+ledger, by the ledger seal when it did not.
 
 Marked slow: two ServerApp runs with real DP-SGD training and distillation
 (four trainings, six distillations; about 20 s of CPU), shared by every test here.
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 
 from crypto.sm.sm3 import sm3_digest
+from privacy_ledger.errors import RowAltered
 from privacy_ledger.rounds import RoundStore
 from secure_fed.deploy.aggregator_node import AggregatorNode
 from secure_fed.deploy.errors import StoredPublicationInvalid
@@ -136,16 +138,28 @@ def test_with_no_round_left_the_publication_goes_out_alone_and_is_distilled_once
     ] == models
 
 
-def _tampered_copy(restarted: Restarted, root: Path) -> tuple[Path, RoundStore]:
+def _copy(restarted: Restarted, root: Path) -> Path:
     """A server.toml over a copy of the ledger (the other tests keep the original)."""
-    from sqlalchemy import create_engine
-
     ledger = root / "ledger.db"
     shutil.copy(restarted.server.parent / "ledger.db", ledger)
     original = f"sqlite:///{restarted.server.parent / 'ledger.db'}"
     server = root / "server.toml"
     server.write_text(restarted.server.read_text().replace(original, f"sqlite:///{ledger}"))
-    return server, RoundStore(create_engine(f"sqlite:///{ledger}"))
+    return server
+
+
+def _rewrite(server: Path, key: str, change: Any) -> None:
+    """Rewrite a stored round through the aggregator's own ledger, so the ledger seal
+    records the change (a writer holding the ledger key: only the publication's own
+    checks are left to catch it)."""
+    node = AggregatorNode.open(load_server_config(server))
+    try:
+        rounds = RoundStore(node.audit.engine)  # type: ignore[attr-defined]
+        state = dict(rounds.load(key).state)
+        change(state)
+        rounds.save(key, stage="published", state=state, expected_stage="published")
+    finally:
+        node.audit.engine.dispose()  # type: ignore[attr-defined]
 
 
 def _flip(state: dict[str, Any]) -> None:
@@ -173,11 +187,9 @@ def _garble(state: dict[str, Any]) -> None:
 def test_a_tampered_stored_publication_is_refused_before_anything_is_sent(
     restarted: Restarted, tmp_path: Path, tamper: Any
 ) -> None:
-    server, rounds = _tampered_copy(restarted, tmp_path)
-    key = "tryout:00000003"  # the newest published round: the one a restart sends again
-    state = dict(rounds.load(key).state)
-    tamper(state)
-    rounds.save(key, stage="published", state=state, expected_stage="published")
+    server = _copy(restarted, tmp_path)
+    # the newest published round: the one a restart sends again
+    _rewrite(server, "tryout:00000003", tamper)
 
     grid = _grid(restarted.participants)
     with pytest.raises(StoredPublicationInvalid) as refused:
@@ -189,12 +201,30 @@ def test_a_tampered_stored_publication_is_refused_before_anything_is_sent(
 def test_a_round_stored_before_publications_were_kept_is_not_sent_again(
     restarted: Restarted, tmp_path: Path
 ) -> None:
-    server, rounds = _tampered_copy(restarted, tmp_path)
-    key = "tryout:00000003"
-    state = dict(rounds.load(key).state)
-    del state["publication"]
-    rounds.save(key, stage="published", state=state, expected_stage="published")
+    server = _copy(restarted, tmp_path)
+    _rewrite(server, "tryout:00000003", lambda state: state.pop("publication"))
 
     grid = _grid(restarted.participants)
     assert _run(server, grid) == {}
     assert {s.message_type for s in grid.sent} == {HELLO}
+
+
+def test_a_stored_round_changed_outside_the_ledger_is_refused_before_anything_is_sent(
+    restarted: Restarted, tmp_path: Path
+) -> None:
+    """A raw write to the database (no ledger key): the ledger seal names the row."""
+    from sqlalchemy import create_engine
+
+    server = _copy(restarted, tmp_path)
+    raw = RoundStore(create_engine(f"sqlite:///{tmp_path / 'ledger.db'}"))  # not covered
+    key = "tryout:00000003"
+    state = dict(raw.load(key).state)
+    _flip(state)
+    raw.save(key, stage="published", state=state, expected_stage="published")
+
+    grid = _grid(restarted.participants)
+    with pytest.raises(RowAltered) as refused:
+        _run(server, grid)
+    assert refused.value.code == "LEDGER_ROW_ALTERED"
+    assert 'row ["tryout:00000003"], column state' in str(refused.value)
+    assert grid.sent == []
