@@ -14,7 +14,7 @@ Requests are served one at a time per party (the parties keep round state).
 Routes: ``POST /v1/decrypt`` (with the verifier's attestation in the
 ``secure-fed-attestation`` header, hex, in ckks mode with a verifier pinned),
 ``/v1/plan``, ``/v1/deal``, ``/v1/deal-range``,
-``/v1/deal-compare`` (key authority), ``POST /v1/helper`` (helper),
+``/v1/deal-compare``, ``/v1/deal-masks`` (key authority), ``POST /v1/helper`` (helper),
 ``GET /v1/contexts/{scoring|publication}`` (the key authority's public contexts, for
 participants to check by fingerprint), ``GET /healthz``.
 
@@ -276,6 +276,7 @@ def create_keyauthority_app(
         "deal": party.deal_packed,
         "deal_range": party.deal_range_packed,
         "deal_compare": party.deal_compare_packed,
+        "deal_masks": party.deal_masks,  # one blob: the aggregator's input-mask shares
     }
     for name, handler in handlers.items():
         _route(app, AUTHORITY_PATHS[name], handler, lock)

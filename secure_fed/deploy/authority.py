@@ -23,14 +23,22 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from crypto.errors import CryptoError
+from crypto.shares.mac import MAC_LANES, InputMaskDealer, MacKeyShare
 from secure_fed.deploy.ceremony import (
+    DEALER_MASK,
+    INPUT_MASKS,
+    MAC_KEY,
     KeyManifest,
     pin_policy,
+    read_json,
     read_mac,
+    read_mac_lanes,
     read_manifest,
     read_secret,
     require_mode,
@@ -45,9 +53,31 @@ from secure_fed.secure.parties.nonces import NonceStore
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.server_auth import ServerIdentity
 
-__all__ = ["RELEASES_FILE", "KeyAuthorityParty", "load_key_authority"]
+__all__ = ["RELEASES_FILE", "CeremonyMaskDealer", "KeyAuthorityParty", "load_key_authority"]
 
 RELEASES_FILE = "keyauthority-releases.json"
+
+
+@dataclass(kw_only=True, repr=False)
+class CeremonyMaskDealer(InputMaskDealer):
+    """The dealer's input masks under the key ceremony's MAC keys (loaded, not generated).
+
+    :class:`InputMaskDealer` generates fresh MAC keys; a deployed dealer uses the whole
+    keys the ceremony wrote to ``mac-key.secret`` (the servers hold their shares of
+    them from the same ceremony), so it hands out no key share. Never shown by
+    ``repr``, never pickled.
+    """
+
+    mac_keys: tuple[int, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.mac_keys) != MAC_LANES or not all(0 <= a < 1 << 64 for a in self.mac_keys):
+            raise KeyDirectoryInvalid(f"the MAC keys are {MAC_LANES} elements of Z_2^64")
+        self._alpha = np.array(self.mac_keys, dtype=np.uint64)
+
+    def key_share(self, party: int) -> MacKeyShare:
+        """Refused: each server loads its share from its own key directory."""
+        raise KeyDirectoryInvalid("a deployed dealer hands out no MAC key share")
 
 
 @dataclass(eq=False)
@@ -64,6 +94,8 @@ class KeyAuthorityParty:
     directory: Path
     state_dir: Path
     _macs: tuple[object, object] | None = None
+    #: The input masks' dealer (shares mode, authenticated shares).
+    _masks: InputMaskDealer | None = field(default=None, repr=False)
 
     def decrypt(self, request: bytes, attestation: bytes | None = None) -> bytes:
         """Serve a signed decryption request (:meth:`KeyAuthority.handle`).
@@ -95,6 +127,20 @@ class KeyAuthorityParty:
         """Deal the copies step's comparison material for a signed request (shares mode)."""
         agg, helper = self._keys()
         return self.authority.handle_deal_compare(request, key_aggregator=agg, key_helper=helper)  # type: ignore[arg-type]
+
+    def deal_masks(self, request: bytes) -> bytes:
+        """Deal the aggregator's share of one upload's input mask and its MACs (signed request).
+
+        Raises
+        ------
+        AuthorityRequestMalformed
+            In ckks mode (no masks are dealt); otherwise as
+            :meth:`~secure_fed.secure.parties.dealer.Dealer.handle_deal_masks`.
+        """
+        agg, _ = self._keys()
+        if self._masks is None:
+            raise AuthorityRequestMalformed("this key authority deals no input masks")
+        return self.authority.handle_deal_masks(request, masks=self._masks, key_aggregator=agg)  # type: ignore[arg-type]
 
     def deal_packed(self, request: bytes) -> bytes:
         """Return :meth:`deal`'s two blobs as one body (the HTTP route's reply)."""
@@ -138,6 +184,7 @@ class KeyAuthorityParty:
             deal=self.deal,
             deal_range=self.deal_range,
             deal_compare=self.deal_compare,
+            deal_masks=None if self._masks is None else self.deal_masks,
         )
 
     def releases(self) -> dict[str, int]:
@@ -218,4 +265,18 @@ def load_key_authority(
     require_mode(manifest, "shares")
     authority = KeyAuthority(**common)  # type: ignore[arg-type]
     macs = (read_mac(directory, "dealer-aggregator"), read_mac(directory, "dealer-helper"))
-    return KeyAuthorityParty(authority, manifest, directory, state, macs)
+    return KeyAuthorityParty(authority, manifest, directory, state, macs, _mask_dealer(directory))
+
+
+def _mask_dealer(directory: Path) -> CeremonyMaskDealer:
+    """Build the input masks' dealer from the ceremony's whole MAC keys and mask secrets."""
+    enrolled = read_json(directory / INPUT_MASKS)
+    try:
+        participants = {str(p): bytes.fromhex(str(s)) for p, s in enrolled.items()}
+    except ValueError as exc:
+        raise KeyDirectoryInvalid(f"{directory / INPUT_MASKS} is malformed: {exc}") from exc
+    return CeremonyMaskDealer(
+        participants=participants,
+        helper_secret=read_secret(directory / DEALER_MASK),
+        mac_keys=read_mac_lanes(directory / MAC_KEY),
+    )

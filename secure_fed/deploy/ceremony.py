@@ -36,13 +36,19 @@ if TYPE_CHECKING:
     from crypto.shares import ShareMacKey
 
 __all__ = [
+    "DEALER_MASK",
     "FORMAT",
+    "INPUT_MASKS",
+    "MAC_KEY",
+    "MAC_KEY_BYTES",
+    "MAC_KEY_SHARE",
     "MANIFEST",
     "MODES",
     "KeyManifest",
     "create_keys",
     "read_json",
     "read_mac",
+    "read_mac_lanes",
     "read_manifest",
     "pin_policy",
     "read_policy",
@@ -61,6 +67,14 @@ MODES = ("ckks", "shares")
 ROLES = ("aggregator", "keyauthority", "helper", "participant", "api", "verifier")
 SECRET_BYTES = 32
 _PARAMS = {"shares": "Z2^64/f12"}
+#: Authenticated shares' files (shares mode): a server's share of the MAC keys, the
+#: dealer's whole keys, the dealer-helper mask secret, the dealer's participant secrets.
+MAC_KEY_SHARE = "mac-key-share.secret"
+MAC_KEY = "mac-key.secret"
+DEALER_MASK = "dealer-mask.secret"
+INPUT_MASKS = "input-masks.json"
+#: Bytes of the MAC keys (two lanes of Z_2^64, :data:`crypto.shares.mac.MAC_LANES`).
+MAC_KEY_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -287,6 +301,28 @@ class _Writer:
             write_private(directory / name, data)
 
 
+def _mac_sum(share0: bytes, share1: bytes) -> bytes:
+    """Return the whole MAC keys: the two servers' shares added lane by lane in Z_2^64."""
+    lanes = [
+        (int.from_bytes(share0[i : i + 8], "little") + int.from_bytes(share1[i : i + 8], "little"))
+        % (1 << 64)
+        for i in range(0, MAC_KEY_BYTES, 8)
+    ]
+    return b"".join(v.to_bytes(8, "little") for v in lanes)
+
+
+def read_mac_lanes(path: Path) -> tuple[int, ...]:
+    """Read MAC key lanes (``mac-key.secret`` or ``mac-key-share.secret``): one uint64 each.
+
+    Raises
+    ------
+    KeyDirectoryInvalid
+        Missing, not hex, or of another length.
+    """
+    raw = read_secret(path, size=MAC_KEY_BYTES)
+    return tuple(int.from_bytes(raw[i : i + 8], "little") for i in range(0, MAC_KEY_BYTES, 8))
+
+
 def _sm2_pem(key: SM2PrivateKey) -> bytes:
     return key.to_pem_unencrypted_insecure()
 
@@ -424,21 +460,44 @@ def _shares_files(
     ka_files: dict[str, bytes],
     audit_keys: Mapping[str, bytes],
 ) -> None:
-    """Enrolment secrets, dealer and channel secrets; writes the helper's directory."""
+    """Enrolment secrets, dealer and channel secrets, the MAC keys; writes the helper's directory.
+
+    Authenticated shares (:mod:`crypto.shares.mac`): the MAC keys (``mac-key.secret``,
+    whole, the dealer's only), one share for each server (``mac-key-share.secret``),
+    the dealer-helper mask secret (``dealer-mask.secret``) and each participant's dealer
+    secret (its ``enrolment.json``; the dealer's ``input-masks.json``), all from
+    :mod:`secrets`, each written to the parties that hold it only.
+    """
     enrol = {p: (secrets.token_bytes(SECRET_BYTES), secrets.token_bytes(SECRET_BYTES)) for p in ids}
     dealer_agg, dealer_helper, channel, request = _secret(), _secret(), _secret(), _secret()
+    masks = {p: secrets.token_bytes(SECRET_BYTES) for p in ids}
+    share0, share1 = secrets.token_bytes(MAC_KEY_BYTES), secrets.token_bytes(MAC_KEY_BYTES)
     agg_files.update(
         {
             "enrolment.json": json.dumps({p: a.hex() for p, (a, _) in enrol.items()}).encode(),
             "dealer-aggregator.secret": dealer_agg,
             "channel.secret": channel,
             "request.secret": request,
+            MAC_KEY_SHARE: share0.hex().encode("ascii"),
         }
     )
     for pid, (agg, helper) in enrol.items():
-        own = {"aggregator_secret": agg.hex(), "helper_secret": helper.hex()}
+        own = {
+            "aggregator_secret": agg.hex(),
+            "helper_secret": helper.hex(),
+            "dealer_secret": masks[pid].hex(),
+        }
         part_files[pid]["enrolment.json"] = json.dumps(own).encode()
-    ka_files.update({"dealer-aggregator.secret": dealer_agg, "dealer-helper.secret": dealer_helper})
+    mask_secret = _secret()
+    ka_files.update(
+        {
+            "dealer-aggregator.secret": dealer_agg,
+            "dealer-helper.secret": dealer_helper,
+            MAC_KEY: _mac_sum(share0, share1).hex().encode("ascii"),
+            DEALER_MASK: mask_secret,
+            INPUT_MASKS: json.dumps({p: m.hex() for p, m in masks.items()}).encode(),
+        }
+    )
     helper_files = {
         "audit.key.pem": audit_keys["helper"],
         POLICY: agg_files[POLICY],
@@ -446,5 +505,7 @@ def _shares_files(
         "dealer-helper.secret": dealer_helper,
         "channel.secret": channel,
         "request.secret": request,
+        MAC_KEY_SHARE: share1.hex().encode("ascii"),
+        DEALER_MASK: mask_secret,
     }
     w.party("helper", "helper", helper_files)

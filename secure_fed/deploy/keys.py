@@ -59,14 +59,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, cast
 
+from crypto.shares.mac import MacKeyShare
 from crypto.sm import SM2PrivateKey, SM2PublicKey
 from secure_fed.deploy.authority import KeyAuthorityParty, load_key_authority
 from secure_fed.deploy.ceremony import (
+    DEALER_MASK,
+    MAC_KEY_SHARE,
     MANIFEST,
     KeyManifest,
     pin_policy,
     read_json,
     read_mac,
+    read_mac_lanes,
     read_manifest,
     read_secret,
     read_sm2,
@@ -226,6 +230,10 @@ class AggregatorKeys:
         channels, d = self.authority, self.directory
         if self.helper is None or channels.deal is None:
             raise KeyDirectoryInvalid("the shares aggregator needs the helper and dealer channels")
+        if channels.deal_masks is None:
+            raise KeyDirectoryInvalid(
+                "the shares aggregator needs the key authority's input-mask channel (deal_masks)"
+            )
         enrolment = read_json(d / "enrolment.json")
         keys = SharesKeys(
             secrets={p: bytes.fromhex(str(s)) for p, s in enrolment.items()},
@@ -237,6 +245,9 @@ class AggregatorKeys:
             channel_key=read_mac(d, "channel"),
             request_key=ChannelKey(name="aggregator", key=read_secret(d / "request.secret")),
             signing_key=signer,
+            mac_key=_mac_share(d, party=0),
+            mask_dealer=channels.deal_masks,
+            audit=self.audit,
         )
         return SharesAggregator(
             shape=self.shape,
@@ -332,6 +343,7 @@ class ParticipantKeys:
             participant_id=self.participant_id,
             aggregator_secret=bytes.fromhex(str(own.get("aggregator_secret", ""))),
             helper_secret=bytes.fromhex(str(own.get("helper_secret", ""))),
+            dealer_secret=_dealer_secret(self.directory, own),
         )
         return SharesEncoder(shape=m.shape, bound=bound, enrolment=enrolment)
 
@@ -382,7 +394,26 @@ def load_helper(directory: Path, *, audit: AuditSink | None, state_dir: Path) ->
         nonces=NonceStore(state / "helper-nonces.db"),
         plan_journal=journal,
         consortium=pin,
+        mac_key=_mac_share(directory, party=1),
+        mask_secret=read_secret(directory / DEALER_MASK),
     )
+
+
+def _mac_share(directory: Path, *, party: int) -> MacKeyShare:
+    """Read a server's share of the MAC keys (``mac-key-share.secret``, the ceremony's)."""
+    return MacKeyShare(party=party, lanes=read_mac_lanes(directory / MAC_KEY_SHARE))
+
+
+def _dealer_secret(directory: Path, own: dict[str, object]) -> bytes:
+    """Read the participant's dealer secret (its input masks) from its ``enrolment.json``."""
+    try:
+        secret = bytes.fromhex(str(own["dealer_secret"]))
+    except (KeyError, ValueError) as exc:
+        raise KeyDirectoryInvalid(
+            f"{directory / 'enrolment.json'} holds no dealer secret (authenticated shares): "
+            "run the key ceremony again"
+        ) from exc
+    return secret
 
 
 def dump_manifest(manifest: KeyManifest) -> str:

@@ -19,7 +19,7 @@ Public API (stable)::
     RemoteParty(base_url, path, *, tls: ClientTLS | None, timeout=60.0)  # bytes -> bytes
     RemoteDealer(base_url, path, *, tls, timeout)      # bytes -> (aggregator blob, helper blob)
     RemoteDecrypt(base_url, path, *, tls, timeout)     # (request, attestation) -> bytes
-    AuthorityChannels(decrypt=, plan=, deal=, deal_range=, deal_compare=)
+    AuthorityChannels(decrypt=, plan=, deal=, deal_range=, deal_compare=, deal_masks=)
     VerifierChannels(forward=, attest=)
     remote_authority(base_url, *, tls, timeout=60.0) -> AuthorityChannels
     remote_helper(base_url, *, tls, timeout=60.0) -> RemoteParty
@@ -86,6 +86,7 @@ AUTHORITY_PATHS = {
     "deal": "/v1/deal",
     "deal_range": "/v1/deal-range",
     "deal_compare": "/v1/deal-compare",
+    "deal_masks": "/v1/deal-masks",
 }
 #: Route of the helper service.
 HELPER_PATH = "/v1/helper"
@@ -341,9 +342,10 @@ def remote_verifier(
 class AuthorityChannels:
     """The aggregator's channels to the key authority (remote or in-process).
 
-    ``decrypt`` and ``plan`` serve the ``ckks`` mode, ``deal``, ``deal_range`` and
-    ``deal_compare`` (the copies step's comparison material) the ``shares`` mode; a
-    mode needs only its own.
+    ``decrypt`` and ``plan`` serve the ``ckks`` mode, ``deal``, ``deal_range``,
+    ``deal_compare`` (the copies step's comparison material) and ``deal_masks`` (the
+    uploads' input masks, authenticated shares) the ``shares`` mode; a mode needs
+    only its own.
     """
 
     decrypt: Callable[..., bytes] | None = None
@@ -351,6 +353,9 @@ class AuthorityChannels:
     deal: Callable[[bytes], tuple[bytes, bytes]] | None = None
     deal_range: Callable[[bytes], tuple[bytes, bytes]] | None = None
     deal_compare: Callable[[bytes], tuple[bytes, bytes]] | None = None
+    #: The dealer of the uploads' input masks (authenticated shares): one blob, the
+    #: aggregator's (the helper derives its own from its dealer secret).
+    deal_masks: Callable[[bytes], bytes] | None = None
 
 
 def remote_authority(
@@ -365,6 +370,7 @@ def remote_authority(
         deal_compare=RemoteDealer(
             base_url, AUTHORITY_PATHS["deal_compare"], tls=tls, timeout=timeout
         ),
+        deal_masks=RemoteParty(base_url, AUTHORITY_PATHS["deal_masks"], tls=tls, timeout=timeout),
     )
 
 
