@@ -208,6 +208,14 @@ def deploy_keys(
             "than this many participants (1: no multi-round rule; at most the quorum)."
         ),
     ] = 1,
+    max_flagged: Annotated[
+        int | None,
+        typer.Option(
+            help="Consortium policy: the most participants one round may exclude or "
+            "down-weight as outliers (the outlier budget; server.toml's [federation] "
+            "max_flagged must not exceed it). Unset: no budget."
+        ),
+    ] = None,
     no_publication_epoch: Annotated[
         bool,
         typer.Option(
@@ -231,5 +239,6 @@ def deploy_keys(
         min_participants=min_participants,
         publication_preset=None if no_publication_epoch else "CKKS_PUBLICATION",
         isolation=isolation,
+        max_flagged=max_flagged,
     )
     typer.echo(f"wrote {mode} keys for {len(ids)} participants under {out}")

@@ -362,6 +362,7 @@ def create_keys(
     tls_hosts: Sequence[str] = ("127.0.0.1", "localhost"),
     isolation: int = 1,
     verifier: bool = True,
+    max_flagged: int | None = None,
 ) -> None:
     """Run the try-out key ceremony: write every party's directory under ``root``.
 
@@ -371,8 +372,9 @@ def create_keys(
     authority pins: it then decrypts nothing the verifier did not attest.
 
     Every participant signs the consortium policy (quorum ``min_participants``, cap
-    ``1 / min_participants``, scoring required, the multi-round rule's ``isolation``),
-    written to every party's directory as ``policy.json``.
+    ``1 / min_participants``, scoring required, the multi-round rule's ``isolation``,
+    the outlier budget ``max_flagged`` when given: the most participants one round may
+    exclude or down-weight), written to every party's directory as ``policy.json``.
 
     Raises
     ------
@@ -381,7 +383,8 @@ def create_keys(
     ModeSetupInvalid
         If the mode, roster, shape, quorum or publication preset is invalid.
     PolicyInvalid
-        If ``isolation`` is below 1 or above the quorum.
+        If ``isolation`` is below 1 or above the quorum, or ``max_flagged`` is not an
+        integer >= 0.
     """
     root = Path(root)
     if (root / "aggregator" / MANIFEST).exists():
@@ -423,6 +426,7 @@ def create_keys(
         shape=plan.shape,
         quorum=plan.min_participants,
         isolation=isolation,
+        max_flagged=max_flagged,
     )
     public = {**public, POLICY: SignedPolicy.sign(policy, signing).to_json()}
     w = _Writer(root, manifest)

@@ -34,7 +34,8 @@ are exchanged (``docs/deploy.md``).
 Public API (stable; the deployment helpers code against it)::
 
     create_keys(root, *, mode, participant_ids, shape, min_participants,
-                publication_preset="CKKS_PUBLICATION", tls_hosts=("127.0.0.1", "localhost"))
+                publication_preset="CKKS_PUBLICATION", tls_hosts=("127.0.0.1", "localhost"),
+                isolation=1, verifier=True, max_flagged=None)
     read_manifest(directory) -> KeyManifest
     load_aggregator(directory, *, authority: AuthorityChannels,
                     helper: Callable[[bytes], bytes] | None = None,

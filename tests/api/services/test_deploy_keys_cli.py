@@ -58,3 +58,42 @@ def test_deploy_keys_writes_the_signed_policy_with_its_multi_round_rule(tmp_path
     code, output = _keys(tmp_path / "bad", "--isolation", "3")  # quorum 2
     assert code != 0 and "POLICY_INVALID" in output and "isolation" in output
     assert not (tmp_path / "bad" / "aggregator").exists()
+
+
+def test_deploy_keys_signs_the_outlier_budget_into_the_policy(tmp_path: Path) -> None:
+    """``--max-flagged`` is signed into the policy both gatekeepers pin; it bounds plans."""
+    from dataclasses import replace
+
+    from secure_fed.deploy.ceremony import read_policy
+    from secure_fed.secure.release_plan import ReleasePlan
+    from secure_fed.secure.scoring.mahalanobis import ScoringConfig
+
+    code, output = _keys(tmp_path / "keys", "--min-participants", "3", "--max-flagged", "1")
+    assert code == 0, output
+    for party in ("keyauthority", "helper"):
+        manifest = read_manifest(tmp_path / "keys" / party, role=party)
+        policy = read_policy(tmp_path / "keys" / party).verify(manifest.participant_keys)
+        assert policy.max_flagged == 1
+    within = ReleasePlan.for_round(
+        round_id=1,
+        min_participants=3,
+        shape=policy.shape,
+        scoring=ScoringConfig(min_subset=3),
+        max_weight=policy.cap,
+        exclude_above=policy.exclusion_floor(),
+        copies=policy.copies,
+        max_flagged=1,
+    )
+    assert policy.plan_reason(within) is None
+    for over in (None, 2):  # no budget, or a larger one: outside the signed policy
+        reason = policy.plan_reason(replace(within, max_flagged=over))
+        assert reason is not None and "max_flagged" in reason
+    code, output = _keys(tmp_path / "unset")
+    assert code == 0, output
+    manifest = read_manifest(tmp_path / "unset" / "helper", role="helper")
+    assert (
+        read_policy(tmp_path / "unset" / "helper").verify(manifest.participant_keys).max_flagged
+        is None
+    )
+    code, output = _keys(tmp_path / "bad", "--max-flagged", "-1")
+    assert code != 0 and "POLICY_INVALID" in output and "max_flagged" in output
