@@ -1,4 +1,11 @@
-"""Bounded influence: the worst participant we can build moves no published cell beyond 2 B w_max.
+"""One cluster of honest participants: these attackers move no published cell beyond 2 B w_max.
+
+``2 B w_max`` is not the general bound. With two clusters of honest participants, one
+that joins a cluster shrinks the robust covariance and lowers the other cluster's
+factors, so the bound that holds is ``2 B min(1, w_max (1 + M))``, ``M`` the
+participants whose terms its presence lowers; that worst case is
+``test_influence_bound.py``'s. Here the honest participants form one cluster, and the
+cells are held to ``2 B w_max``.
 
 Each case runs two real rounds through the round engine, signed envelope gate
 and outlier policy of one mode: the honest participants alone, and the same
