@@ -9,12 +9,19 @@ handling is the command line's: it calls :meth:`Supervisor.stop_all`).
 
 Each child is the leader of its own process group (``start_new_session``),
 so stopping it stops what it started (uvicorn workers, Flower's processes):
-``SIGTERM`` to the group, then ``SIGKILL`` after ``stop_timeout``. On Linux a
+``SIGTERM`` to the group, then ``SIGKILL`` after ``stop_timeout``. What a child
+started in a session of its own (Flower's SuperExec and its ServerApp) is found
+under it in ``/proc`` and stopped first, the same way. Children marked
+``stop_first`` (the round driver) are stopped before the others. On Linux a
 child also gets ``SIGTERM`` when the supervisor dies without stopping it
 (``PR_SET_PDEATHSIG``), so a killed supervisor leaves no federation behind.
 
+A child that fails is a :class:`ProcessFailed` whose message ends with the last
+lines of its log (bounded, PEM blocks and secret-looking tokens redacted).
+
 The supervisor reads no environment: the caller passes each child's
-environment explicitly.
+environment explicitly; it adds only ``PYTHONUNBUFFERED=1`` (unless the caller
+set it), so a Python child killed outright has written its last lines.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -52,13 +60,104 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-_TAIL_BYTES = 4000
+#: At most this many of a failed process's last log lines go into its error ...
+TAIL_LINES = 20
+#: ... and at most this many bytes of them.
+TAIL_BYTES = 4096
+#: What stands in for a PEM block or a secret-looking run of characters in a log tail.
+REDACTED = "[redacted]"
+#: Added to every child's environment unless the caller sets it: a Python child writes
+#: each line to its log as it prints it, so a child killed outright (``SIGKILL``) leaves
+#: its last lines in the log instead of in a lost stdout buffer.
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}
+_PEM = re.compile(r"-----BEGIN [^-]+-----.*?(?:-----END [^-]+-----|\Z)", re.DOTALL)
+#: 32 or more characters of base64url, hex or dots with a letter and a digit: a token
+#: (``sft_<id>.<secret>``), a key, a secret; paths, words and addresses are kept.
+_SECRETISH = re.compile(
+    r"(?=[A-Za-z0-9_.+=-]*[0-9])(?=[A-Za-z0-9_.+=-]*[A-Za-z])[A-Za-z0-9_.+=-]{32,}"
+)
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with PEM blocks and secret-looking tokens replaced by ``[redacted]``.
+
+    The services log no keys; this is the second line of defence for an error
+    message that quotes a log.
+    """
+    return _SECRETISH.sub(REDACTED, _PEM.sub(REDACTED, text))
+
+
+def describe_status(status: int | None) -> str:
+    """Return ``exited with 3``, ``killed by SIGKILL`` or ``still running`` for a status."""
+    if status is None:
+        return "still running"
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-status).name}"
+        return f"killed by signal {-status}"
+    return f"exited with {status}"
 
 
 class ProcessFailed(DeploymentFailed):
-    """A supervised process could not start or exited while it should be running."""
+    """A supervised process could not start or exited while it should be running.
+
+    Its message's first line says which process, how it ended, the rounds it
+    cost (when known) and where its log is; the lines after it are the end of
+    that log (:data:`TAIL_LINES` lines, :data:`TAIL_BYTES` bytes at most,
+    :func:`redact`-ed). The parts are attributes too.
+
+    Parameters
+    ----------
+    summary
+        One line: what failed.
+    process
+        The process's name under the supervisor.
+    status
+        Its exit status (negative: the signal that killed it).
+    log_path
+        Its log file.
+    tail
+        The end of its log, already bounded and redacted.
+    rounds
+        The rounds it cost, one short text each (``round 2: aborted: ...``).
+    """
 
     code = "DEPLOY_PROCESS_FAILED"
+
+    def __init__(
+        self,
+        summary: str,
+        *,
+        process: str | None = None,
+        status: int | None = None,
+        log_path: Path | None = None,
+        tail: str = "",
+        rounds: Sequence[str] = (),
+    ) -> None:
+        self.summary = summary
+        self.process = process
+        self.status = status
+        self.log_path = log_path
+        self.tail = tail
+        self.rounds = tuple(rounds)
+        first = summary
+        if self.rounds:
+            first += f"; rounds not published: {'; '.join(self.rounds)}"
+        if log_path is not None:
+            lines = len(tail.splitlines())
+            first += f"; log {log_path}, last {lines} lines quoted"
+        super().__init__(f"{first}\n{tail}".rstrip("\n") if log_path is not None else first)
+
+    def with_rounds(self, rounds: Sequence[str]) -> ProcessFailed:
+        """Return the same failure naming the rounds it cost."""
+        return type(self)(
+            self.summary,
+            process=self.process,
+            status=self.status,
+            log_path=self.log_path,
+            tail=self.tail,
+            rounds=rounds,
+        )
 
 
 class ProcessNotReady(ProcessFailed):
@@ -90,6 +189,9 @@ class ProcessSpec:
         Seconds to wait for ``ready``.
     expect_exit
         The process is a job that ends by itself (the run), not a service.
+    stop_first
+        Stopped before every child without it (the round driver: once the
+        participants' nodes are gone it would only open rounds that abort).
     """
 
     name: str
@@ -99,6 +201,7 @@ class ProcessSpec:
     ready: Ready | None = None
     ready_timeout: float = 60.0
     expect_exit: bool = False
+    stop_first: bool = False
 
 
 @dataclass(kw_only=True)
@@ -121,13 +224,73 @@ class Child:
         """Whether the process is still running."""
         return self.process.poll() is None
 
-    def log_tail(self) -> str:
-        """Return the end of its log file (for error messages)."""
+    def log_tail(self, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> str:
+        """Return the last ``lines`` lines of its log, at most ``max_bytes``, redacted."""
         try:
-            data = self.log_path.read_bytes()[-_TAIL_BYTES:]
+            with self.log_path.open("rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - 4 * max_bytes))  # room for what redaction shortens
+                data = handle.read()
         except OSError:
             return ""
-        return data.decode("utf-8", "replace")
+        text = redact(data.decode("utf-8", "replace"))
+        kept = text.splitlines()[-lines:] if lines > 0 else []
+        out = "\n".join(kept)
+        while len(out.encode()) > max_bytes and kept:  # long lines: drop the oldest
+            kept = kept[1:]
+            out = "\n".join(kept)
+        return out
+
+    def failure(self, what: str) -> ProcessFailed:
+        """Return a :class:`ProcessFailed` for this child (``<name> <how> <what>``, its log)."""
+        status = self.process.returncode
+        return ProcessFailed(
+            f"{self.spec.name} {describe_status(status)} {what}".rstrip(),
+            process=self.spec.name,
+            status=status,
+            log_path=self.log_path,
+            tail=self.log_tail(),
+        )
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """State, parent pid and process group of ``pid`` from ``/proc`` (None: gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _gone(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def detached_descendants(root: int) -> list[int]:
+    """Living processes below ``root`` outside its process group, deepest first.
+
+    Flower's SuperLink starts its SuperExec, which starts the ServerApp, each in a
+    session of its own: a signal to the SuperLink's group does not reach them.
+    Empty where there is no ``/proc``.
+    """
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    parents: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    for pid in entries:
+        stat = _proc_stat(pid)
+        if stat is not None and stat[0] not in ("Z", "X"):
+            parents[pid], groups[pid] = stat[1], stat[2]
+    order: list[int] = []
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - set(order)
+        order.extend(sorted(frontier))
+    return [pid for pid in reversed(order) if groups.get(pid) != root]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -178,7 +341,7 @@ class Supervisor:
         try:
             process = subprocess.Popen(
                 list(spec.argv),
-                env=dict(spec.env),
+                env={**UNBUFFERED, **spec.env},
                 cwd=spec.cwd or self.run_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -202,17 +365,16 @@ class Supervisor:
         deadline = time.monotonic() + spec.ready_timeout
         while time.monotonic() < deadline:
             if not child.alive() and not spec.expect_exit:
-                raise ProcessFailed(
-                    f"{spec.name} exited with {child.process.returncode} before it was "
-                    f"ready; end of {child.log_path}:\n{child.log_tail()}"
-                )
+                raise child.failure("before it was ready")
             if spec.ready():
                 logger.info("%s is ready", spec.name)
                 return
             time.sleep(0.2)
         raise ProcessNotReady(
-            f"{spec.name} not ready after {spec.ready_timeout:g} s; end of "
-            f"{child.log_path}:\n{child.log_tail()}"
+            f"{spec.name} not ready after {spec.ready_timeout:g} s",
+            process=spec.name,
+            log_path=child.log_path,
+            tail=child.log_tail(),
         )
 
     def check(self) -> None:
@@ -225,10 +387,7 @@ class Supervisor:
         """
         for child in self.children.values():
             if not (child.spec.expect_exit or child.stopped) and not child.alive():
-                raise ProcessFailed(
-                    f"{child.spec.name} exited with {child.process.returncode}; end of "
-                    f"{child.log_path}:\n{child.log_tail()}"
-                )
+                raise child.failure("while it should be running")
 
     def send_signal(self, name: str, signum: int) -> None:
         """Send ``signum`` to one child's process group (fault injection, restarts)."""
@@ -247,6 +406,7 @@ class Supervisor:
         child = self.children[name]
         child.stopped = True
         if child.alive():
+            self._stop_detached(child)
             self.send_signal(name, signal.SIGTERM)
             try:
                 child.process.wait(timeout=self.stop_timeout)
@@ -262,6 +422,21 @@ class Supervisor:
         child._log.close()
         return status
 
+    def _stop_detached(self, child: Child) -> None:
+        """Stop what ``child`` started in sessions of their own, before the child itself."""
+        detached = detached_descendants(child.pid)
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            for pid in detached:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+            end = time.monotonic() + self.stop_timeout
+            while time.monotonic() < end and not all(_gone(p) for p in detached):
+                time.sleep(0.1)
+            detached = [p for p in detached if not _gone(p)]
+            if not detached:
+                return
+            logger.warning("%s: %s ignored SIGTERM: SIGKILL", child.spec.name, detached)
+
     def kill(self, name: str) -> None:
         """``SIGKILL`` one child's process group at once (fault injection); not a failure."""
         child = self.children[name]
@@ -269,9 +444,18 @@ class Supervisor:
         self.send_signal(name, signal.SIGKILL)
         child.process.wait(timeout=self.stop_timeout)
 
+    def stop_order(self) -> list[str]:
+        """Return the order :meth:`stop_all` stops in: ``stop_first`` children, then the rest.
+
+        Each part the last started first.
+        """
+        names = list(reversed(self.children))
+        first = [n for n in names if self.children[n].spec.stop_first]
+        return first + [n for n in names if n not in first]
+
     def stop_all(self) -> None:
-        """Stop every child, the last started first. Safe to call twice."""
-        for name in reversed(list(self.children)):
+        """Stop every child in :meth:`stop_order`. Safe to call twice."""
+        for name in self.stop_order():
             self.stop(name)
 
     def wait(

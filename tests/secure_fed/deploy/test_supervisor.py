@@ -162,3 +162,113 @@ def test_a_child_stopped_or_killed_on_purpose_is_not_a_failure(tmp_path: Path) -
         sup.stop("b")
         sup.check()
         assert not sup.children["a"].alive() and not sup.children["b"].alive()
+
+
+#: The environment of a Python child as an operator's shell hands it over: buffered stdout.
+BUFFERED = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}
+
+
+def _dies_after_printing(lines: str) -> str:
+    return (
+        f"import os, signal, time\n{lines}\ntime.sleep(0.3)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+
+
+def _failure_of(sup: Supervisor, name: str) -> ProcessFailed:
+    sup.children[name].process.wait(timeout=30)
+    with pytest.raises(ProcessFailed) as failed:
+        sup.check()
+    return failed.value
+
+
+def test_a_python_child_killed_outright_leaves_its_last_lines_in_the_error(
+    tmp_path: Path,
+) -> None:
+    script = _dies_after_printing("for i in range(40): print('serving round', i)")
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(ProcessSpec(name="helper", argv=[PY, "-c", script], env=BUFFERED))
+        failed = _failure_of(sup, "helper")
+    assert failed.code == "DEPLOY_PROCESS_FAILED"
+    assert failed.process == "helper" and failed.status == -signal.SIGKILL
+    assert failed.log_path == tmp_path / "logs" / "helper.log"
+    lines = failed.tail.splitlines()
+    assert lines == [f"serving round {i}" for i in range(20, 40)]  # the last 20, in order
+    first, _, rest = failed.message.partition("\n")
+    assert first.startswith("helper killed by SIGKILL while it should be running")
+    assert f"log {failed.log_path}, last 20 lines quoted" in first
+    assert rest == failed.tail
+
+
+def test_a_log_tail_is_bounded_in_bytes_and_leaves_keys_and_tokens_out(tmp_path: Path) -> None:
+    secret = "sft_0123456789abcdef.Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWo"
+    pem = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqBHM9VAYItBG0wawIBAQQg\n"
+    lines = (
+        f"print('x' * 3000); print({pem!r} + '-----END PRIVATE KEY-----')\n"
+        f"print('token', {secret!r}); print('path /tmp/secure-fed-local-ab12/logs ok')"
+    )
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(
+            ProcessSpec(name="api", argv=[PY, "-c", _dies_after_printing(lines)], env=BUFFERED)
+        )
+        failed = _failure_of(sup, "api")
+    assert len(failed.tail.encode()) <= 4096
+    assert "BEGIN PRIVATE KEY" not in failed.tail and "MIGHAgEA" not in failed.tail
+    assert "0123456789abcdef" not in failed.tail and "Zm9vYmFy" not in failed.tail
+    assert "token [redacted]" in failed.tail
+    assert "path /tmp/secure-fed-local-ab12/logs ok" in failed.tail
+
+
+def test_the_stop_first_children_stop_before_the_others(tmp_path: Path) -> None:
+    order = tmp_path / "order"
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        f"    open({str(order)!r}, 'a').write(sys.argv[1] + '\\n'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        f"open({str(tmp_path)!r} + '/up-' + sys.argv[1], 'w').close()\n"
+        "time.sleep(300)\n"
+    )
+    sup = Supervisor(run_dir=tmp_path)
+    for name, first in (("keyauthority", False), ("superlink", True), ("node", False)):
+        ready = (tmp_path / f"up-{name}").exists
+        sup.start(
+            ProcessSpec(
+                name=name, argv=[PY, "-c", script, name], env=ENV, ready=ready, stop_first=first
+            )
+        )
+    assert sup.stop_order() == ["superlink", "node", "keyauthority"]
+    sup.stop_all()
+    assert order.read_text().split() == ["superlink", "node", "keyauthority"]
+
+
+def test_stop_reaches_what_a_child_started_in_a_session_of_its_own_first(tmp_path: Path) -> None:
+    # Flower's SuperLink starts its SuperExec (and so the ServerApp) with start_new_session
+    order, pid_file = tmp_path / "order", tmp_path / "detached.pid"
+    leaf = (
+        "import os, signal, sys, time\n"
+        "def bye(*_):\n"
+        f"    open({str(order)!r}, 'a').write('serverapp\\n'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"
+    )
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "def bye(*_):\n"
+        f"    open({str(order)!r}, 'a').write('superlink\\n'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        f"g = subprocess.Popen([sys.executable, '-c', {leaf!r}], start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    sup = Supervisor(run_dir=tmp_path, stop_timeout=5.0)
+    spec = ProcessSpec(name="superlink", argv=[PY, "-c", script], env=ENV, ready=pid_file.exists)
+    sup.start(spec)
+    detached = int(pid_file.read_text())
+    try:
+        assert os.getpgid(detached) != sup.children["superlink"].pid
+        sup.stop_all()
+        assert _wait_gone(detached)
+        assert order.read_text().split() == ["serverapp", "superlink"]
+    finally:
+        if _alive(detached):
+            os.kill(detached, signal.SIGKILL)
