@@ -10,7 +10,10 @@ participant), then restores the model and progress from the state directory.
 
 * :meth:`ParticipantNode.handle_round` answers a round config with the signed
   envelope; a round whose envelope is on disk is answered with it (no
-  retraining, no second charge);
+  retraining, no second charge); before training it releases the node's own
+  stale reservations (made by a process that died or whose commit failed:
+  :meth:`~secure_fed.deploy.participant_state.BudgetRecorder.release_stale`),
+  through the ledger's audited abort;
 * :meth:`ParticipantNode.handle_publication` distills once per round and
   checkpoints the model.
 
@@ -32,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from crypto.sm import SM2PrivateKey
+from privacy_ledger.budget.service import PrivacyLedger
 from secure_fed.deploy.config_errors import ParticipantConfigInvalid, PublicSetMismatch
 from secure_fed.deploy.keys import MANIFEST, load_participant
 from secure_fed.deploy.node_audit import attach_audit, node_audit
@@ -143,7 +147,7 @@ def _read_own_table(config: ParticipantConfig) -> tuple[np.ndarray, np.ndarray]:
     return x, np.array([numbering[label] for label in labels], dtype=np.int64)
 
 
-def _budget_gate(config: ParticipantConfig) -> BudgetGate:
+def _budget_gate(config: ParticipantConfig) -> PrivacyLedger | RemoteBudgetGate:
     """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger.
 
     The node's own ledger audits the budget it sets (:mod:`secure_fed.deploy.node_ledger`).
@@ -253,6 +257,7 @@ class ParticipantNode:
     ) -> None:
         self.config, self.handler, self.state = config, handler, state
         self.notice_party, self._notice_key = notice_party, notice_key
+        self.budget: BudgetRecorder | None = None
 
     @classmethod
     def open(
@@ -314,13 +319,15 @@ class ParticipantNode:
                 f"{config.source}: mode {federation.mode!r} has no gatekeeper to notice",
                 field="notice.url",
             )
-        return cls(
+        node = cls(
             config=config,
             handler=handler,
             state=state,
             notice_party=party if config.notice_url else None,
             notice_key=key,
         )
+        node.budget = gate
+        return node
 
     def handle_round(self, round_config: RoundConfig) -> bytes:
         """Return the signed envelope of the round: the one on disk, or a freshly trained one.
@@ -344,6 +351,10 @@ class ParticipantNode:
                 f"{self.config.participant_id!r} holds {self.config.public_sm3}",
                 field="public.sm3",
             )
+        if self.budget is not None:  # before reserving: what a dead process held is free again
+            released = self.budget.release_stale()
+            if released:
+                _log.warning("round %d: released %d stale reservation(s)", rid, len(released))
         envelope = self.handler.handle_round(round_config)
         report = self.handler.report
         self.state.checkpoint(self.handler, round_id=rid, phase="trained")

@@ -9,9 +9,18 @@ Layout (mode 0700, files 0600, every write a temp file renamed into place)::
       label-prior.json        # the label prior released once: noisy counts, sigma, charge
       rounds/r00000003.json   # round 3: training report, reservations, receipt, upload SM3
       envelopes/r00000003.bin # the signed upload envelope of round 3, as sent
+      pending/<id>.json       # a reservation not yet resolved, locked by the process holding it
 
 :class:`BudgetRecorder` wraps the participant's budget gate and writes each
 reservation, commit and abort into the round's record the moment it happens.
+Before it reserves, it writes the reservation's intent to ``pending/`` (the
+request id the ledger derives the reservation id from) and holds an exclusive
+``flock`` on that file until the reservation is resolved; a process that dies
+or gives up (a commit that failed) lets go of the lock. A later process
+releases such stale reservations through the ledger's audited abort
+(:meth:`BudgetRecorder.release_stale`): only reservations of this state
+directory, only when no live process holds their lock, and never a committed
+charge (the ledger refuses to refund one).
 After a restart :meth:`ParticipantState.restore` reloads the model and the
 trainer's progress and the released label prior; a round whose envelope is on
 disk is answered with that envelope, never retrained or charged again, and the
@@ -23,27 +32,39 @@ reuses it (a copy whose digest or fields do not check is refused, nothing charge
 
 from __future__ import annotations
 
+import fcntl
 import hmac
 import json
+import logging
 import os
+import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from crypto.sm.sm3 import sm3_digest
-from privacy_ledger.budget.types import Reservation
+from privacy_ledger.budget.event_rows import request_reservation_id
+from privacy_ledger.budget.mechanism import MechanismEvent
+from privacy_ledger.budget.types import BudgetGate, Reservation
+from privacy_ledger.errors import (
+    BudgetExceeded,
+    ParticipantSuspended,
+    ReservationNotActive,
+    ReservationUnknown,
+)
 from secure_fed.deploy.config_errors import ParticipantStateInvalid
 from secure_fed.errors import LearningParameterInvalid
 from secure_fed.federation.handlers import ParticipantHandler
-from secure_fed.learning.budget_gate import BudgetGate
 from secure_fed.learning.logit_adjustment import ReleasedPrior
 from secure_fed.learning.private_training import PrivateTrainer
 
-__all__ = ["BudgetRecorder", "ParticipantState"]
+__all__ = ["BudgetRecorder", "JournaledGate", "ParticipantState"]
+
+_log = logging.getLogger(__name__)
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -80,7 +101,7 @@ class ParticipantState:
     def __init__(self, *, directory: Path, participant_id: str) -> None:
         self.directory, self.participant_id = Path(directory), participant_id
         try:
-            for sub in ("", "rounds", "envelopes"):
+            for sub in ("", "rounds", "envelopes", _PENDING):
                 (self.directory / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
             owner = self._json("participant.json")
         except OSError as exc:
@@ -247,8 +268,57 @@ def _prior_digest(fields: dict[str, Any]) -> str:
     return sm3_digest(canonical.encode()).hex()
 
 
+_PENDING = "pending"
+
+
+class JournaledGate(BudgetGate, Protocol):
+    """The budget gates a node charges: ``reserve`` also takes the caller's ``request_id``.
+
+    :class:`~privacy_ledger.PrivacyLedger` (the node's own ledger) and
+    :class:`~secure_fed.deploy.remote_budget.RemoteBudgetGate` (the ledger's API).
+    """
+
+    def reserve(
+        self,
+        participant_id: str,
+        asset_id: str,
+        event: MechanismEvent,
+        *,
+        round_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Reservation:
+        """Hold budget for ``event``; the reservation id is derived from ``request_id``."""
+        ...
+
+
+class _Intent:
+    """One ``pending/<reservation id>.json`` file and the descriptor holding its lock."""
+
+    def __init__(self, path: Path, fd: int, fields: dict[str, Any]) -> None:
+        self.path, self.fd, self.fields = path, fd, fields
+        self.reservation_id = str(fields.get("reservation_id", ""))
+
+    def resolved(self) -> None:
+        """Forget the resolved reservation: remove the file, then let go of the lock."""
+        self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+
+    def abandoned(self) -> None:
+        """Give the reservation up: keep the file, let go of the lock (it is now stale)."""
+        os.close(self.fd)
+
+
+def _lock(fd: int) -> bool:
+    """Take the exclusive lock of ``fd`` without waiting; ``False``: a live process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 class BudgetRecorder:
-    """A :class:`BudgetGate` that writes each reservation's fate into the round record.
+    """A budget gate that journals each reservation and writes its fate into the round record.
 
     Parameters
     ----------
@@ -261,10 +331,11 @@ class BudgetRecorder:
     """
 
     def __init__(
-        self, *, gate: BudgetGate, state: ParticipantState, round_of: Callable[[str], int]
+        self, *, gate: JournaledGate, state: ParticipantState, round_of: Callable[[str], int]
     ) -> None:
         self.gate, self.state, self.round_of = gate, state, round_of
         self._rounds: dict[str, int] = {}
+        self._held: dict[str, _Intent] = {}
 
     def epsilon_spent(self, participant_id: str, asset_id: str) -> Decimal:
         """Pass through."""
@@ -277,8 +348,34 @@ class BudgetRecorder:
     def reserve(
         self, participant_id: str, asset_id: str, event: Any, *, round_id: str | None = None
     ) -> Reservation:
-        """Reserve through the gate, then record the reservation id and projected epsilon."""
-        reservation = self.gate.reserve(participant_id, asset_id, event, round_id=round_id)
+        """Journal the intent (locked), reserve through the gate, then record the reservation.
+
+        The request id is drawn here (``secrets``) and written, with the
+        reservation id the ledger derives from it, before the request leaves:
+        whatever happens to the answer, this state directory knows the id.
+        """
+        intent = self._intend(participant_id, asset_id, round_id)
+        try:
+            reservation = self.gate.reserve(
+                participant_id,
+                asset_id,
+                event,
+                round_id=round_id,
+                request_id=intent.fields["request_id"],
+            )
+        except (BudgetExceeded, ParticipantSuspended):
+            intent.resolved()  # a refusal holds nothing
+            raise
+        except BaseException:
+            intent.abandoned()  # perhaps held: a later process releases it
+            raise
+        if reservation.id != intent.reservation_id:  # pragma: no cover - the ledger's own rule
+            intent.abandoned()
+            raise ParticipantStateInvalid(
+                f"the ledger answered reservation {reservation.id!r} for request "
+                f"{intent.reservation_id!r}"
+            )
+        self._held[reservation.id] = intent
         if round_id is not None:
             number = self.round_of(round_id)
             self._rounds[reservation.id] = number
@@ -287,16 +384,148 @@ class BudgetRecorder:
         return reservation
 
     def commit(self, reservation_id: str) -> None:
-        """Commit through the gate, then record it."""
-        self.gate.commit(reservation_id)
+        """Commit through the gate, then record it (a failed commit leaves the intent stale)."""
+        try:
+            self.gate.commit(reservation_id)
+        except BaseException:
+            self._let_go(reservation_id, resolved=False)
+            raise
+        self._let_go(reservation_id, resolved=True)
         self._note(reservation_id, "committed")
 
     def abort(self, reservation_id: str, *, released_anything: bool = False) -> None:
-        """Abort through the gate, then record it."""
-        self.gate.abort(reservation_id, released_anything=released_anything)
-        self._note(reservation_id, "aborted")
+        """Abort through the gate, then record it (a failed abort leaves the intent stale)."""
+        try:
+            self.gate.abort(reservation_id, released_anything=released_anything)
+        except BaseException:
+            self._let_go(reservation_id, resolved=False)
+            raise
+        self._let_go(reservation_id, resolved=True)
+        self._note(reservation_id, "committed" if released_anything else "aborted")
+
+    def _let_go(self, reservation_id: str, *, resolved: bool) -> None:
+        intent = self._held.pop(reservation_id, None)
+        if intent is not None:
+            intent.resolved() if resolved else intent.abandoned()
 
     def _note(self, reservation_id: str, outcome: str) -> None:
         number = self._rounds.get(reservation_id)
         if number is not None:
             self.state.update_record(number, resolved=[{"id": reservation_id, "state": outcome}])
+
+    # -- the journal of pending reservations ------------------------------------------
+
+    def _intend(self, participant_id: str, asset_id: str, round_id: str | None) -> _Intent:
+        """Write ``pending/<reservation id>.json`` whole, already locked by this process."""
+        request_id = secrets.token_urlsafe(24)
+        fields = {
+            "participant_id": participant_id,
+            "asset_id": asset_id,
+            "round_id": round_id,
+            "request_id": request_id,
+            "reservation_id": request_reservation_id(participant_id, asset_id, request_id),
+            "pid": os.getpid(),
+        }
+        folder = self.state.directory / _PENDING
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".intent.")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh file: nobody else can hold it
+            os.write(fd, json.dumps(fields, sort_keys=True).encode())
+            os.fsync(fd)
+            path = folder / f"{fields['reservation_id']}.json"
+            os.replace(tmp, path)  # the lock is the file's: it moves with it
+        except BaseException:
+            os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return _Intent(path, fd, fields)
+
+    def _stale(self) -> Iterator[_Intent]:
+        """Yield each pending intent no live process holds, locked by this one."""
+        for path in sorted((self.state.directory / _PENDING).glob("*.json")):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:  # resolved meanwhile
+                continue
+            if not _lock(fd) or os.fstat(fd).st_nlink == 0:  # held, or resolved meanwhile
+                os.close(fd)
+                continue
+            try:
+                with open(fd, "rb", closefd=False) as handle:
+                    fields = json.loads(handle.read(1 << 16))
+                if not isinstance(fields, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                os.close(fd)
+                raise ParticipantStateInvalid(
+                    f"{path} is unreadable: {exc}", field="participant.state_dir"
+                ) from None
+            yield _Intent(path, fd, fields)
+
+    def _own(self, intent: _Intent) -> bool:
+        """Whether the intent names a reservation this participant's request id stands for."""
+        f = intent.fields
+        try:
+            derived = request_reservation_id(
+                str(f.get("participant_id")), str(f.get("asset_id")), str(f.get("request_id"))
+            )
+        except Exception:  # noqa: BLE001 - a malformed request id is simply not ours
+            return False
+        return (
+            f.get("participant_id") == self.state.participant_id
+            and hmac.compare_digest(derived, intent.reservation_id)
+            and intent.path.name == f"{derived}.json"
+        )
+
+    def release_stale(self) -> list[str]:
+        """Release this node's reservations that no live process will resolve; return their ids.
+
+        Each stale intent (its lock free: the process that reserved died or gave
+        up) is aborted through the gate with ``released_anything=False``: the
+        ledger writes ``budget.aborted`` in the same transaction, or does
+        nothing for one already aborted or expired. One the ledger committed
+        (the process died after the charge, before forgetting the intent) is
+        refused by the ledger and stays charged; one the ledger never saw is
+        dropped. The uncommitted charge of a kept label prior is left for the
+        trainer to finish (it commits it before using the prior). An intent
+        that does not name a reservation of this participant's request id is
+        left alone.
+
+        Raises
+        ------
+        BudgetServiceUnavailable, LedgerError
+            The gate could not be asked: the intent stays for the next process.
+        ParticipantStateInvalid
+            A pending file is unreadable.
+        """
+        prior = self.state.load_prior()
+        keep = None if prior is None or prior.committed else prior.reservation_id
+        released: list[str] = []
+        for intent in self._stale():
+            rid = intent.reservation_id
+            if not self._own(intent) or rid == keep:
+                if rid != keep:
+                    _log.warning("%s names no reservation of this node: left", intent.path)
+                intent.abandoned()
+                continue
+            try:
+                self.gate.abort(rid, released_anything=False)
+            except ReservationNotActive:
+                _log.info("stale reservation %s was committed: the charge stands", rid)
+                intent.resolved()
+                continue
+            except ReservationUnknown:
+                _log.info("stale reservation %s never reached the ledger", rid)
+                intent.resolved()
+                continue
+            except BaseException:
+                intent.abandoned()
+                raise
+            _log.warning("released stale reservation %s (round %s)", rid, intent.fields["round_id"])
+            round_id = intent.fields.get("round_id")
+            if isinstance(round_id, str):
+                number = self.round_of(round_id)
+                self.state.update_record(number, resolved=[{"id": rid, "state": "released"}])
+            intent.resolved()
+            released.append(rid)
+        return released

@@ -245,8 +245,13 @@ class RemoteBudgetGate:
         event: MechanismEvent,
         *,
         round_id: str | None = None,
+        request_id: str | None = None,
     ) -> Reservation:
         """Hold budget for ``event``; a lost answer is retried with the same request id.
+
+        ``request_id`` (16-128 characters of ``[A-Za-z0-9_-]``) is the caller's,
+        e.g. journalled before the request leaves (:class:`~secure_fed.deploy.
+        participant_state.BudgetRecorder`); by default a fresh random one.
 
         Raises
         ------
@@ -260,7 +265,7 @@ class RemoteBudgetGate:
         if not isinstance(event, MechanismEvent):
             raise LearningParameterInvalid(f"event: expected a MechanismEvent, got {event!r}")
         body = {
-            "request_id": secrets.token_urlsafe(18),
+            "request_id": secrets.token_urlsafe(18) if request_id is None else request_id,
             "round_id": round_id,
             "event": {
                 "noise_multiplier": event.noise_multiplier,
