@@ -17,7 +17,13 @@ the nodes; this module holds the bookkeeping a deployment adds:
   for the round, so the ServerApp sends it again;
 * :meth:`AggregatorNode.record_dropout` -- a node that did not answer a round
   in time is recorded (``participant.dropped``); the round goes on while at
-  least ``min_participants`` uploads arrive (the engine's rule).
+  least ``min_participants`` uploads arrive (the engine's rule);
+* a round's stored abort reason names the party that failed when the
+  aggregator can know it: a request of its own to the key authority, the
+  helper or the verifier that failed (:meth:`AggregatorNode.abort_round`), or,
+  for a round with too few uploads, the party the uploads or the nodes' own
+  replies say failed (``helper unavailable: DEPLOY_PARTY_UNAVAILABLE ...``)
+  before the engine's count.
 
 Round ids run from 1 to ``federation.rounds``; an aborted round is not
 retried (the distillation schedules are indexed by round id).
@@ -45,7 +51,7 @@ from privacy_ledger.audit.models import AuditEntryRow
 from privacy_ledger.budget.service import PrivacyLedger
 from privacy_ledger.errors import ParticipantConflict
 from secure_fed.deploy.config_errors import ServerConfigInvalid
-from secure_fed.deploy.errors import StoredPublicationInvalid
+from secure_fed.deploy.errors import PartyReplyInvalid, PartyUnavailable, StoredPublicationInvalid
 from secure_fed.deploy.keys import MANIFEST, load_aggregator
 from secure_fed.deploy.server_config import ServerConfig, settings_of
 from secure_fed.deploy.slice_key import slice_key
@@ -57,7 +63,7 @@ from secure_fed.deploy.transport import (
     remote_helper,
     remote_verifier,
 )
-from secure_fed.errors import RoundStateError, SecureFedError
+from secure_fed.errors import RoundStateError, SecureFedError, TooFewParticipants
 from secure_fed.federation.aggregator_builder import (
     AggregatorParts,
     build_aggregator,
@@ -162,8 +168,68 @@ class AggregatorNode:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.parts, self.audit, self.shape = config, parts, audit, shape
-        self.handler, self.engine, self.clock = parts.handler, parts.engine, clock
+        self.engine, self.clock = parts.engine, clock
+        self.handler = _Handler(parts.handler, self)
         self.settings = settings_of(config.federation)
+        #: Per round, why uploads did not count: a dropout's or a refusal's reason.
+        self._missed: dict[int, list[str]] = {}
+
+    def parties(self) -> dict[str, str]:
+        """Return the party services' base URLs in ``server.toml``, by party name."""
+        named = {
+            "key authority": self.config.authority_url,
+            "helper": self.config.helper_url,
+            "verifier": self.config.verifier_url,
+        }
+        return {name: url.rstrip("/") for name, url in named.items() if url}
+
+    def failed_party(self, text: str) -> str | None:
+        """Return ``<party> unavailable: <code>`` if ``text`` tells of a failed party service.
+
+        A failure is one of the transport's codes (``DEPLOY_PARTY_UNAVAILABLE``,
+        ``DEPLOY_PARTY_REPLY_INVALID``: the party is the one whose URL ``text``
+        names, else ``a party service``) or a participant's budget API that could
+        not be reached (``DEPLOY_BUDGET_SERVICE_UNAVAILABLE``).
+        """
+        code = next((c for c in _PARTY_FAILURES if c in text), None)
+        if code is None:
+            return None
+        if code == _BUDGET_UNAVAILABLE:
+            return f"budget API unavailable: {code}"
+        urls = self.parties().items()
+        name = next((n for n, u in urls if f"{u}/" in text or f"{u} " in text), None)
+        how = "unavailable" if code == PartyUnavailable.code else "answered nonsense"
+        return f"{name or 'a party service'} {how}: {code}"
+
+    def _too_few(self, round_id: int) -> None:
+        """Abort a collecting round with too few uploads, naming a failed party if known.
+
+        Only when a failed party explains the missing uploads; otherwise the
+        engine's own close aborts it with its count.
+        """
+        try:
+            state = self.engine.state(round_id)
+        except RoundStateError:
+            return
+        got, need = len(state.uploads), state.config.min_participants
+        if state.stage is not Stage.COLLECTING or got >= need:
+            return
+        missed = self._missed.get(round_id, [])
+        named = [found for why in missed if (found := self.failed_party(why))]
+        if not named:
+            return
+        first = named[0]
+        reason = (
+            f"{first} (the cause of {sum(n == first for n in named)} of {len(missed)} missing "
+            "uploads); "
+            f"only {got} of the required {need} participants uploaded"
+        )
+        self.abort_round(round_id, reason=reason)
+        raise TooFewParticipants(f"round {round_id} aborted: {reason}")
+
+    def record_refusal(self, round_id: int, error: SecureFedError) -> None:
+        """Remember that an upload of ``round_id`` was refused with ``error``."""
+        self._missed.setdefault(round_id, []).append(f"{error.code}: {error.message}")
 
     @classmethod
     def open(
@@ -306,6 +372,10 @@ class AggregatorNode:
             stage = "unopened"
         if stage in ("published", "aborted"):
             return
+        party = self.failed_party(reason)
+        name, _, code = (party or "").rpartition(": ")
+        if party is not None and reason.startswith(code):  # "<code>: <message>" of a request
+            reason = f"{name}: {reason}"
         if stage != "unopened":
             self.engine.abort(round_id, reason=reason)
         self.audit.record("round.aborted", {"round": round_id, "stage": stage, "reason": reason})
@@ -339,7 +409,42 @@ class AggregatorNode:
             PARTICIPANT_DROPPED,
             {"round": round_id, "participant": participant_id, "reason": reason},
         )
+        self._missed.setdefault(round_id, []).append(reason)
         _log.warning("round %d: %s dropped out: %s", round_id, participant_id, reason)
+
+
+#: A participant's remote budget gate could not reach the budget API (its node's code).
+_BUDGET_UNAVAILABLE = "DEPLOY_BUDGET_SERVICE_UNAVAILABLE"
+#: Codes of a party service that failed (not one that refused): the transport's, the budget's.
+_PARTY_FAILURES = (PartyUnavailable.code, PartyReplyInvalid.code, _BUDGET_UNAVAILABLE)
+
+
+class _Handler:
+    """The engine's aggregator handler, with the node's bookkeeping of why uploads missed.
+
+    A refused upload is remembered for its round; a round with too few uploads
+    is aborted naming the failed party when one explains it. Everything else
+    is the wrapped handler's.
+    """
+
+    def __init__(self, inner: Any, node: AggregatorNode) -> None:
+        self._inner, self._node = inner, node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def handle_upload(self, envelope: bytes, *, round_id: int) -> Any:
+        """Hand ``envelope`` to the engine; a refusal is remembered for the round."""
+        try:
+            return self._inner.handle_upload(envelope, round_id=round_id)
+        except SecureFedError as exc:
+            self._node.record_refusal(round_id, exc)
+            raise
+
+    def finish_round(self, round_id: int) -> bytes:
+        """Close, filter, aggregate; too few uploads for a known party failure name it."""
+        self._node._too_few(round_id)
+        return bytes(self._inner.finish_round(round_id))
 
 
 class _Keys:
