@@ -97,7 +97,8 @@ def local(
     """Start a whole federation of real processes on 127.0.0.1; Ctrl-C stops it."""
     from secure_fed.deploy.local import LocalFederation
     from secure_fed.deploy.local_files import LocalOptions
-    from secure_fed.deploy.local_report import render, run_report
+    from secure_fed.deploy.local_report import RoundsLost, render, run_report
+    from secure_fed.deploy.supervisor import ProcessFailed
 
     if db is not None:
         from api.cli.common import check_database_url
@@ -109,6 +110,7 @@ def local(
     )
     federation = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
     status = 1
+    lost: RoundsLost | None = None
     with _stop_on_signals() as stopped:
         try:
             _say(f"preparing {folder} (key ceremony, ledger, settings)")
@@ -121,8 +123,12 @@ def local(
             report = run_report(layout, mode=mode, rounds_wanted=rounds)
             _say(f"run ended (exit {status}); the result follows on standard output")
             typer.echo(render(report), nl=False)
-            if status == 0 and report.published < rounds:
-                status = 1
+            try:
+                report.check()
+            except RoundsLost as exc:
+                lost, status = exc, status or 1
+                if not exit_after_run:  # with --exit it ends the command (below)
+                    _say(f"error: {exc}")
             if not exit_after_run:
                 _say("the services keep running (API, console); Ctrl-C stops them")
                 while True:
@@ -132,11 +138,17 @@ def local(
                     time.sleep(1.0)
         except Stopped as stop:
             _say(f"{stop}: stopping every process")
-            status = 130 if str(stop) == "SIGINT" else 143
+            status, lost = (130 if str(stop) == "SIGINT" else 143), None
+        except ProcessFailed as exc:  # the coded error is one line: the log's end goes first
+            if exc.log_path is not None:
+                _say(f"end of {exc.log_path}:\n{exc.tail}")
+            raise
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop
                 signal.signal(signum, signal.SIG_IGN)
             federation.stop()
     _say("stopped")
+    if lost is not None:
+        raise lost  # DEPLOY_ROUNDS_LOST, exit 1
     if status:
         raise typer.Exit(status)

@@ -19,8 +19,9 @@ checked healthy before the next one starts:
 6. the run (``flwr run`` of secure-fed's Flower app, ``server.toml`` in the
    run config), a job that ends when the rounds are done.
 
-Logs: ``<run>/logs/<process>.log``. Every child is stopped (reverse order,
-``SIGTERM`` then ``SIGKILL``) when the run fails, when the caller stops it
+Logs: ``<run>/logs/<process>.log``. Every child is stopped (the run and the
+SuperLink with the ServerApp first, then the others in reverse order, ``SIGTERM``
+then ``SIGKILL``) when the run fails, when the caller stops it
 (Ctrl-C: the command line turns ``SIGINT``/``SIGTERM`` into :meth:`stop`), or
 when the supervisor's process dies.
 
@@ -156,6 +157,7 @@ class LocalFederation:
             env=self._env(),
             ready=tcp_ready("127.0.0.1", layout.superlink_port),
             ready_timeout=120.0,
+            stop_first=True,  # with it the ServerApp (its SuperExec's child): before the nodes
         )
 
     def _superlink_state(self, layout: LocalLayout) -> list[str]:
@@ -198,6 +200,7 @@ class LocalFederation:
             ],  # fmt: skip
             env=self._env(FLWR_HOME=str(layout.flwr_home)),
             expect_exit=True,
+            stop_first=True,
         )
 
     def services(self) -> list[ProcessSpec]:
@@ -260,12 +263,8 @@ class LocalFederation:
             )
         for pid, _ in keys:
             name = f"register-{pid}"
-            status = supervisor.wait(name, timeout=120.0)
-            if status != 0:
-                child = supervisor.children[name]
-                raise ProcessFailed(
-                    f"{name} exited with {status}; end of {child.log_path}:\n{child.log_tail()}"
-                )
+            if supervisor.wait(name, timeout=120.0) != 0:
+                raise supervisor.children[name].failure("registering its node key")
 
     def run(self, *, timeout: float | None = None, poll: Callable[[], None] | None = None) -> int:
         """Start the run job and wait for it; return its exit status.
@@ -279,7 +278,36 @@ class LocalFederation:
         """
         supervisor = self._supervisor()
         supervisor.start(self._run(self.prepare()))
-        return supervisor.wait(RUN, timeout=timeout, poll=poll)
+        try:
+            return supervisor.wait(RUN, timeout=timeout, poll=poll)
+        except ProcessFailed as failed:
+            self.stop_round_driver()  # no round opens after this: the ledger's word is final
+            raise failed.with_rounds(self.lost_rounds()) from None
+
+    def stop_round_driver(self) -> None:
+        """Stop the run and the SuperLink with its ServerApp, before anything else stops.
+
+        Once a SuperNode or a party service is gone the ServerApp would only open
+        rounds that abort at once.
+        """
+        supervisor = self._supervisor()
+        for name in (RUN, SUPERLINK):
+            if name in supervisor.children:
+                supervisor.stop(name)
+
+    def lost_rounds(self) -> tuple[str, ...]:
+        """``round N: <why>`` for every configured round without a publication in the ledger.
+
+        Empty if the ledger cannot be read (the failure itself is the news then).
+        """
+        from secure_fed.deploy.local_report import lost_rounds, round_summaries
+
+        try:
+            stored = round_summaries(self.prepare().database_url)
+        except Exception:  # noqa: BLE001 - a ledger we cannot read adds nothing to the failure
+            logger.warning("cannot read the rounds from the ledger", exc_info=True)
+            return ()
+        return lost_rounds(stored, self.options.rounds)
 
     def round_stages(self) -> dict[str, str]:
         """Return the stage of every round stored in the ledger (``published``, ``aborted``...)."""
@@ -297,7 +325,10 @@ class LocalFederation:
             engine.dispose()
 
     def stop(self) -> None:
-        """Stop every process (reverse order). Safe to call twice."""
+        """Stop every process: the run and the SuperLink first, then the rest in reverse order.
+
+        Safe to call twice.
+        """
         if self.supervisor is not None:
             self.supervisor.stop_all()
 

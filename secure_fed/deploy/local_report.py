@@ -22,8 +22,18 @@ from privacy_ledger.db import create_ledger_engine
 from privacy_ledger.models import RoundRow
 from secure_fed.deploy.local_files import LocalLayout
 from secure_fed.deploy.node_ledger import sqlite_file
+from secure_fed.errors import DeploymentFailed
 
-__all__ = ["RoundSummary", "RunReport", "WIDTH", "render", "round_summaries", "run_report"]
+__all__ = [
+    "RoundSummary",
+    "RoundsLost",
+    "RunReport",
+    "WIDTH",
+    "lost_rounds",
+    "render",
+    "round_summaries",
+    "run_report",
+]
 
 #: Widest line :func:`render` writes.
 WIDTH = 100
@@ -64,6 +74,40 @@ class RunReport:
     def published(self) -> int:
         """How many rounds published."""
         return sum(r.stage == "published" for r in self.rounds)
+
+    def check(self) -> None:
+        """Raise :class:`RoundsLost` unless every configured round published."""
+        lost = lost_rounds(self.rounds, self.rounds_wanted)
+        if lost:
+            raise RoundsLost(published=self.published, wanted=self.rounds_wanted, lost=lost)
+
+
+class RoundsLost(DeploymentFailed):
+    """A ``deploy local`` run ended with fewer rounds published than it was configured for.
+
+    The message says how many published of how many, and why each other round
+    did not (its stored reason, or that it never ran); ``published``,
+    ``wanted`` and ``lost`` hold the same.
+    """
+
+    code = "DEPLOY_ROUNDS_LOST"
+
+    def __init__(self, *, published: int, wanted: int, lost: tuple[str, ...]) -> None:
+        self.published, self.wanted, self.lost = published, wanted, lost
+        super().__init__(f"{published} of {wanted} configured rounds published; " + "; ".join(lost))
+
+
+def lost_rounds(rounds: tuple[RoundSummary, ...], wanted: int) -> tuple[str, ...]:
+    """``round N: <why>`` for every round of ``1..wanted`` the ledger holds no publication of."""
+    by_id = {r.round_id: r for r in rounds}
+    lost = []
+    for rid in range(1, wanted + 1):
+        found = by_id.get(rid)
+        if found is None:
+            lost.append(f"round {rid}: never opened")
+        elif found.stage != "published":
+            lost.append(f"round {rid}: {found.stage}: {found.outcome}")
+    return tuple(lost)
 
 
 def _summary(round_id: str, stage: str, state: dict[str, Any]) -> RoundSummary:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import pytest
 from sqlalchemy import insert
 
 from privacy_ledger.db import create_ledger_engine, upgrade
 from privacy_ledger.models import RoundRow
 from secure_fed.deploy.api_service import ApiEndpoint
 from secure_fed.deploy.local_files import LocalLayout, participant_ids
-from secure_fed.deploy.local_report import WIDTH, render, run_report
+from secure_fed.deploy.local_report import WIDTH, RoundsLost, render, run_report
 
 IDS = participant_ids(12)
 
@@ -100,3 +101,19 @@ def test_a_long_run_folder_never_splits_the_outcome(tmp_path: Path) -> None:
     lines = render(run_report(_layout(run, url), mode="ckks", rounds_wanted=3)).splitlines()
     assert len(str(run)) > WIDTH
     assert lines[:2] == ["1 of 3 rounds published", f"run folder: {run}"]
+
+
+def test_a_run_with_rounds_not_published_is_a_coded_error_naming_each(tmp_path: Path) -> None:
+    url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
+    _rounds(url)  # round 1 published, round 2 aborted
+    layout = _layout(tmp_path / "run", url)
+    run_report(layout, mode="ckks", rounds_wanted=1).check()  # every configured round published
+    with pytest.raises(RoundsLost) as lost:
+        run_report(layout, mode="ckks", rounds_wanted=3).check()
+    assert lost.value.code == "DEPLOY_ROUNDS_LOST"
+    assert (lost.value.published, lost.value.wanted) == (1, 3)
+    assert lost.value.lost == (
+        "round 2: aborted: too few uploads: 1 of the 2 the round needs",
+        "round 3: never opened",
+    )
+    assert lost.value.message.startswith("1 of 3 configured rounds published; round 2: aborted")
