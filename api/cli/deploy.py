@@ -108,7 +108,9 @@ def local(
     options = LocalOptions(
         participants=participants, mode=mode, rounds=rounds, run_dir=folder, database_url=db
     )
-    federation = LocalFederation(options=options, python=sys.executable, env=dict(os.environ))
+    federation = LocalFederation(
+        options=options, python=sys.executable, env=dict(os.environ), adopt_orphans=True
+    )
     status = 1
     lost: RoundsLost | None = None
     with _stop_on_signals() as stopped:

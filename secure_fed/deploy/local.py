@@ -79,11 +79,16 @@ class LocalFederation:
         The interpreter the children run (``sys.executable`` of the caller).
     env
         The children's base environment (the caller's; ``SECURE_FED_*`` are dropped).
+    adopt_orphans
+        The supervisor adopts, stops and reaps what a dead child left behind
+        (:class:`~secure_fed.deploy.supervisor.Supervisor`; the command line's
+        choice: it makes the calling process its descendants' subreaper).
     """
 
     options: LocalOptions
     python: str
     env: Mapping[str, str]
+    adopt_orphans: bool = False
     layout: LocalLayout | None = None
     supervisor: Supervisor | None = field(default=None, repr=False)
 
@@ -99,7 +104,9 @@ class LocalFederation:
         """Write the run's files (keys, ledger, settings) once; return the layout."""
         if self.layout is None:
             self.layout = prepare(self.options)
-            self.supervisor = Supervisor(run_dir=self.layout.run_dir)
+            self.supervisor = Supervisor(
+                run_dir=self.layout.run_dir, adopt_orphans=self.adopt_orphans
+            )
         return self.layout
 
     def _party(self, layout: LocalLayout, party: str, port: int) -> ProcessSpec:

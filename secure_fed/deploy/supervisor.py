@@ -293,6 +293,23 @@ def detached_descendants(root: int) -> list[int]:
     return [pid for pid in reversed(order) if groups.get(pid) != root]
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux); return success.
+
+    A grandchild whose parent dies is then re-parented here, not to init (which
+    in a container may never reap it), so the supervisor can stop and reap it.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
@@ -308,14 +325,70 @@ class Supervisor:
         Directory of the run (logs go to ``run_dir/logs``; created).
     stop_timeout
         Seconds between ``SIGTERM`` and ``SIGKILL`` of a process group.
+    adopt_orphans
+        Make this process the subreaper of its descendants (Linux,
+        ``PR_SET_CHILD_SUBREAPER``): a grandchild left behind by a child that
+        died is re-parented here, stopped by :meth:`stop_all` and reaped (by
+        :meth:`check` and :meth:`stop_all`), so nothing is left defunct or
+        running. For a process that runs one supervisor (the command line); a
+        test process should not set it.
     """
 
-    def __init__(self, *, run_dir: Path, stop_timeout: float = 10.0) -> None:
+    def __init__(
+        self, *, run_dir: Path, stop_timeout: float = 10.0, adopt_orphans: bool = False
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.logs = self.run_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.stop_timeout = float(stop_timeout)
         self.children: dict[str, Child] = {}
+        self.adopt_orphans = bool(adopt_orphans) and _become_subreaper()
+
+    def orphans(self) -> list[int]:
+        """Return the processes this one adopted (their parent died), ended ones too.
+
+        Empty unless the supervisor was made with ``adopt_orphans`` (Linux only).
+        """
+        if not self.adopt_orphans:
+            return []
+        mine = {child.pid for child in self.children.values()}
+        me = os.getpid()
+        try:
+            entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+        except OSError:
+            return []
+        return [
+            pid
+            for pid in entries
+            if pid not in mine and (stat := _proc_stat(pid)) is not None and stat[1] == me
+        ]
+
+    def reap(self) -> int:
+        """Reap every adopted process that has ended; return how many (no defunct entries)."""
+        reaped = 0
+        for pid in self.orphans():
+            with contextlib.suppress(ChildProcessError, OSError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    reaped += 1
+        return reaped
+
+    def _stop_orphans(self) -> None:
+        """Stop and reap what was adopted: ``SIGTERM``, then ``SIGKILL`` after the timeout."""
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            self.reap()
+            living = self.orphans()
+            if not living:
+                return
+            logger.info(
+                "stopping adopted processes %s with %s", living, signal.Signals(signum).name
+            )
+            for pid in living:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+            end = time.monotonic() + self.stop_timeout
+            while time.monotonic() < end and self.orphans():
+                self.reap()
+                time.sleep(0.1)
 
     def __enter__(self) -> Supervisor:
         return self
@@ -385,6 +458,7 @@ class Supervisor:
         ProcessFailed
             Naming the first service found dead, with the end of its log.
         """
+        self.reap()
         for child in self.children.values():
             if not (child.spec.expect_exit or child.stopped) and not child.alive():
                 raise child.failure("while it should be running")
@@ -454,9 +528,10 @@ class Supervisor:
         return first + [n for n in names if n not in first]
 
     def stop_all(self) -> None:
-        """Stop every child in :meth:`stop_order`. Safe to call twice."""
+        """Stop every child in :meth:`stop_order`, then what was adopted. Safe to call twice."""
         for name in self.stop_order():
             self.stop(name)
+        self._stop_orphans()
 
     def wait(
         self, name: str, timeout: float | None = None, poll: Callable[[], None] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -272,3 +273,56 @@ def test_stop_reaches_what_a_child_started_in_a_session_of_its_own_first(tmp_pat
     finally:
         if _alive(detached):
             os.kill(detached, signal.SIGKILL)
+
+
+def test_an_adopting_supervisor_stops_and_reaps_what_a_killed_child_left_behind(
+    tmp_path: Path,
+) -> None:
+    # a SuperLink killed outright leaves its SuperExec and ServerApp (own sessions) running
+    pids = tmp_path / "pids"
+    child = (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
+        " start_new_session=True)\n"
+        "q = subprocess.Popen([sys.executable, '-c', 'pass'], start_new_session=True)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{g.pid}} {{q.pid}}')\n"
+        "time.sleep(300)\n"
+    )
+    boss = (
+        "import json, os, sys, time\n"
+        "from pathlib import Path\n"
+        "from secure_fed.deploy.supervisor import ProcessSpec, Supervisor\n"
+        f"sup = Supervisor(run_dir=Path({str(tmp_path)!r}), stop_timeout=5, adopt_orphans=True)\n"
+        f"pids = Path({str(pids)!r})\n"
+        f"sup.start(ProcessSpec(name='superlink', argv=[sys.executable, '-c', {child!r}],"
+        " env=dict(os.environ), ready=pids.exists))\n"
+        "time.sleep(0.5)\n"
+        "sup.kill('superlink')\n"
+        "time.sleep(1.0)\n"
+        "adopted = sorted(sup.orphans())\n"
+        "sup.check()\n"
+        "sup.stop_all()\n"
+        "left = []\n"
+        "for e in os.listdir('/proc'):\n"
+        "    try:\n"
+        "        f = open(f'/proc/{e}/stat').read().rsplit(')', 1)[1].split()\n"
+        "    except (OSError, ValueError):\n"
+        "        continue\n"
+        "    if e.isdigit() and int(f[1]) == os.getpid():\n"
+        "        left.append([int(e), f[0]])\n"
+        "print(json.dumps({'adopted': adopted, 'left': left}))\n"
+    )
+    out = subprocess.run(
+        [PY, "-c", boss], env=ENV, cwd=Path(__file__).parents[3],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    long_lived, short_lived = map(int, pids.read_text().split())
+    try:
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        assert long_lived in report["adopted"], report  # re-parented to the supervisor
+        assert report["left"] == [], report  # nothing running, nothing defunct
+        assert not _alive(long_lived) and not _alive(short_lived)
+    finally:
+        if _alive(long_lived):
+            os.kill(long_lived, signal.SIGKILL)
