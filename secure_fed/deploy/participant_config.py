@@ -37,6 +37,8 @@ Relative paths are taken from the file's own folder. Format::
     api_url = "https://127.0.0.1:8443"
     token_file = "api-token"
     ca_file = "keys/tls/ca.pem"    # optional
+    retry_seconds = 60             # optional: how long one call retries an API that does not
+                                   # answer (exponential backoff, jitter), in (0, 3600)
     # ... or a local ledger of its own (try-outs): ledger_url = "sqlite:///ledger.db"
     # audit_key = "log-signing-key.pem"  # its log's SM2 key (default: beside a SQLite
     #                                    # ledger file, made for a new ledger)
@@ -179,6 +181,7 @@ class ParticipantConfig:
     ca_file: Path | None
     ledger_url: str
     audit_key: Path | None = None
+    retry_seconds: float = 60.0
     audit_canaries: int = 0
     notice_url: str = ""
     notice_ca: Path | None = None
@@ -328,6 +331,7 @@ def load_participant_config(path: str | Path) -> ParticipantConfig:
         ca_file=f.path_of("budget.ca_file", optional=True),
         ledger_url=ledger_url,
         audit_key=f.path_of("budget.audit_key", optional=True),
+        retry_seconds=f.number("budget.retry_seconds", low=0, high=3600, default=60.0),
         audit_canaries=_audit_canaries(f),
         **_notice_fields(f),
     )

@@ -151,6 +151,7 @@ def _budget_gate(config: ParticipantConfig) -> PrivacyLedger | RemoteBudgetGate:
     """Return the gate DP-SGD charges: the ledger's API (remote gate) or the node's own ledger.
 
     The node's own ledger audits the budget it sets (:mod:`secure_fed.deploy.node_ledger`).
+    The remote gate retries an API that does not answer for ``budget.retry_seconds``.
     """
     if config.api_url:
         assert config.token_file is not None  # load_participant_config: api_url needs it
@@ -159,6 +160,7 @@ def _budget_gate(config: ParticipantConfig) -> PrivacyLedger | RemoteBudgetGate:
             base_url=config.api_url,
             ca_file=config.ca_file,
             participant_id=config.participant_id,
+            retry_seconds=config.retry_seconds,
         )
     return open_node_ledger(config)  # a new budget is audited in the ledger's own log
 

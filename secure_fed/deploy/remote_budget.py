@@ -20,8 +20,10 @@ charges the central ledger exactly as it charges an in-process
   ``request_id`` that the retry repeats (the ledger answers the reservation it
   already made), ``commit`` is idempotent, aborting twice is a no-op, and an
   audit sent again answers the entry already written;
-- an API that cannot be reached, times out or fails TLS raises
-  :class:`BudgetServiceUnavailable` after the retries; a refused token (wrong,
+- an API that cannot be reached, times out, fails TLS or is not ready is
+  retried with exponential backoff and jitter for at most ``retry_seconds``
+  (``budget.retry_seconds`` in ``participant.toml``), then raises
+  :class:`BudgetServiceUnavailable`; a refused token (wrong,
   revoked, another participant's budget) :class:`BudgetServiceDenied`. Neither
   is a refusal: the trainer stops with the error and releases nothing.
 
@@ -54,6 +56,7 @@ if TYPE_CHECKING:  # the audit's result type only: this module loads no torch
     from secure_fed.learning.privacy_audit import AuditResult
 
 __all__ = [
+    "DEFAULT_RETRY_SECONDS",
     "BudgetServiceDenied",
     "BudgetServiceReplyInvalid",
     "BudgetServiceUnavailable",
@@ -65,6 +68,8 @@ logger = logging.getLogger(__name__)
 _PROBLEM = "application/problem+json"
 _MAX_TOKEN_BYTES = 4096
 _ROUND_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+#: How long one call retries an API that does not answer, by default (seconds).
+DEFAULT_RETRY_SECONDS = 60.0
 
 
 class BudgetServiceUnavailable(BudgetError):
@@ -155,7 +160,13 @@ class RemoteBudgetGate:
     timeout
         Seconds for connecting and for each whole answer.
     attempts
-        Tries per call when the answer is lost (transport errors); >= 1.
+        Most tries per call when the answer is lost or the API is not serving
+        (1..100); ``None`` (default): as many as ``retry_seconds`` allows.
+    retry_seconds
+        Bound on the time one call keeps retrying (0..3600 s, default 60, well
+        below a round's reply deadline); the waits between tries grow
+        exponentially with jitter (see :meth:`_call`). Past it the call raises
+        :class:`BudgetServiceUnavailable`.
     ttl_seconds
         Lifetime of a reservation in the ledger unless committed first.
     participant_id
@@ -179,14 +190,25 @@ class RemoteBudgetGate:
         ca_file: Path | None = None,
         insecure_http: bool = False,
         timeout: float = 30.0,
-        attempts: int = 3,
+        attempts: int | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
         ttl_seconds: float = 3600.0,
         participant_id: str | None = None,
     ) -> None:
         if not isinstance(token, str) or not token.startswith("sft_"):
             raise LearningParameterInvalid("token: expected an API token 'sft_<id>.<secret>'")
-        if not (isinstance(attempts, int) and 1 <= attempts <= 10):
-            raise LearningParameterInvalid(f"attempts: must be 1..10, got {attempts!r}")
+        if attempts is not None and not (
+            isinstance(attempts, int) and not isinstance(attempts, bool) and 1 <= attempts <= 100
+        ):
+            raise LearningParameterInvalid(f"attempts: must be 1..100 or None, got {attempts!r}")
+        if not (
+            isinstance(retry_seconds, int | float)
+            and not isinstance(retry_seconds, bool)
+            and 0 <= retry_seconds <= 3600
+        ):
+            raise LearningParameterInvalid(
+                f"retry_seconds: must be in [0, 3600] seconds, got {retry_seconds!r}"
+            )
         if not (isinstance(timeout, int | float) and timeout > 0):
             raise LearningParameterInvalid(f"timeout: must be > 0 seconds, got {timeout!r}")
         if not (isinstance(ttl_seconds, int | float) and 0 < ttl_seconds <= 7 * 86400):
@@ -202,6 +224,7 @@ class RemoteBudgetGate:
             headers={"Authorization": f"Bearer {token}"},
         )
         self.attempts, self.ttl_seconds = attempts, float(ttl_seconds)
+        self.retry_seconds = float(retry_seconds)
         self.participant_id = participant_id
         self._owner: dict[str, tuple[str, str]] = {}
 
@@ -467,20 +490,75 @@ class RemoteBudgetGate:
         raise ReservationUnknown(f"reservation_id: {reservation_id!r} does not exist")
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None, ok: int) -> dict[str, Any]:
+        """Send one request, retrying a lost answer or an API not ready with bounded backoff.
+
+        Every request this gate sends is safe to repeat, so a try whose answer
+        was lost (the ledger may have applied it) is sent again unchanged:
+
+        - ``reserve`` carries the caller's ``request_id``; the ledger derives the
+          reservation id from it and answers a repeat with the reservation
+          already made, in its current state (a repeat with another round or
+          mechanism is ``ReservationConflict``, never a second hold);
+        - ``commit`` of a committed reservation charges nothing more and answers
+          the same committed reservation; ``abort`` of an aborted or expired one
+          is a no-op, and ``abort(released_anything=True)`` of a committed one
+          answers it committed;
+        - an audit sent again answers the entry already written;
+        - the rest (spent epsilon, calibration, receipts, listings) only read.
+
+        Retried: transport errors (refused, reset, timed out; not a
+        certificate that fails verification, which no retry mends) and answers
+        meaning the API is not serving (502, 503, 504, ``API_NOT_READY``). The
+        ledger's refusals and denials are final at once. Waits grow
+        exponentially from ``_FIRST_WAIT`` to ``_LONGEST_WAIT`` with jitter
+        from :mod:`secrets`; no new try starts once ``retry_seconds`` would be
+        exceeded (so a call takes at most about ``retry_seconds`` plus one
+        ``timeout``), nor after ``attempts`` tries when that is set.
+        """
+        started = time.monotonic()
         last: Exception | None = None
-        for attempt in range(self.attempts):
+        tries = 0
+        while True:
+            tries += 1
             try:
                 response = self._client.request(method, path, json=body)
             except (httpx.TransportError, ssl.SSLError) as exc:
                 last = exc
-                logger.warning(
-                    "budget API %s %s failed (try %d): %s", method, path, attempt + 1, exc
-                )
-                time.sleep(min(2.0, 0.2 * 2**attempt))
-                continue
-            return self._answer(response, ok)
+                if _untrusted(exc):  # a certificate that does not verify will not start to
+                    break
+            else:
+                try:
+                    return self._answer(response, ok)
+                except BudgetServiceUnavailable as exc:
+                    last = exc
+            wait = _backoff(tries)
+            spent = time.monotonic() - started
+            if (self.attempts is not None and tries >= self.attempts) or (
+                spent + wait > self.retry_seconds
+            ):
+                break
+            logger.warning(
+                "budget API %s %s failed (try %d, retrying in %.2f s, %.1f of %.1f s used): %s",
+                method,
+                path,
+                tries,
+                wait,
+                spent,
+                self.retry_seconds,
+                last,
+            )
+            time.sleep(wait)
+        logger.error(
+            "budget API %s %s: giving up after %d tries in %.1f s: %s",
+            method,
+            path,
+            tries,
+            time.monotonic() - started,
+            last,
+        )
         raise BudgetServiceUnavailable(
-            f"{self.base_url}{path}: no answer after {self.attempts} tries: {last}"
+            f"{self.base_url}{path}: no answer after {tries} tries "
+            f"(retry_seconds {self.retry_seconds:g}): {last}"
         ) from last
 
     def _answer(self, response: httpx.Response, ok: int) -> dict[str, Any]:
@@ -503,6 +581,30 @@ class RemoteBudgetGate:
         for row in [data, *(data.get("reservations") or [])]:
             if isinstance(row, dict) and {"id", "participant_id", "asset_id"} <= row.keys():
                 self._owner[str(row["id"])] = (str(row["participant_id"]), str(row["asset_id"]))
+
+
+#: First wait between tries, and the longest (seconds); the wait doubles in between.
+_FIRST_WAIT, _LONGEST_WAIT = 0.25, 8.0
+
+
+def _untrusted(exc: BaseException) -> bool:
+    """Whether the transport error is a certificate the CA file does not verify."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _backoff(tries: int) -> float:
+    """Wait after ``tries`` failed tries: ``min(longest, first * 2**(tries-1))``, jittered.
+
+    The jitter (from :mod:`secrets`) draws the wait uniformly from the upper
+    half of the step, so participants cut off together do not retry in step.
+    """
+    step = min(_LONGEST_WAIT, _FIRST_WAIT * float(2 ** min(tries - 1, 16)))
+    return step / 2 + step / 2 * secrets.randbelow(1001) / 1000
 
 
 def _verify(base_url: str, ca_file: Path | None, insecure_http: bool) -> ssl.SSLContext | bool:

@@ -23,7 +23,7 @@ from api.rest import ApiSettings
 from api.rest.context import build_context
 from crypto.sm import SM2PrivateKey
 from secure_fed.deploy.api_service import ApiEndpoint, api_spec, write_api_config
-from secure_fed.deploy.supervisor import Supervisor, free_port
+from secure_fed.deploy.supervisor import ProcessSpec, Supervisor, free_port
 
 PARTICIPANTS = ("hospital-a", "bank-b")
 ASSET = "records"
@@ -38,6 +38,7 @@ class BudgetApi:
     tokens: dict[str, str]
     supervisor: Supervisor
     folder: Path
+    spec: ProcessSpec
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -88,8 +89,15 @@ def seed(db_url: str, folder: Path, audit_key: Path, epsilon: str = "8") -> dict
 
 
 @contextmanager
-def running_api(db_url: str, folder: Path, *, tls: bool = True) -> Iterator[BudgetApi]:
-    """Seed the ledger, start ``secure-fed api`` (over TLS unless ``tls=False``), stop it."""
+def running_api(
+    db_url: str, folder: Path, *, tls: bool = True, start: bool = True
+) -> Iterator[BudgetApi]:
+    """Seed the ledger, start ``secure-fed api`` (over TLS unless ``tls=False``), stop it.
+
+    With ``start=False`` the caller starts it later (``supervisor.start(spec)``,
+    from the thread that entered the context): until then its port refuses
+    connections, as an API that comes up late.
+    """
     ca, cert, key = make_tls(folder / "tls") if tls else (None, None, None)
     audit_key = _key(folder / "audit.key.pem")
     tokens = seed(db_url, folder, audit_key)
@@ -103,10 +111,17 @@ def running_api(db_url: str, folder: Path, *, tls: bool = True) -> Iterator[Budg
         tls_key=key,
         ca_file=ca,
     )
+    spec = api_spec(endpoint, python=sys.executable, env=dict(os.environ))
     with Supervisor(run_dir=folder / "run") as supervisor:
-        supervisor.start(api_spec(endpoint, python=sys.executable, env=dict(os.environ)))
+        if start:
+            supervisor.start(spec)
         yield BudgetApi(
-            endpoint=endpoint, db_url=db_url, tokens=tokens, supervisor=supervisor, folder=folder
+            endpoint=endpoint,
+            db_url=db_url,
+            tokens=tokens,
+            supervisor=supervisor,
+            folder=folder,
+            spec=spec,
         )
 
 

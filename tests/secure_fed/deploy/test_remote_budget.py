@@ -10,6 +10,8 @@ reserved is retried without holding the budget twice.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from crypto.sm import SM2PrivateKey
 from privacy_ledger import MechanismEvent, PrivacyLedger
 from privacy_ledger.budget.receipts import DPPlan, ReceiptVerifier
+from privacy_ledger.budget.types import Reservation
 from privacy_ledger.errors import (
     BudgetExceeded,
     ReceiptUnavailable,
@@ -256,3 +259,82 @@ def test_a_receipt_of_a_committed_charge_verifies_under_the_apis_key(api: Budget
             gate.receipt(participant_id=B, asset_id=ASSET, round_id="r-receipt")
         with pytest.raises(LearningParameterInvalid, match="round_id"):
             gate.receipt(participant_id=H, asset_id=ASSET, round_id="../r-receipt")
+
+
+def test_an_api_that_comes_up_late_is_waited_for_and_charged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API's port refuses connections for 1.5 s, then the API starts (seconds more)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    caplog.set_level("WARNING", logger="secure_fed.deploy.remote_budget")
+    outcome: list[object] = []
+    with running_api(url, tmp_path, start=False) as late:
+
+        def charge() -> None:
+            try:
+                with RemoteBudgetGate(
+                    base_url=late.endpoint.url, token=late.tokens[H], ca_file=late.endpoint.ca_file
+                ) as gate:
+                    held = gate.reserve(H, ASSET, EVENT, round_id="r-late")
+                    gate.commit(held.id)
+                    outcome.append(held)
+            except Exception as exc:  # noqa: BLE001 - handed to the test's thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=charge)
+        worker.start()
+        time.sleep(1.5)  # the API is down meanwhile (not a timed assertion: a fault's length)
+        late.supervisor.start(late.spec)  # from this thread: the child lives as long as it
+        worker.join(timeout=300)
+        (held,) = outcome
+        assert isinstance(held, Reservation), held
+        ledger = _ledger(late)
+        assert [(r.id, r.state) for r in ledger.events(H, ASSET)] == [(held.id, "committed")]
+        ledger.engine.dispose()
+    retries = [r for r in caplog.records if "retrying in" in r.getMessage()]
+    assert retries and all(r.levelname == "WARNING" for r in retries)  # each retry is logged
+
+
+def test_an_api_that_never_comes_up_is_given_up_within_the_bound(
+    api: BudgetApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="secure_fed.deploy.remote_budget")
+    down = f"https://127.0.0.1:{free_port()}"
+    gate = RemoteBudgetGate(
+        base_url=down, token=api.tokens[H], ca_file=api.endpoint.ca_file, retry_seconds=2
+    )
+    with gate, pytest.raises(BudgetServiceUnavailable, match="retry_seconds 2") as raised:
+        gate.reserve(H, ASSET, EVENT)
+    assert raised.value.code == "DEPLOY_BUDGET_SERVICE_UNAVAILABLE"
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("retrying in" in m for m in messages) >= 2  # backed off more than once
+    assert sum("giving up after" in m for m in messages) == 1
+
+
+def test_the_retry_bound_is_read_from_participant_toml(tmp_path: Path) -> None:
+    from secure_fed.deploy.config_errors import ParticipantConfigInvalid
+    from secure_fed.deploy.participant_config import load_participant_config
+    from secure_fed.deploy.participant_node import _budget_gate
+    from tests.secure_fed.deploy.flower.workspace import write_federation
+
+    _, (toml, _) = write_federation(tmp_path, ids=list(PARTICIPANTS), rounds=1)
+    token = toml.parent / "api-token"
+    token.write_text("sft_x.y\n", encoding="utf-8")
+    text = toml.read_text(encoding="utf-8")
+    head = text[: text.index("[budget]")]
+    ca, _, _ = make_tls(tmp_path / "tls")
+    budget = (
+        f'[budget]\napi_url = "https://127.0.0.1:1"\ntoken_file = "api-token"\nca_file = "{ca}"\n'
+    )
+    toml.write_text(head + budget, encoding="utf-8")
+    assert load_participant_config(toml).retry_seconds == 60.0  # the default
+    toml.write_text(head + budget + "retry_seconds = 1.5\n", encoding="utf-8")
+    config = load_participant_config(toml)
+    assert config.retry_seconds == 1.5
+    gate = _budget_gate(config)
+    assert isinstance(gate, RemoteBudgetGate) and gate.retry_seconds == 1.5
+    gate.close()
+    for bad in ("-1", "0", "7200", '"soon"'):
+        toml.write_text(head + budget + f"retry_seconds = {bad}\n", encoding="utf-8")
+        with pytest.raises(ParticipantConfigInvalid, match="budget.retry_seconds"):
+            load_participant_config(toml)
