@@ -143,7 +143,7 @@ def local(
             status, lost = (130 if str(stop) == "SIGINT" else 143), None
         except ProcessFailed as exc:  # the coded error is one line: the log's end goes first
             if exc.log_path is not None:
-                _say(f"end of {exc.log_path}:\n{exc.tail}")
+                _say(f"end of {exc.log_path}:\n{exc.tail or '(the log is empty)'}")
             raise
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stop

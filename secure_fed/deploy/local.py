@@ -301,6 +301,7 @@ class LocalFederation:
         for name in (RUN, SUPERLINK):
             if name in supervisor.children:
                 supervisor.stop(name)
+        supervisor.stop_orphans()  # a ServerApp whose SuperLink died was adopted (if adopting)
 
     def lost_rounds(self) -> tuple[str, ...]:
         """``round N: <why>`` for every configured round without a publication in the ledger.

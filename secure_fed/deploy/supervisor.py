@@ -372,7 +372,7 @@ class Supervisor:
                     reaped += 1
         return reaped
 
-    def _stop_orphans(self) -> None:
+    def stop_orphans(self) -> None:
         """Stop and reap what was adopted: ``SIGTERM``, then ``SIGKILL`` after the timeout."""
         for signum in (signal.SIGTERM, signal.SIGKILL):
             self.reap()
@@ -531,7 +531,7 @@ class Supervisor:
         """Stop every child in :meth:`stop_order`, then what was adopted. Safe to call twice."""
         for name in self.stop_order():
             self.stop(name)
-        self._stop_orphans()
+        self.stop_orphans()
 
     def wait(
         self, name: str, timeout: float | None = None, poll: Callable[[], None] | None = None

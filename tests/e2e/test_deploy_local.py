@@ -227,3 +227,48 @@ def test_a_ckks_run_shows_its_decryptions_prints_its_result_and_recomputes(tmp_p
     result = runner.invoke(app, publication)
     assert result.exit_code == 1, result.output
     assert f"first bad entry: {index}" in result.output, result.output
+
+
+def _pid_of(tree: set[int], *words: str) -> int:
+    for pid in sorted(tree):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if all(w.encode() in argv for w in words):
+            return pid
+    raise AssertionError(f"no process {words} in {tree}")
+
+
+def test_a_helper_killed_mid_run_ends_the_command_with_its_log_and_the_rounds_it_cost(
+    tmp_path: Path,
+) -> None:
+    err, run_dir = tmp_path / "stderr.txt", tmp_path / "run"
+    with err.open("wb") as sink:
+        command = subprocess.Popen(
+            [*CLI, "deploy", "local", "--participants", "2", "--mode", "shares",
+             "--rounds", "2", "--exit", "--run-dir", str(run_dir)],
+            env=ENV, stdout=subprocess.DEVNULL, stderr=sink, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            wait_for_text(err, "services up", timeout=300, proc=command)
+            # round 1 is open: the ServerApp sent the helper its first request
+            wait_for_text(run_dir / "logs" / "helper.log", "POST /v1/", timeout=600, proc=command)
+            tree = descendants(command.pid)
+            helper = _pid_of(tree, "helper", "serve")
+            os.kill(helper, signal.SIGKILL)
+            status = command.wait(timeout=300)
+        finally:
+            if command.poll() is None:
+                command.kill()
+    text = err.read_text()
+    assert status == 1, text
+    log = run_dir / "logs" / "helper.log"
+    quoted = text.split(f"end of {log}:\n", 1)[1].split("\nerror: ", 1)[0].splitlines()
+    assert quoted and quoted == log.read_text().splitlines()[-len(quoted) :], text
+    error = next(line for line in text.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: [DEPLOY_PROCESS_FAILED] helper killed by SIGKILL"), text
+    assert "rounds not published: round 1: " in error and "round 2: " in error, text
+    assert "round 1: never opened" not in error, text  # it was under way
+    assert f"log {log}, last {len(quoted)} lines quoted" in error, text
+    assert not survivors(tree), (survivors(tree), text)
