@@ -10,7 +10,10 @@ roster and publication or reason, where each party's log and state are, the next
 commands), at most 100 columns; progress and the processes' logs stay on
 standard error. After the run the services keep
 running (the API and its console show the ledger) until Ctrl-C; ``--exit``
-stops them as soon as the run ends. Ctrl-C or ``SIGTERM`` at any moment stops
+stops them as soon as the run ends. A service that exits (key authority, helper,
+verifier, API, a SuperNode) is restarted with a growing delay, within a budget,
+each restart said on standard error and named in the result; the SuperLink or
+the run exiting ends the command. Ctrl-C or ``SIGTERM`` at any moment stops
 every process. ``secure-fed deploy keys`` is the key ceremony alone
 (:mod:`api.cli.parties`). See ``docs/deploy.md``.
 """
@@ -26,12 +29,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from api.cli.core import CliCommand, CliGroup
 from api.cli.parties import deploy_keys
+
+if TYPE_CHECKING:
+    from secure_fed.deploy.supervisor import Restart
 
 __all__ = ["deploy_app"]
 
@@ -77,6 +83,14 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _say_restart(restart: Restart) -> None:
+    again = "; its peer still holds its place, not counted" if restart.busy else ""
+    _say(
+        f"{restart.process} {restart.exit}: restarting it in {restart.delay:g} s "
+        f"(restart {restart.attempt}{again}; logs/{restart.process}.log)"
+    )
+
+
 @deploy_app.command("local", cls=CliCommand)
 def local(
     participants: Annotated[int, typer.Option(help="Number of participants (SuperNodes).")] = 4,
@@ -109,7 +123,11 @@ def local(
         participants=participants, mode=mode, rounds=rounds, run_dir=folder, database_url=db
     )
     federation = LocalFederation(
-        options=options, python=sys.executable, env=dict(os.environ), adopt_orphans=True
+        options=options,
+        python=sys.executable,
+        env=dict(os.environ),
+        adopt_orphans=True,
+        on_restart=_say_restart,
     )
     status = 1
     lost: RoundsLost | None = None

@@ -19,6 +19,12 @@ checked healthy before the next one starts:
 6. the run (``flwr run`` of secure-fed's Flower app, ``server.toml`` in the
    run config), a job that ends when the rounds are done.
 
+A service that exits -- the key authority, the helper, the verifier, the API, a
+SuperNode -- is started again by the supervisor (:data:`SERVICE_RESTART`,
+:data:`SUPERNODE_RESTART`: a growing delay, a bounded budget; each restart a line of
+``<run>/supervisor.jsonl``); the parties reopen their state directories. The SuperLink
+and the run are not restarted: their exit ends the run.
+
 Logs: ``<run>/logs/<process>.log``. Every child is stopped (the run and the
 SuperLink with the ServerApp first, then the others in reverse order, ``SIGTERM``
 then ``SIGKILL``) when the run fails, when the caller stops it
@@ -32,6 +38,7 @@ on the same machine, and the keys are unencrypted PEM files (0600). See
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,13 +50,15 @@ from secure_fed.deploy.node_auth import NODE_KEY, node_public_keys, register_arg
 from secure_fed.deploy.supervisor import (
     ProcessFailed,
     ProcessSpec,
+    Restart,
+    RestartPolicy,
     Supervisor,
     free_port,
     http_ready,
     tcp_ready,
 )
 
-__all__ = ["LocalFederation", "RUN", "SUPERLINK"]
+__all__ = ["LocalFederation", "RUN", "SERVICE_RESTART", "SUPERLINK", "SUPERNODE_RESTART"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +68,15 @@ RUN = "run"
 SUPERLINK = "superlink"
 #: Node registrations run at once (each a ``flwr`` process of its own).
 REGISTER_BATCH = 8
+#: How the key authority, the helper, the verifier and the API are restarted when
+#: they exit: after 0.5 s, 1 s, 2 s ... at most 8 s, at most 5 times in 10 minutes.
+SERVICE_RESTART = RestartPolicy(max_restarts=5, window=600.0, initial_delay=0.5, max_delay=8.0)
+#: A participant's SuperNode: the same, and the SuperLink's refusal of a node it still
+#: counts online (exit 305, until two 30 s heartbeats are missed) retried every 10 s
+#: for up to 2 minutes without spending the budget.
+SUPERNODE_RESTART = dataclasses.replace(
+    SERVICE_RESTART, busy_statuses=frozenset({305}), busy_delay=10.0, busy_for=120.0
+)
 
 
 def _flower_app_dir() -> Path:
@@ -83,12 +101,16 @@ class LocalFederation:
         The supervisor adopts, stops and reaps what a dead child left behind
         (:class:`~secure_fed.deploy.supervisor.Supervisor`; the command line's
         choice: it makes the calling process its descendants' subreaper).
+    on_restart
+        Told of every restart of a service as the supervisor decides it (the
+        command line prints it); each is also a line of ``<run>/supervisor.jsonl``.
     """
 
     options: LocalOptions
     python: str
     env: Mapping[str, str]
     adopt_orphans: bool = False
+    on_restart: Callable[[Restart], None] | None = None
     layout: LocalLayout | None = None
     supervisor: Supervisor | None = field(default=None, repr=False)
 
@@ -105,7 +127,9 @@ class LocalFederation:
         if self.layout is None:
             self.layout = prepare(self.options)
             self.supervisor = Supervisor(
-                run_dir=self.layout.run_dir, adopt_orphans=self.adopt_orphans
+                run_dir=self.layout.run_dir,
+                adopt_orphans=self.adopt_orphans,
+                on_restart=self.on_restart,
             )
         return self.layout
 
@@ -139,6 +163,7 @@ class LocalFederation:
                 f"https://127.0.0.1:{port}/healthz", ca_file=layout.ca_file, client_cert=client
             ),
             ready_timeout=120.0,
+            restart=SERVICE_RESTART,  # its state dir holds what must survive a restart
         )
 
     def _superlink(self, layout: LocalLayout) -> ProcessSpec:
@@ -191,6 +216,7 @@ class LocalFederation:
             ],  # fmt: skip
             env=self._env(),
             cwd=toml.parent,
+            restart=SUPERNODE_RESTART,  # meanwhile its participant is a dropout
         )
 
     def _run(self, layout: LocalLayout) -> ProcessSpec:
@@ -218,7 +244,8 @@ class LocalFederation:
             specs.append(self._party(layout, "helper", layout.helper_port))
         elif self.options.verifier:  # ckks: it recomputes every request before decryption
             specs.append(self._party(layout, "verifier", layout.verifier_port))
-        specs.append(api_spec(layout.api, python=self.python, env=self._env()))
+        api = api_spec(layout.api, python=self.python, env=self._env())
+        specs.append(dataclasses.replace(api, restart=SERVICE_RESTART))
         specs.append(self._superlink(layout))
         specs += [self._supernode(layout, pid) for pid in layout.ids]
         return specs

@@ -22,6 +22,7 @@ from privacy_ledger.db import create_ledger_engine
 from privacy_ledger.models import RoundRow
 from secure_fed.deploy.local_files import LocalLayout
 from secure_fed.deploy.node_ledger import sqlite_file
+from secure_fed.deploy.supervisor import RESTARTS_FILE, read_restarts
 from secure_fed.errors import DeploymentFailed
 
 __all__ = [
@@ -69,6 +70,8 @@ class RunReport:
     ledger: str
     parties: tuple[tuple[str, str, str], ...]
     commands: tuple[tuple[str, str], ...]
+    #: ``(process, what ended it each time)`` for every process the supervisor restarted.
+    restarts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def published(self) -> int:
@@ -193,7 +196,30 @@ def run_report(layout: LocalLayout, *, mode: str, rounds_wanted: int) -> RunRepo
         ledger=layout.database_url,
         parties=_parties(layout, mode),
         commands=_commands(layout, mode),
+        restarts=_restarts(layout.run_dir),
     )
+
+
+def _restarts(run: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every restarted process (first restart first) and how it had ended each time."""
+    ended: dict[str, list[str]] = {}
+    for restart in read_restarts(run):
+        ended.setdefault(restart.process, []).append(restart.exit)
+    return tuple((name, tuple(exits)) for name, exits in ended.items())
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _restart_lines(report: RunReport, width: int) -> list[str]:
+    if not report.restarts:
+        return ["Restarts: none"]
+    lines = [f"Restarts (the supervisor's record: {RESTARTS_FILE})"]
+    for name, exits in report.restarts:
+        why = ", ".join(dict.fromkeys(exits))  # each reason once, in order
+        lines += _wrap(f"{name} restarted {_times(len(exits))} ({why})", width, "")
+    return lines
 
 
 def _rounds(report: RunReport, width: int) -> list[str]:
@@ -235,6 +261,7 @@ def render(report: RunReport, *, width: int = WIDTH) -> str:
         lines += _wrap(f"{name:<{column}}log   {log}", width, "")
         lines += _wrap(f"{'':<{column}}state {state}", width, "")
     lines += _wrap(f"ledger: {report.ledger}", width, "")
+    lines += ["", *_restart_lines(report, width)]
     lines += ["", "Next commands"]
     for what, command in report.commands:
         lines += _command(what, command, width)

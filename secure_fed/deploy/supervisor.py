@@ -16,8 +16,14 @@ under it in ``/proc`` and stopped first, the same way. Children marked
 child also gets ``SIGTERM`` when the supervisor dies without stopping it
 (``PR_SET_PDEATHSIG``), so a killed supervisor leaves no federation behind.
 
-A child that fails is a :class:`ProcessFailed` whose message ends with the last
-lines of its log (bounded, PEM blocks and secret-looking tokens redacted).
+A service with a :class:`RestartPolicy` that exits is started again by
+:meth:`Supervisor.check`: after a delay that doubles from one restart to the next,
+within a bounded number of restarts per time window, each checked healthy again
+before it counts as up. Each restart is logged, passed to ``on_restart`` and written
+as one JSON line to ``<run_dir>/supervisor.jsonl`` (:func:`read_restarts`). A
+child without a policy that fails, or one whose budget is spent, is a
+:class:`ProcessFailed` whose message ends with the last lines of its log
+(bounded, PEM blocks and secret-looking tokens redacted).
 
 The supervisor reads no environment: the caller passes each child's
 environment explicitly; it adds only ``PYTHONUNBUFFERED=1`` (unless the caller
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import json
 import logging
 import os
 import re
@@ -51,7 +59,11 @@ __all__ = [
     "ProcessFailed",
     "ProcessNotReady",
     "ProcessSpec",
+    "RESTARTS_FILE",
+    "Restart",
+    "RestartPolicy",
     "Supervisor",
+    "read_restarts",
     "http_ready",
     "tcp_ready",
     "free_port",
@@ -168,6 +180,64 @@ class ProcessNotReady(ProcessFailed):
 
 Ready = Callable[[], bool]
 
+#: The run folder's record of every restart, one JSON object a line (:class:`Restart`).
+RESTARTS_FILE = "supervisor.jsonl"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartPolicy:
+    """When a service that exited is started again.
+
+    The ``n``-th restart within ``window`` seconds waits ``initial_delay * 2**(n-1)``
+    seconds, at most ``max_delay``; once ``max_restarts`` restarts fall within the
+    last ``window`` seconds, the next exit is a :class:`ProcessFailed`.
+
+    An exit with a status in ``busy_statuses`` within ``busy_for`` seconds of a
+    restart means the service's peer still holds its old place (a Flower SuperNode
+    the SuperLink still counts online exits 305): it is retried every
+    ``busy_delay`` seconds without spending the budget, for at most ``busy_for``
+    seconds after the first such exit.
+    """
+
+    max_restarts: int = 5
+    window: float = 600.0
+    initial_delay: float = 0.5
+    max_delay: float = 8.0
+    busy_statuses: frozenset[int] = frozenset()
+    busy_delay: float = 10.0
+    busy_for: float = 120.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before restart number ``attempt`` (1, 2, ...) of the window."""
+        return float(min(self.max_delay, self.initial_delay * 2 ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart:
+    """One restart the supervisor made: a line of :data:`RESTARTS_FILE`."""
+
+    process: str
+    status: int | None
+    exit: str
+    attempt: int
+    delay: float
+    time: float
+    busy: bool = False
+
+
+def read_restarts(run_dir: Path) -> tuple[Restart, ...]:
+    """Return the restarts recorded in ``run_dir`` (none if the file is missing)."""
+    path = Path(run_dir) / RESTARTS_FILE
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return ()
+    out: list[Restart] = []
+    for line in lines:
+        with contextlib.suppress(ValueError, TypeError):
+            out.append(Restart(**json.loads(line)))
+    return tuple(out)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProcessSpec:
@@ -192,6 +262,8 @@ class ProcessSpec:
     stop_first
         Stopped before every child without it (the round driver: once the
         participants' nodes are gone it would only open rounds that abort).
+    restart
+        Start a service that exited again (``None``: its exit is a failure).
     """
 
     name: str
@@ -202,6 +274,7 @@ class ProcessSpec:
     ready_timeout: float = 60.0
     expect_exit: bool = False
     stop_first: bool = False
+    restart: RestartPolicy | None = None
 
 
 @dataclass(kw_only=True)
@@ -214,6 +287,14 @@ class Child:
     _log: IO[bytes] = field(repr=False)
     #: Stopped on purpose (:meth:`Supervisor.stop`, :meth:`Supervisor.kill`): not a failure.
     stopped: bool = False
+    #: When it was restarted (``time.monotonic()``), budget-spending restarts only.
+    restarts: list[float] = field(default_factory=list)
+    #: When the current run of "busy" exits began (see :class:`RestartPolicy`).
+    busy_since: float | None = None
+    #: When it was last started (``time.monotonic()``).
+    started_at: float = field(default_factory=time.monotonic)
+    #: When the supervisor will start it again, once it exited.
+    restart_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -332,11 +413,21 @@ class Supervisor:
         :meth:`check` and :meth:`stop_all`), so nothing is left defunct or
         running. For a process that runs one supervisor (the command line); a
         test process should not set it.
+    on_restart
+        Called with each :class:`Restart` as it is decided (the command line
+        prints it as progress); it is logged and written to :data:`RESTARTS_FILE`
+        either way.
     """
 
     def __init__(
-        self, *, run_dir: Path, stop_timeout: float = 10.0, adopt_orphans: bool = False
+        self,
+        *,
+        run_dir: Path,
+        stop_timeout: float = 10.0,
+        adopt_orphans: bool = False,
+        on_restart: Callable[[Restart], None] | None = None,
     ) -> None:
+        self.on_restart = on_restart
         self.run_dir = Path(run_dir)
         self.logs = self.run_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -409,6 +500,13 @@ class Supervisor:
         """
         if spec.name in self.children and self.children[spec.name].alive():
             raise ProcessFailed(f"name: a process {spec.name!r} is already running")
+        process, log_path, log = self._spawn(spec)
+        child = Child(spec=spec, process=process, log_path=log_path, _log=log)
+        self.children[spec.name] = child
+        self._wait_ready(child)
+        return child
+
+    def _spawn(self, spec: ProcessSpec) -> tuple[subprocess.Popen[bytes], Path, IO[bytes]]:
         log_path = self.logs / f"{spec.name}.log"
         log = log_path.open("ab")
         try:
@@ -425,19 +523,19 @@ class Supervisor:
         except OSError as exc:
             log.close()
             raise ProcessFailed(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from None
-        child = Child(spec=spec, process=process, log_path=log_path, _log=log)
-        self.children[spec.name] = child
         logger.info("started %s (pid %d), log %s", spec.name, process.pid, log_path)
-        self._wait_ready(child)
-        return child
+        return process, log_path, log
 
-    def _wait_ready(self, child: Child) -> None:
+    def _wait_ready(self, child: Child, *, restarted: bool = False) -> None:
+        """Poll the health check; a restarted child that dies meanwhile is left to :meth:`check`."""
         spec = child.spec
         if spec.ready is None:
             return
         deadline = time.monotonic() + spec.ready_timeout
         while time.monotonic() < deadline:
             if not child.alive() and not spec.expect_exit:
+                if restarted:
+                    return
                 raise child.failure("before it was ready")
             if spec.ready():
                 logger.info("%s is ready", spec.name)
@@ -451,17 +549,83 @@ class Supervisor:
         )
 
     def check(self) -> None:
-        """Raise if a service (not a job) has exited.
+        """Restart the services that exited and may be; raise if one may not.
+
+        A service with a :class:`RestartPolicy` is scheduled for a restart when it
+        is first found dead (the restart is recorded then) and started again by the
+        first call after its delay, which waits for its health check.
 
         Raises
         ------
         ProcessFailed
-            Naming the first service found dead, with the end of its log.
+            Naming the first service found dead that has no restart policy or
+            whose restart budget is spent, with the end of its log.
+        ProcessNotReady
+            A restarted service did not pass its health check in time.
         """
         self.reap()
-        for child in self.children.values():
-            if not (child.spec.expect_exit or child.stopped) and not child.alive():
+        for child in list(self.children.values()):
+            if child.spec.expect_exit or child.stopped or child.alive():
+                continue
+            policy = child.spec.restart
+            if policy is None:
                 raise child.failure("while it should be running")
+            if child.restart_at is None:
+                self._schedule(child, policy)
+            if child.restart_at is not None and time.monotonic() >= child.restart_at:
+                self._restart(child)
+
+    def _schedule(self, child: Child, policy: RestartPolicy) -> None:
+        """Decide when ``child`` (dead) starts again and record it; raise if its budget is spent."""
+        now = time.monotonic()
+        status = child.process.returncode
+        busy = (
+            status in policy.busy_statuses
+            and bool(child.restarts)
+            and (child.busy_since is None or now - child.busy_since <= policy.busy_for)
+        )
+        recent = [t for t in child.restarts if now - t < policy.window]
+        if busy:
+            child.busy_since = child.busy_since or now
+            attempt, delay = len(recent), policy.busy_delay
+        else:
+            child.busy_since = None
+            if len(recent) >= policy.max_restarts:
+                times = f"{len(recent)} restart{'s' if len(recent) != 1 else ''}"
+                raise child.failure(
+                    f"while it should be running, after {times} within "
+                    f"{policy.window:g} s (its restart budget)"
+                )
+            attempt, delay = len(recent) + 1, policy.delay(len(recent) + 1)
+            child.restarts = [*recent, now]
+        child.restart_at = now + delay
+        record = Restart(
+            process=child.spec.name,
+            status=status,
+            exit=describe_status(status),
+            attempt=attempt,
+            delay=delay,
+            time=time.time(),
+            busy=busy,
+        )
+        logger.warning(
+            "%s %s: restarting it in %g s (restart %d of at most %d within %g s%s)",
+            record.process, record.exit, delay, attempt, policy.max_restarts, policy.window,
+            "; its peer still holds its place: not counted again" if busy else "",
+        )  # fmt: skip
+        with (self.run_dir / RESTARTS_FILE).open("a") as handle:
+            handle.write(json.dumps(dataclasses.asdict(record), sort_keys=True) + "\n")
+        if self.on_restart is not None:
+            self.on_restart(record)
+
+    def _restart(self, child: Child) -> None:
+        """Start ``child``'s spec again (same log, appended) and wait for its health check."""
+        with contextlib.suppress(ProcessLookupError):  # what its old group left behind
+            os.killpg(child.pid, signal.SIGKILL)
+        child._log.close()
+        child.process, child.log_path, child._log = self._spawn(child.spec)
+        child.started_at, child.restart_at = time.monotonic(), None
+        self._wait_ready(child, restarted=True)
 
     def send_signal(self, name: str, signum: int) -> None:
         """Send ``signum`` to one child's process group (fault injection, restarts)."""

@@ -4,7 +4,7 @@ The run folder is a real one (:func:`~secure_fed.deploy.local_files.prepare`: ke
 ledger, settings) and the process specs are ``deploy local``'s own; only their
 commands are stand-ins (``python -c`` children), so the test takes seconds, not a
 federation's minutes. The helper prints its log and is killed outright (``SIGKILL``)
-while the run is under way.
+while the run is under way, every time it is restarted, until its restart budget is spent.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from privacy_ledger.db import create_ledger_engine
 from privacy_ledger.models import RoundRow
 from secure_fed.deploy.local import RUN, LocalFederation
 from secure_fed.deploy.local_files import LocalLayout, LocalOptions
-from secure_fed.deploy.supervisor import ProcessFailed, ProcessSpec
+from secure_fed.deploy.supervisor import ProcessFailed, ProcessSpec, RestartPolicy, read_restarts
 
 PY = sys.executable
 #: An operator's environment: Python's stdout buffered (the supervisor unbuffers it).
@@ -77,7 +77,11 @@ def test_a_helper_killed_mid_run_names_its_log_and_lost_rounds_and_the_driver_st
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     real = {s.name: s for s in federation.services()}
-    helper = dataclasses.replace(real["helper"], argv=[PY, "-c", dying], ready=None, env=ENV)
+    assert real["helper"].restart is not None  # deploy local restarts it: a budget of one here
+    budget = RestartPolicy(max_restarts=1, initial_delay=0.1)
+    helper = dataclasses.replace(
+        real["helper"], argv=[PY, "-c", dying], ready=None, env=ENV, restart=budget
+    )
     specs = [helper]
     for name in ("superlink", f"supernode-{layout.ids[0]}"):
         up = run / f"up-{name}"
@@ -102,7 +106,13 @@ def test_a_helper_killed_mid_run_names_its_log_and_lost_rounds_and_the_driver_st
     assert error.process == "helper" and error.status == -signal.SIGKILL
     assert error.rounds == ("round 2: never opened", "round 3: never opened")
     first = error.message.splitlines()[0]
-    assert first.startswith("helper killed by SIGKILL while it should be running; ")
+    assert first.startswith(
+        "helper killed by SIGKILL while it should be running, after 1 restart within 600 s "
+        "(its restart budget); "
+    )
+    assert [(r.process, r.exit, r.attempt) for r in read_restarts(run)] == [
+        ("helper", "killed by SIGKILL", 1)
+    ]
     assert "rounds not published: round 2: never opened; round 3: never opened" in first
     assert error.tail.splitlines()[-1] == "helper: served request 29"
     assert len(error.tail.splitlines()) == 20

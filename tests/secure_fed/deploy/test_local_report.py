@@ -6,6 +6,8 @@ The rounds come from a real SQLite ledger with round rows as the aggregator stor
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from privacy_ledger.models import RoundRow
 from secure_fed.deploy.api_service import ApiEndpoint
 from secure_fed.deploy.local_files import LocalLayout, participant_ids
 from secure_fed.deploy.local_report import WIDTH, RoundsLost, render, run_report
+from secure_fed.deploy.supervisor import RESTARTS_FILE, Restart
 
 IDS = participant_ids(12)
 
@@ -117,3 +120,30 @@ def test_a_run_with_rounds_not_published_is_a_coded_error_naming_each(tmp_path: 
         "round 3: never opened",
     )
     assert lost.value.message.startswith("1 of 3 configured rounds published; round 2: aborted")
+
+
+def test_the_result_names_each_restarted_process_from_the_supervisors_record(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
+    _rounds(url)
+    layout = _layout(run, url)
+    assert "Restarts: none" in render(run_report(layout, mode="shares", rounds_wanted=2))
+    records = [
+        Restart(process="helper", status=-9, exit="killed by SIGKILL", attempt=1, delay=0.5,
+                time=1.0),
+        Restart(process="supernode-bank-1", status=1, exit="exited with 1", attempt=1,
+                delay=0.5, time=2.0),
+        Restart(process="supernode-bank-1", status=305, exit="exited with 305", attempt=1,
+                delay=10.0, time=3.0, busy=True),
+    ]  # fmt: skip
+    (run / RESTARTS_FILE).write_text(
+        "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in records)
+    )
+    lines = render(run_report(layout, mode="shares", rounds_wanted=2)).splitlines()
+    start = lines.index("Restarts (the supervisor's record: supervisor.jsonl)")
+    assert lines[start + 1 : start + 3] == [
+        "helper restarted once (killed by SIGKILL)",
+        "supernode-bank-1 restarted twice (exited with 1, exited with 305)",
+    ]

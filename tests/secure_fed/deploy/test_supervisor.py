@@ -16,9 +16,12 @@ from secure_fed.deploy.supervisor import (
     ProcessFailed,
     ProcessNotReady,
     ProcessSpec,
+    Restart,
+    RestartPolicy,
     Supervisor,
     free_port,
     http_ready,
+    read_restarts,
     tcp_ready,
 )
 
@@ -326,3 +329,119 @@ def test_an_adopting_supervisor_stops_and_reaps_what_a_killed_child_left_behind(
     finally:
         if _alive(long_lived):
             os.kill(long_lived, signal.SIGKILL)
+
+
+def _check_until(sup: Supervisor, done: object, timeout: float = 60.0) -> None:
+    """Call ``sup.check()`` (which restarts) until ``done()`` holds; fail after ``timeout``."""
+    end = time.monotonic() + timeout
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < end, "not done in time"
+        sup.check()
+        time.sleep(0.05)
+
+
+def test_a_service_that_dies_is_restarted_healthy_and_the_restart_is_recorded(
+    tmp_path: Path,
+) -> None:
+    # the first run serves, then dies; the second takes a second before it listens:
+    # the check that restarts it returns only once it answers its health check again
+    port, runs = free_port(), tmp_path / "runs"
+    script = (
+        "import http.server, os, sys, threading, time\n"
+        f"first = not os.path.exists({str(runs)!r})\n"
+        f"open({str(runs)!r}, 'a').write('run\\n')\n"
+        "print('first run' if first else 'second run')\n"
+        "if not first: time.sleep(1)\n"
+        "handler = http.server.SimpleHTTPRequestHandler\n"
+        f"srv = http.server.HTTPServer(('127.0.0.1', {port}), handler)\n"
+        "if first: threading.Timer(0.5, lambda: os._exit(3)).start()\n"
+        "srv.serve_forever()\n"
+    )
+    told: list[Restart] = []
+    spec = ProcessSpec(
+        name="web",
+        argv=[PY, "-c", script],
+        env=ENV,
+        ready=http_ready(f"http://127.0.0.1:{port}/"),
+        ready_timeout=30,
+        restart=RestartPolicy(max_restarts=5, initial_delay=0.5),
+    )
+    with Supervisor(run_dir=tmp_path, on_restart=told.append) as sup:
+        first = sup.start(spec).pid
+        child = sup.children["web"]
+        end = time.monotonic() + 60
+        while child.pid == first:
+            assert time.monotonic() < end, "never restarted"
+            sup.check()
+            time.sleep(0.05)
+        assert http_ready(f"http://127.0.0.1:{port}/")()  # up when check() returned
+        assert child.alive() and runs.read_text().split() == ["run", "run"]
+        sup.check()  # up: no failure
+    (restart,) = read_restarts(tmp_path)
+    assert told == [restart]
+    assert (restart.process, restart.status, restart.exit) == ("web", 3, "exited with 3")
+    assert (restart.attempt, restart.delay, restart.busy) == (1, 0.5, False)
+    log = (tmp_path / "logs" / "web.log").read_text()
+    assert "first run" in log and "second run" in log  # one log, appended
+
+
+def test_a_service_that_always_dies_spends_its_budget_and_fails_with_its_log(
+    tmp_path: Path,
+) -> None:
+    spec = ProcessSpec(
+        name="crasher",
+        argv=[PY, "-c", "print('cannot open the database'); raise SystemExit(4)"],
+        env=ENV,
+        restart=RestartPolicy(max_restarts=2, initial_delay=0.05),
+    )
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(spec)
+        with pytest.raises(ProcessFailed) as failed:
+            _check_until(sup, lambda: False)
+    error = failed.value
+    assert error.process == "crasher" and error.status == 4
+    assert error.summary == (
+        "crasher exited with 4 while it should be running, "
+        "after 2 restarts within 600 s (its restart budget)"
+    )
+    assert error.tail.splitlines() == ["cannot open the database"] * 3  # three runs, one log
+    assert [(r.attempt, r.delay) for r in read_restarts(tmp_path)] == [(1, 0.05), (2, 0.1)]
+
+
+def test_an_exit_saying_its_peer_still_holds_its_place_is_retried_outside_the_budget(
+    tmp_path: Path,
+) -> None:
+    # a SuperNode restarted while the SuperLink still counts it online exits 305
+    runs = tmp_path / "runs"
+    script = (
+        "import os, sys, time\n"
+        f"n = len(open({str(runs)!r}).read()) if os.path.exists({str(runs)!r}) else 0\n"
+        f"open({str(runs)!r}, 'a').write('x')\n"
+        "if n == 0: sys.exit(1)\n"  # it crashes ...
+        "if n < 3: sys.exit(7)\n"  # ... and its first two restarts are refused
+        "time.sleep(300)\n"
+    )
+    policy = RestartPolicy(
+        max_restarts=1, initial_delay=0.05, busy_statuses=frozenset({7}), busy_delay=0.05
+    )
+    spec = ProcessSpec(name="node", argv=[PY, "-c", script], env=ENV, restart=policy)
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(spec)
+        _check_until(sup, lambda: runs.exists() and len(runs.read_text()) == 4)
+        sup.check()
+        assert sup.children["node"].alive()
+    records = [(r.status, r.attempt, r.busy) for r in read_restarts(tmp_path)]
+    assert records == [(1, 1, False), (7, 1, True), (7, 1, True)]
+
+
+def test_a_service_stopped_on_purpose_is_not_restarted(
+    tmp_path: Path,
+) -> None:
+    policy = RestartPolicy(initial_delay=0.05)
+    with Supervisor(run_dir=tmp_path) as sup:
+        sup.start(ProcessSpec(name="kept", argv=["sleep", "300"], env=ENV, restart=policy))
+        sup.stop("kept")
+        time.sleep(0.2)
+        sup.check()
+        assert not sup.children["kept"].alive()
+    assert read_restarts(tmp_path) == ()
