@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/crypto.py 
 
 from crypto.shares.additive import split
 from crypto.shares.codec import RING_PREDICTIONS
+from secure_fed.secure.computation.evidence import integer_mask, share_evidence
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.evidence import integer_mask, share_evidence
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 

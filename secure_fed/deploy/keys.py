@@ -225,7 +225,7 @@ class AggregatorKeys:
     def _shares(
         self, bound: float, scoring: ScoringConfig | None, signer: ServerSigningKey
     ) -> SecureAggregator:
-        from secure_fed.secure.modes.share_range import RangeDealer
+        from secure_fed.secure.computation.share_range import RangeDealer
         from secure_fed.secure.modes.shares import Dealer, SharesAggregator, SharesKeys
 
         channels, d = self.authority, self.directory

@@ -19,13 +19,13 @@ Operations:
 * ``score``: one participant's encrypted quadratic score;
 * ``evidence``: one participant's evidence of correctness, ``sum(M * p_k)`` with
   ``M`` the mask of the labeled slice the claim lists (``rows``, ``labels``;
-  :func:`secure_fed.secure.modes.evidence.ckks_evidence`). The key authority
+  :func:`secure_fed.secure.computation.evidence.ckks_evidence`). The key authority
   refuses a slice other than its plan's; the recomputation rebuilds the mask
   from the signed claim, so a ciphertext computed with another mask under an
   honest-looking claim is caught;
 * ``distance``: the mean squared distance of two uploads (``uploads`` lists
   the pair, ``samples`` all ``N`` rows;
-  :func:`secure_fed.secure.modes.evidence.ckks_pair_distance`), the release
+  :func:`secure_fed.secure.computation.evidence.ckks_pair_distance`), the release
   plan's ``copies`` step: the key authority keeps the value and releases only
   near-duplicate counts.
 
@@ -48,8 +48,12 @@ from crypto.ckks import weighted_sum as ckks_weighted_sum
 from crypto.ckks.aggregate import quadratic_score
 from crypto.sm import sm3_digest
 from secure_fed.errors import AuthorityRequestMalformed
-from secure_fed.secure.modes import ckks_scoring as hidden
-from secure_fed.secure.modes.evidence import ckks_evidence, ckks_pair_distance, slice_from_fields
+from secure_fed.secure.computation import ckks_scoring as hidden
+from secure_fed.secure.computation.evidence import (
+    ckks_evidence,
+    ckks_pair_distance,
+    slice_from_fields,
+)
 from secure_fed.secure.protocol.vocabulary import ClaimOp, Purpose
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.mahalanobis import class_pairs
@@ -287,7 +291,7 @@ def evaluate(
         return ckks_evidence(ups[0], mask)
     if op == "distance":
         return ckks_pair_distance(ups[0], ups[1])
-    if "centre" in claim:  # hidden centre (secure_fed.secure.modes.ckks_scoring)
+    if "centre" in claim:  # hidden centre (secure_fed.secure.computation.ckks_scoring)
         group = [uploads[u[0]] for u in claim["centre"]]
         if op == "moments":
             return hidden.moments(public, ups, int(claim["samples"]))

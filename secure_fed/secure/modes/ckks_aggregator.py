@@ -23,6 +23,7 @@ from secure_fed.errors import (
     UploadMalformed,
 )
 from secure_fed.secure.ckks_claims import evaluate as evaluate_claim
+from secure_fed.secure.computation.evidence import slice_fields
 from secure_fed.secure.mode import (
     AggregateHandle,
     UploadHandle,
@@ -31,7 +32,6 @@ from secure_fed.secure.mode import (
 from secure_fed.secure.modes.ckks_keys import CkksKeys, _CkksAggregate, _CkksUpload, _decrypt
 from secure_fed.secure.modes.ckks_round import CkksScoringRound
 from secure_fed.secure.modes.ckks_upload import split_upload
-from secure_fed.secure.modes.evidence import slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator, adopt_counts
 from secure_fed.secure.protocol.authority_requests import decryption_request, plan_request
 from secure_fed.secure.protocol.vocabulary import ClaimOp, Purpose, Step
@@ -219,7 +219,7 @@ class CkksAggregator(PlannedAggregator):
         """Decrypted evidence of correctness per upload, one scalar each, under the plan.
 
         Each upload's ciphertext times the plan's slice mask, slot-summed before
-        decryption (:func:`~secure_fed.secure.modes.evidence.ckks_evidence`); the
+        decryption (:func:`~secure_fed.secure.computation.evidence.ckks_evidence`); the
         signed request claims ``op: evidence`` with the slice's rows and labels, so
         the key authority refuses another slice and the recomputation rebuilds it.
 
@@ -266,7 +266,7 @@ class CkksAggregator(PlannedAggregator):
 
         One signed request per pair (claim ``op: distance``, purpose ``distance``):
         the hidden-centre score of one upload against the other, ``W = I``, all
-        rows (:func:`~secure_fed.secure.modes.evidence.ckks_pair_distance`). The
+        rows (:func:`~secure_fed.secure.computation.evidence.ckks_pair_distance`). The
         key authority's reply is empty until the last pair, then the counts.
         ``None`` when the round's plan has no ``copies`` step.
 

@@ -17,8 +17,8 @@ from secure_fed.errors import (
     ScoringInvalid,
 )
 from secure_fed.secure.ckks_claims import evaluate as evaluate_claim
+from secure_fed.secure.computation.requests import score_request
 from secure_fed.secure.modes.ckks_keys import CkksKeys, _decrypt
-from secure_fed.secure.modes.planned import score_request
 from secure_fed.secure.protocol.authority_requests import decryption_request
 from secure_fed.secure.protocol.vocabulary import ClaimOp, Purpose, Step
 from secure_fed.secure.release_plan import PlanTracker
@@ -31,7 +31,7 @@ class CkksScoringRound:
     """One round's encrypted scoring backend (``ScoringBackend``); discard after the round.
 
     No mean is decrypted: every centre is the hidden mean of a participant set
-    (:mod:`secure_fed.secure.modes.ckks_scoring`). Every request names
+    (:mod:`secure_fed.secure.computation.ckks_scoring`). Every request names
     ``round_id``, is signed and claims how its ciphertext was computed (the
     centre's uploads, the whitening, the rows, the plan step); this side runs
     the round's plan state machine (``tracker``) on every opening, like the key

@@ -14,15 +14,16 @@ the near-duplicate counts (:func:`adopt_counts`).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
 
 from secure_fed.errors import ReleaseRefused, ScoringInvalid
+from secure_fed.secure.computation.requests import distance_request, score_request
 from secure_fed.secure.mode import SecureAggregator, UploadHandle
-from secure_fed.secure.protocol.vocabulary import Purpose, Step
+from secure_fed.secure.protocol.vocabulary import Step
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice
@@ -33,48 +34,7 @@ from secure_fed.secure.scoring.mahalanobis import (
     pooled_mahalanobis,
 )
 
-__all__ = ["PlannedAggregator", "adopt_counts", "distance_request", "score_request"]
-
-
-def score_request(
-    *,
-    round_id: int,
-    step: str,
-    participant: str,
-    roster: Sequence[str],
-    centre: Sequence[str],
-    samples: int,
-    whitening: tuple[tuple[float, ...], ...] | None,
-) -> ReleaseRequest:
-    """Build the release request of one participant's scalar score at ``step`` (both modes)."""
-    return ReleaseRequest(
-        round_id=round_id,
-        purpose=Purpose.SCORE,
-        contributors=(participant,),
-        value_kind="score",
-        shape=(1,),
-        step=step,
-        roster=tuple(roster),
-        centre=tuple(centre),
-        samples=samples,
-        whitening=whitening,
-    )
-
-
-def distance_request(
-    *, round_id: int, pair: tuple[str, str], members: Sequence[str], samples: int
-) -> ReleaseRequest:
-    """Build the release request of one pair's distance at the plan's ``copies`` step."""
-    return ReleaseRequest(
-        round_id=round_id,
-        purpose=Purpose.DISTANCE,
-        contributors=pair,
-        value_kind="score",
-        shape=(1,),
-        step=Step.COPIES,
-        roster=tuple(members),
-        samples=samples,
-    )
+__all__ = ["PlannedAggregator", "adopt_counts"]
 
 
 def adopt_counts(tracker: PlanTracker, counts: np.ndarray) -> dict[str, int]:

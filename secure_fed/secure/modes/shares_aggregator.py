@@ -24,19 +24,19 @@ from secure_fed.errors import (
     OpeningRefused,
     UploadMalformed,
 )
+from secure_fed.secure.computation.evidence import evidence_sums, open_sums, slice_fields
+from secure_fed.secure.computation.share_copies import run_copies
+from secure_fed.secure.computation.share_ops import (
+    evidence_bound,
+    weighted_share,
+)
+from secure_fed.secure.computation.share_range import check_upload
 from secure_fed.secure.mode import (
     AggregateHandle,
     UploadHandle,
     normalized_weights,
 )
-from secure_fed.secure.modes.evidence import evidence_sums, open_sums, slice_fields
 from secure_fed.secure.modes.planned import PlannedAggregator
-from secure_fed.secure.modes.share_copies import run_copies
-from secure_fed.secure.modes.share_ops import (
-    evidence_bound,
-    weighted_share,
-)
-from secure_fed.secure.modes.share_range import check_upload
 from secure_fed.secure.modes.shares_keys import (
     SharesKeys,
     _call,
@@ -294,7 +294,7 @@ class SharesAggregator(PlannedAggregator):
         Both servers compute each pair's ``D_jk`` as shares (one batch of Beaver
         products on ``x_j - x_k``), compare it with the threshold they each
         derive from the plan and sum the comparison bits per participant, all on
-        shares (:mod:`~secure_fed.secure.modes.share_copies`); only the counts
+        shares (:mod:`~secure_fed.secure.computation.share_copies`); only the counts
         are opened, to both. ``None`` when the round's plan has no ``copies`` step.
 
         Raises

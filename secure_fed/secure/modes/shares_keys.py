@@ -41,12 +41,12 @@ from secure_fed.errors import (
     SharesOpeningForged,
 )
 from secure_fed.secure.audit import AuditSink
+from secure_fed.secure.computation.share_range import RangeDealer
 from secure_fed.secure.mode import (
     AggregateHandle,
     UploadEncoder,
     UploadHandle,
 )
-from secure_fed.secure.modes.share_range import RangeDealer
 from secure_fed.secure.protocol.authority_requests import compare_request, deal_request
 from secure_fed.secure.protocol.helper_requests import (
     MAC_PUBLICATION,

@@ -18,8 +18,8 @@ from crypto.shares import (
 from secure_fed.errors import (
     OpeningRefused,
 )
-from secure_fed.secure.modes.planned import score_request
-from secure_fed.secure.modes.share_ops import (
+from secure_fed.secure.computation.requests import score_request
+from secure_fed.secure.computation.share_ops import (
     centred_difference,
     check_moment_room,
     moment_sums,

@@ -18,7 +18,7 @@ from crypto.shares import ShareLabel, ShareMacKey, deal_range_check, deal_triple
 from crypto.shares.mac import InputMaskDealer
 from crypto.shares.wire import seal_to
 from secure_fed.errors import AuthorityRequestMalformed, ReleaseRefused
-from secure_fed.secure.modes.share_range import (
+from secure_fed.secure.computation.share_range import (
     COMPARE_PARTICIPANT,
     RANGE_PARTICIPANT,
     RANGE_SPEC,

@@ -36,7 +36,7 @@ from secure_fed.errors import (
     ReleaseUnattested,
 )
 from secure_fed.secure.ckks_claims import check_claim
-from secure_fed.secure.modes.ckks_scoring import moment_matrix
+from secure_fed.secure.computation.ckks_scoring import moment_matrix
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,

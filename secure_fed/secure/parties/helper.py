@@ -4,7 +4,7 @@ The helper may learn what the aggregator learns and nothing more. It receives
 each participant's seed sealed with SM4-GCM under a key it shares with that
 participant (forwarded by the aggregator, which cannot read it), verifies the
 HMAC-SM3 tag of the share frame, and then runs the same local steps as the
-aggregator (:mod:`secure_fed.secure.modes.share_ops`) on its own shares.
+aggregator (:mod:`secure_fed.secure.computation.share_ops`) on its own shares.
 
 It is also a gatekeeper of openings, under the same
 :class:`~secure_fed.secure.release_policy.ReleasePolicy` as the key authority
@@ -27,7 +27,7 @@ Beaver openings (``x - a``) are uniformly masked and reveal nothing (Beaver,
 CRYPTO 1991). At the plan's ``copies`` step (op ``copies``) the helper computes
 each pair's distance as shares, compares it with the threshold it derives
 itself and counts on shares; only the near-duplicate counts are opened
-(:mod:`secure_fed.secure.modes.share_copies`); a distance is never opened, under
+(:mod:`secure_fed.secure.computation.share_copies`); a distance is never opened, under
 any operation. Requests and replies are
 ``helper_request`` / ``helper_reply`` frames of :mod:`secure_fed.wire`; every
 request (plan, load, range, linear, open, finish, evidence, copies) is
@@ -77,10 +77,10 @@ from secure_fed.errors import (
     UploadMalformed,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
-from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
-from secure_fed.secure.modes.share_range import (
+from secure_fed.secure.computation.share_range import (
     HelperRangeChecks,
 )
+from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
 from secure_fed.secure.parties.helper_copies import CopiesRun, Reply
 from secure_fed.secure.parties.helper_openings import OpeningsMachine, _Pending
 from secure_fed.secure.parties.registry import HelperRegistry

@@ -30,8 +30,8 @@ from crypto.shares import (
 from crypto.shares.wire import open_sealed
 from secure_fed.errors import AuthorityRequestMalformed, ScoringInvalid
 from secure_fed.secure.audit import AuditSink
-from secure_fed.secure.modes.planned import distance_request
-from secure_fed.secure.modes.share_copies import (
+from secure_fed.secure.computation.requests import distance_request
+from secure_fed.secure.computation.share_copies import (
     arithmetic_bits,
     bit_factors,
     check_distance_room,
@@ -41,7 +41,11 @@ from secure_fed.secure.modes.share_copies import (
     distance_sums,
     open_counts,
 )
-from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, HelperRangeChecks, compare_spec
+from secure_fed.secure.computation.share_range import (
+    COMPARE_PARTICIPANT,
+    HelperRangeChecks,
+    compare_spec,
+)
 from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.protocol.helper_requests import CopiesRequest, DistanceAsk
 from secure_fed.secure.protocol.vocabulary import (

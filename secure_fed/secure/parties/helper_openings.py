@@ -29,8 +29,8 @@ from secure_fed.errors import (
     AuthorityRequestMalformed,
     SharesOpeningForged,
 )
-from secure_fed.secure.modes.evidence import evidence_sums, open_sums
-from secure_fed.secure.modes.share_ops import (
+from secure_fed.secure.computation.evidence import evidence_sums, open_sums
+from secure_fed.secure.computation.share_ops import (
     CODEC,
     centred_difference,
     check_moment_room,

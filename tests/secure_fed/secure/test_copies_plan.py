@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from secure_fed.errors import DecryptionRefused, ModeSetupInvalid, ScoringInvalid
-from secure_fed.secure.modes.planned import adopt_counts, distance_request
+from secure_fed.secure.computation.requests import distance_request
+from secure_fed.secure.modes.planned import adopt_counts
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleasePolicy, ReleaseRequest
 from secure_fed.secure.scoring.evidence import near_duplicates, pairwise_distances

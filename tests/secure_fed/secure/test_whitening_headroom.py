@@ -21,8 +21,8 @@ import pytest
 from crypto.ckks.aggregate import max_score_gain
 from crypto.ckks.presets import CKKS_SCORING
 from crypto.errors import ParameterInvalid
+from secure_fed.secure.computation import ckks_scoring
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes import ckks_scoring
 from secure_fed.secure.scoring.mahalanobis import (
     PlainBackend,
     ScoringConfig,

@@ -13,10 +13,10 @@ from secure_fed.errors import (
     UnknownMode,
     UploadMalformed,
 )
+from secure_fed.secure.computation.share_ops import score_plan
 from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import AggregationMode
 from secure_fed.secure.modes.ckks import CkksAggregator, CkksEncoder, CkksKeys
-from secure_fed.secure.modes.share_ops import score_plan
 from secure_fed.secure.parties.central_dp import CentralDP
 from secure_fed.secure.protocol.codecs import split_parts
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig

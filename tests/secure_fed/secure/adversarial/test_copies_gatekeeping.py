@@ -24,8 +24,8 @@ from crypto.ckks import EncryptedMatrix, Layout
 from secure_fed.errors import AuthorityRequestMalformed, DecryptionRefused, ServerRequestReplayed
 from secure_fed.federation.decisions import KeepAll
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.computation.evidence import ckks_pair_distance
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.evidence import ckks_pair_distance
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.wire import KEY_AUTHORITY_REPLY, KEY_AUTHORITY_REQUEST, decode_array, decode_frame

@@ -32,13 +32,13 @@ from secure_fed.errors import (
     SharesOpeningForged,
 )
 from secure_fed.secure.audit import MemoryAuditSink
-from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.evidence import (
+from secure_fed.secure.computation.evidence import (
     ckks_evidence,
     integer_mask,
     share_evidence,
     slice_fields,
 )
+from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.recompute import SignedRequestEvidence, recompute_requests
 from secure_fed.secure.scoring.evidence import EvidenceSlice, plain_evidence

@@ -27,8 +27,8 @@ from crypto.shares.mac import MacOpening
 from crypto.shares.wire import open_sealed
 from secure_fed.errors import SharesOpeningForged
 from secure_fed.secure.audit import MemoryAuditSink
-from secure_fed.secure.modes.evidence import evidence_sums
-from secure_fed.secure.modes.share_ops import weighted_share
+from secure_fed.secure.computation.evidence import evidence_sums
+from secure_fed.secure.computation.share_ops import weighted_share
 from tests.secure_fed.secure.adversarial.test_evidence_gatekeeping import Round as EvidenceRound
 from tests.secure_fed.secure.conftest import C, N
 from tests.secure_fed.secure.helpers import BOUND, population

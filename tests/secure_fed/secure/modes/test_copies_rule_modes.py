@@ -30,9 +30,9 @@ import pytest
 from secure_fed.errors import ScoringInvalid
 from secure_fed.evaluation.adaptive import RoundView, forge
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.computation.requests import score_request
+from secure_fed.secure.computation.share_copies import copies_threshold as shares_threshold
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.planned import score_request
-from secure_fed.secure.modes.share_copies import copies_threshold as shares_threshold
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import (

@@ -10,7 +10,7 @@ from crypto.errors import CryptoError
 from crypto.shares.additive import split
 from crypto.shares.codec import RING_PREDICTIONS
 from secure_fed.errors import AuthorityRequestMalformed, ScoringInvalid
-from secure_fed.secure.modes.evidence import (
+from secure_fed.secure.computation.evidence import (
     ckks_evidence,
     ckks_pair_distance,
     evidence_sums,

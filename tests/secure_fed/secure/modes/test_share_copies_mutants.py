@@ -1,6 +1,6 @@
 """The shares-mode copies step's arithmetic and guards, value by value.
 
-Each case pins a line of :mod:`secure_fed.secure.modes.share_copies` that the
+Each case pins a line of :mod:`secure_fed.secure.computation.share_copies` that the
 end-to-end copies tests pass through without looking at: the exact room of the
 64-bit ring for pair distances, the typical distance for two participants or
 small scores, ring arithmetic (mod ``2^64``) whatever integer container the
@@ -21,8 +21,7 @@ from secure_fed.errors import (
     OpeningRefused,
     ScoringInvalid,
 )
-from secure_fed.secure.mode import UploadHandle
-from secure_fed.secure.modes.share_copies import (
+from secure_fed.secure.computation.share_copies import (
     _beaver,
     _request,
     arithmetic_bits,
@@ -35,6 +34,7 @@ from secure_fed.secure.modes.share_copies import (
     run_copies,
     typical_distance,
 )
+from secure_fed.secure.mode import UploadHandle
 from secure_fed.secure.modes.shares import SharesAggregator, SharesKeys
 from secure_fed.secure.parties.key_authority import deal_request
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan

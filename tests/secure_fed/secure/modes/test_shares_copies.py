@@ -16,8 +16,7 @@ from crypto.shares import RING_PREDICTIONS, deal_triples, secure_multiply, split
 from crypto.shares.prg import ShareLabel
 from crypto.shares.wire import ShareMacKey
 from secure_fed.errors import AuthorityRequestMalformed, ModeSetupInvalid, ScoringInvalid
-from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.share_copies import (
+from secure_fed.secure.computation.share_copies import (
     arithmetic_bits,
     bit_factors,
     check_distance_room,
@@ -30,6 +29,7 @@ from secure_fed.secure.modes.share_copies import (
     open_counts,
     pair_indices,
 )
+from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.parties.key_authority import compare_request
 from secure_fed.secure.release_plan import PlanTracker, ReleasePlan
 from secure_fed.secure.scoring.evidence import (

@@ -31,8 +31,8 @@ from secure_fed.errors import (
     UploadOutOfRange,
 )
 from secure_fed.secure.audit import MemoryAuditSink
+from secure_fed.secure.computation.share_range import COMPARE_PARTICIPANT, compare_spec
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, compare_spec
 from secure_fed.secure.parties.key_authority import KeyAuthority, compare_request
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.release_policy import DecryptionRecord

@@ -23,7 +23,7 @@ import pytest
 from crypto.shares import ShareBundle, ShareLabel, ShareMacKey
 from crypto.sm import SM4GCM
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, UploadMalformed
-from secure_fed.secure.modes.share_ops import CODEC
+from secure_fed.secure.computation.share_ops import CODEC
 from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.parties.helper import seal_key
 from secure_fed.secure.scoring.mahalanobis import ScoreReport

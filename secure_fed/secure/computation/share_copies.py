@@ -61,8 +61,8 @@ from crypto.shares import (
 )
 from crypto.shares.linear import sum_axis
 from secure_fed.errors import AuthorityRequestMalformed, OpeningRefused, ScoringInvalid
-from secure_fed.secure.modes.share_ops import CODEC
-from secure_fed.secure.modes.share_range import COMPARE_PARTICIPANT, compare_spec
+from secure_fed.secure.computation.share_ops import CODEC
+from secure_fed.secure.computation.share_range import COMPARE_PARTICIPANT, compare_spec
 from secure_fed.secure.protocol.vocabulary import HelperOp, Key, Step
 from secure_fed.secure.release_plan import PlanTracker
 from secure_fed.wire import HELPER_REPLY, decode_frame

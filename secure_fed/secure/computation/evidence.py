@@ -41,7 +41,7 @@ from crypto.ckks import EncryptedMatrix, Layout
 from crypto.ckks.aggregate import score_factor
 from crypto.shares.codec import RING_PREDICTIONS
 from secure_fed.errors import ScoringInvalid
-from secure_fed.secure.modes import ckks_scoring
+from secure_fed.secure.computation import ckks_scoring
 from secure_fed.secure.protocol.codecs import slice_fields, slice_from_fields
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 
