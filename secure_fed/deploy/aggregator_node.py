@@ -25,8 +25,11 @@ the nodes; this module holds the bookkeeping a deployment adds:
   replies say failed (``helper unavailable: DEPLOY_PARTY_UNAVAILABLE ...``)
   before the engine's count.
 
-Round ids run from 1 to ``federation.rounds``; an aborted round is not
-retried (the distillation schedules are indexed by round id).
+Round ids run from 1 upwards and are never reused. A round aborted for an
+infrastructure failure only (:func:`is_infrastructure_failure`) may be run
+again as a new round with the next id, up to ``[federation] max_retries``
+times (:meth:`AggregatorNode.record_retry` audits ``round.retried``); the
+aborted round stays aborted. Any other abort is final for its round.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +84,14 @@ from secure_fed.secure.deployment import SecureDeployment
 from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.scoring.mahalanobis import ScoringConfig
 
-__all__ = ["PARTICIPANT_DROPPED", "AggregatorNode", "PublishedRound"]
+__all__ = [
+    "INFRASTRUCTURE_FAILURES",
+    "PARTICIPANT_DROPPED",
+    "ROUND_RETRIED",
+    "AggregatorNode",
+    "PublishedRound",
+    "is_infrastructure_failure",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -89,6 +99,40 @@ PARTICIPANT_DROPPED = register_event(
     "participant.dropped",
     "A participant's node did not answer a round before its timeout; the round went on without it.",
 ).name
+
+ROUND_RETRIED = register_event(
+    "round.retried",
+    "A round aborted for an infrastructure failure is run again as a new round with the next id.",
+).name
+
+#: A participant's remote budget gate could not reach the budget API (its node's code).
+_BUDGET_UNAVAILABLE = "DEPLOY_BUDGET_SERVICE_UNAVAILABLE"
+
+#: Codes of an infrastructure failure: a party service, or a participant's budget API,
+#: that could not be reached (down, timed out, TLS handshake failed).
+INFRASTRUCTURE_FAILURES = frozenset({PartyUnavailable.code, _BUDGET_UNAVAILABLE})
+
+
+def is_infrastructure_failure(codes: Iterable[str | None]) -> bool:
+    """Whether a round that aborted with ``codes`` failed for infrastructure only (may be retried).
+
+    ``codes`` are the typed error codes of what made the round abort: the single
+    error of the aggregator's own request that failed (opening the round, or
+    finishing it: a key authority, helper or verifier request), or, for a round
+    with too few uploads, one per missing upload (the node's reply code, the
+    aggregator's refusal code, ``None`` for a node that sent nothing in time).
+
+    True when at least one code is in :data:`INFRASTRUCTURE_FAILURES` and every
+    other is ``None``. False as soon as any other code is there: a refused plan,
+    a policy violation, an invalid or forged upload, a MAC failure, a party that
+    answered nonsense (``DEPLOY_PARTY_REPLY_INVALID``) or any other refusal is
+    never retried automatically; nor is a round whose uploads merely did not
+    come (no code at all).
+    """
+    seen = list(codes)
+    return any(c in INFRASTRUCTURE_FAILURES for c in seen) and all(
+        c is None or c in INFRASTRUCTURE_FAILURES for c in seen
+    )
 
 
 def _read_key(path: Path | None, passphrase_file: Path | None, field: str) -> SM2PrivateKey:
@@ -173,6 +217,10 @@ class AggregatorNode:
         self.settings = settings_of(config.federation)
         #: Per round, why uploads did not count: a dropout's or a refusal's reason.
         self._missed: dict[int, list[str]] = {}
+        #: Per round, the typed code of each missing upload (None: no code known).
+        self._missed_codes: dict[int, list[str | None]] = {}
+        #: Aborted rounds run again (read back from the audit log when it is the ledger's).
+        self._retried: set[int] = set()
 
     def parties(self) -> dict[str, str]:
         """Return the party services' base URLs in ``server.toml``, by party name."""
@@ -230,6 +278,11 @@ class AggregatorNode:
     def record_refusal(self, round_id: int, error: SecureFedError) -> None:
         """Remember that an upload of ``round_id`` was refused with ``error``."""
         self._missed.setdefault(round_id, []).append(f"{error.code}: {error.message}")
+        self._missed_codes.setdefault(round_id, []).append(error.code)
+
+    def missed_codes(self, round_id: int) -> list[str | None]:
+        """Return the typed code of each upload of ``round_id`` that did not count."""
+        return list(self._missed_codes.get(round_id, []))
 
     @classmethod
     def open(
@@ -403,18 +456,87 @@ class AggregatorNode:
             max_weight=f.weight_cap(),
         )
 
-    def record_dropout(self, round_id: int, participant_id: str, reason: str) -> None:
-        """Record that ``participant_id`` sent nothing usable in round ``round_id``."""
+    def record_dropout(
+        self, round_id: int, participant_id: str, reason: str, *, code: str | None = None
+    ) -> None:
+        """Record that ``participant_id`` sent nothing usable in round ``round_id``.
+
+        ``code`` is the node's own typed code when it said why (None otherwise).
+        """
         self.audit.record(
             PARTICIPANT_DROPPED,
             {"round": round_id, "participant": participant_id, "reason": reason},
         )
         self._missed.setdefault(round_id, []).append(reason)
+        self._missed_codes.setdefault(round_id, []).append(code)
         _log.warning("round %d: %s dropped out: %s", round_id, participant_id, reason)
 
+    def record_retry(self, round_id: int, *, retries: int, reason: str, attempt: int) -> None:
+        """Audit that round ``round_id`` runs aborted round ``retries`` again (``round.retried``).
 
-#: A participant's remote budget gate could not reach the budget API (its node's code).
-_BUDGET_UNAVAILABLE = "DEPLOY_BUDGET_SERVICE_UNAVAILABLE"
+        ``attempt`` counts the retries of the federation so far, this one included.
+        """
+        self._retried.add(retries)
+        self.audit.record(
+            ROUND_RETRIED,
+            {
+                "round": round_id,
+                "retries": retries,
+                "reason": reason,
+                "attempt": attempt,
+                "namespace": self.config.namespace,
+            },
+        )
+        _log.warning("round %d runs again aborted round %d (retry %d)", round_id, retries, attempt)
+
+    def retried_rounds(self) -> set[int]:
+        """Ids of the aborted rounds of this namespace that a later round ran again."""
+        if not isinstance(self.audit, LedgerAuditSink):
+            return set(self._retried)
+        query = select(AuditEntryRow.entry).where(AuditEntryRow.event == ROUND_RETRIED)
+        with Session(self.audit.engine) as session:
+            entries = session.execute(query).scalars().all()
+        found = set()
+        for entry in entries:
+            try:
+                fields = json.loads(bytes(entry)).get("fields", {})
+            except (ValueError, AttributeError):
+                continue
+            if fields.get("namespace") == self.config.namespace and isinstance(
+                fields.get("retries"), int
+            ):
+                found.add(fields["retries"])
+        return found
+
+    def rounds_left(self) -> int:
+        """How many of ``federation.rounds`` are still to run (retried rounds do not count).
+
+        A stored round that ended (published or aborted) counts, unless a later
+        round ran it again.
+        """
+        store, retried = self.engine.store, self.retried_rounds()
+        ended = 0
+        for rid in range(1, (store.last_round_id() or 0) + 1):
+            state = store.load(rid)
+            if state is not None and rid not in retried:
+                ended += state.stage in (Stage.PUBLISHED, Stage.ABORTED)
+        return max(0, self.config.federation.rounds - ended)
+
+    def published_rounds(self) -> int:
+        """How many rounds of this namespace's store were published."""
+        store = self.engine.store
+        found = (store.load(rid) for rid in range(1, (store.last_round_id() or 0) + 1))
+        return sum(1 for state in found if state is not None and state.stage is Stage.PUBLISHED)
+
+    def party_url(self, reason: str) -> str | None:
+        """Return the base URL of the party service ``reason`` says failed (None: not one)."""
+        party = self.failed_party(reason)
+        if party is None:
+            return None
+        name = party.split(" unavailable:")[0].split(" answered")[0]
+        return self.parties().get(name)
+
+
 #: Codes of a party service that failed (not one that refused): the transport's, the budget's.
 _PARTY_FAILURES = (PartyUnavailable.code, PartyReplyInvalid.code, _BUDGET_UNAVAILABLE)
 

@@ -29,6 +29,9 @@ are taken from the file's folder. Format::
     evidence_rows = 100              # built-in tasks only: rows of each round's slice
     insecure_seeded_slice = false    # true: the slice's key follows from the seed --
                                      # PREDICTABLE by every participant (tests only)
+    max_retries = 3                  # aggregator only: rounds run again after an
+                                     # infrastructure failure (0: never), in [0, 100]
+    retry_delay = 5                  # seconds before the first retry (doubles, at most 60)
 
     [public]
     sm3 = "<64 hex>"                 # SM3 of the public set every node must hold
@@ -134,6 +137,10 @@ class ServerConfig:
     insecure_seeded_slice: bool = False
     #: The verifier service (ckks mode; ``""``: none configured).
     verifier_url: str = ""
+    #: Rounds run again after an infrastructure failure (``[federation] max_retries``).
+    max_retries: int = 3
+    #: Seconds before the first retry; doubled before each later check, at most 60.
+    retry_delay: float = 5.0
 
 
 def load_server_config(path: str | Path) -> ServerConfig:
@@ -182,6 +189,8 @@ def load_server_config(path: str | Path) -> ServerConfig:
         receipts_required=_flag(f, "receipts.required", default=mode != "plaintext"),
         receipt_public_key=f.path_of("receipts.public_key", optional=True),
         insecure_seeded_slice=_flag(f, "federation.insecure_seeded_slice", default=False),
+        max_retries=f.integer("federation.max_retries", low=0, high=100, default=3),
+        retry_delay=f.number("federation.retry_delay", low=0, high=3600, default=5.0),
     )
 
 

@@ -26,9 +26,14 @@ What it does, in order:
    publishes while at least ``min_participants`` uploads were accepted, else it
    aborts). In ckks mode the aggregator forwards each envelope it accepted to the
    verifier and obtains the verifier's attestation before each decryption request
-   (``[parties] verifier_url``; a refusal aborts the round). A round that cannot even
-   open (the key authority or helper is down) ends the run: every later round would
-   fail alike; run again once the party is back (the round was never stored, so it runs then);
+   (``[parties] verifier_url``; a refusal aborts the round). A round aborted for an
+   infrastructure failure only (a party service or the participants' budget API could
+   not be reached: :func:`~secure_fed.deploy.aggregator_node.is_infrastructure_failure`)
+   is run again as a new round with the next id, after a wait that doubles from
+   ``[federation] retry_delay`` up to 60 s while the failed party's ``/healthz`` does
+   not answer (``round.retried``), at most ``[federation] max_retries`` times over the
+   federation; a retried round does not count against ``federation.rounds``. Any other
+   abort (a refusal, an invalid upload, too few uploads without such a cause) is final;
 4. sends the last round's publication to every node that answered it, which
    distills; after a restart with no round left to run, the publication read
    back in step 1 goes out alone.
@@ -37,6 +42,10 @@ The first round after a restart carries the read-back publication to the
 nodes whose uploads that round accepted (the store keeps those, not every
 node that answered). A node distills a round's publication at most once: a
 copy it already distilled is acknowledged, nothing more.
+
+When fewer rounds than ``federation.rounds`` were published at the end (a round
+lost to a final abort, or the retries exhausted: then nothing more runs), the run
+ends with :class:`RoundsNotPublished`; Flower marks the run ``finished:failed``.
 
 No protocol logic lives here: the handlers decide; this module moves bytes.
 """
@@ -53,7 +62,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from secure_fed.deploy.aggregator_node import AggregatorNode
+from secure_fed.deploy.aggregator_node import AggregatorNode, is_infrastructure_failure
 from secure_fed.deploy.config_errors import ServerConfigInvalid
 from secure_fed.deploy.flower.messages import (
     HELLO,
@@ -64,10 +73,12 @@ from secure_fed.deploy.flower.messages import (
     unpack_json,
 )
 from secure_fed.deploy.server_config import load_server_config
-from secure_fed.errors import SecureFedError, TooFewParticipants
+from secure_fed.errors import DeploymentFailed, SecureFedError, TooFewParticipants
 
 __all__ = [
+    "MAX_RETRY_WAIT",
     "Outcome",
+    "RoundsNotPublished",
     "app",
     "make_server_app",
     "resumed",
@@ -82,6 +93,30 @@ POLL_SECONDS = 0.5
 
 #: Seconds after which a node that has not answered ``HELLO`` is asked again.
 HELLO_RETRY_SECONDS = 30.0
+
+#: The longest single wait before a retried round (the wait doubles up to it).
+MAX_RETRY_WAIT = 60.0
+
+#: Health checks of the failed party before a retried round runs anyway.
+RETRY_PROBES = 6
+
+
+class RoundsNotPublished(DeploymentFailed):
+    """A federation run ended with fewer published rounds than ``federation.rounds``.
+
+    The message says how many of how many were published and how each round of
+    the run ended; ``published``, ``wanted`` and ``outcomes`` hold the same.
+    """
+
+    code = "DEPLOY_ROUNDS_NOT_PUBLISHED"
+
+    def __init__(self, *, published: int, wanted: int, outcomes: dict[int, str], why: str) -> None:
+        self.published, self.wanted, self.outcomes = published, wanted, dict(outcomes)
+        ended = "; ".join(f"round {rid}: {text}" for rid, text in outcomes.items())
+        super().__init__(
+            f"{published} of {wanted} configured rounds published ({why})"
+            + (f"; {ended}" if ended else "")
+        )
 
 
 def run_config_file(context: Context) -> Path:
@@ -117,25 +152,99 @@ def make_server_app(config_file: Callable[[Context], Path] = run_config_file) ->
 app = make_server_app()
 
 
-def run_federation(grid: Grid, node: AggregatorNode) -> dict[int, str]:
-    """Run every round still to run; return ``{round id: published | aborted: reason}``."""
+def run_federation(
+    grid: Grid,
+    node: AggregatorNode,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    probe: Callable[[str], bool] | None = None,
+) -> dict[int, str]:
+    """Run the rounds still to run; return ``{round id: published | aborted: reason}``.
+
+    A round aborted for an infrastructure failure is run again as the next
+    round id (see the module docstring), after ``sleep`` waits; ``probe(url)``
+    checks the failed party's health (default: ``GET <url>/healthz``).
+
+    Raises
+    ------
+    RoundsNotPublished
+        When fewer than ``federation.rounds`` rounds were published at the end;
+        after the retries are exhausted, no further round runs.
+    """
     for rid in node.abort_unfinished():
         _log.warning("round %d was left unfinished and is aborted", rid)
     last = resumed(node)
+    carried = last  # the newest published round, carried to the next round's nodes
     members = discover(grid, node)
     outcomes: dict[int, str] = {}
-    for rid in node.next_round_ids():
-        last = run_round(grid, node, members, rid, previous=last)
+    left, retried = node.rounds_left(), len(node.retried_rounds())
+    rid = node.engine.store.last_round_id() or 0
+    exhausted = ""
+    while left > 0:
+        rid += 1
+        last = run_round(grid, node, members, rid, previous=carried)
         outcomes[rid] = last.text
         _log.info("round %d: %s", rid, last.text)
-        if not last.opened:  # a party is down: every later round would fail alike
-            _log.warning("the run stops: round %d could not open; run again once fixed", rid)
+        if last.publication is not None:
+            carried = last
+        if last.cause is None:  # published, or aborted for good: the round counts
+            left -= 1
+            continue
+        if retried >= node.config.max_retries:
+            exhausted = f"round {rid} was not retried: {node.config.max_retries} retries used"
+            _log.error("the run stops: %s", exhausted)
             break
+        retried += 1
+        _await_recovery(node, last.cause, retried, sleep=sleep, probe=probe)
+        node.record_retry(rid + 1, retries=rid, reason=last.cause, attempt=retried)
     if last.publication is not None:
         acks = send_publication(grid, node, members, last)
         _log.info("%d of %d nodes acknowledged the last publication", acks, len(last.answered))
     getattr(node.audit, "sign_pending", lambda: None)()  # the run ends: every entry under a head
+    published, wanted = node.published_rounds(), node.config.federation.rounds
+    if published < wanted:
+        raise RoundsNotPublished(
+            published=published,
+            wanted=wanted,
+            outcomes=outcomes,
+            why=exhausted or "a round aborted for a cause that is not retried",
+        )
     return outcomes
+
+
+def _await_recovery(
+    node: AggregatorNode,
+    cause: str,
+    attempt: int,
+    *,
+    sleep: Callable[[float], None],
+    probe: Callable[[str], bool] | None,
+) -> None:
+    """Wait before retry ``attempt``: ``retry_delay`` doubled per attempt, at most 60 s.
+
+    When the failed party is one of ``[parties]``, its health is checked after
+    each wait and the wait doubles again while it does not answer, at most
+    ``RETRY_PROBES`` times; the retry runs then anyway (and may fail alike).
+    """
+    delay = min(node.config.retry_delay * 2 ** (attempt - 1), MAX_RETRY_WAIT)
+    url = node.party_url(cause)
+    check = probe or _health_probe(node)
+    for _ in range(RETRY_PROBES if url else 1):
+        _log.warning("waiting %.1f s before retry %d (%s)", delay, attempt, cause)
+        sleep(delay)
+        if url is None or check(url):
+            return
+        delay = min(delay * 2, MAX_RETRY_WAIT)
+    _log.warning("%s still does not answer its health check; the round is retried anyway", url)
+
+
+def _health_probe(node: AggregatorNode) -> Callable[[str], bool]:
+    """``GET <url>/healthz`` with the aggregator's TLS files of ``[parties]``."""
+    from secure_fed.deploy.supervisor import http_ready
+
+    c = node.config
+    cert = (c.client_cert, c.client_key) if c.client_cert and c.client_key else None
+    return lambda url: http_ready(f"{url}/healthz", ca_file=c.ca_file, client_cert=cert)()
 
 
 @dataclass(frozen=True)
@@ -143,12 +252,15 @@ class Outcome:
     """How a round ended: its text, its publication (None unless published), who answered.
 
     ``opened`` is False when the round could not even open (a party is down).
+    ``cause`` is the abort reason when the round aborted for an infrastructure
+    failure only (it is retried), else None.
     """
 
     text: str
     publication: bytes | None
     answered: frozenset[str]
     opened: bool = True
+    cause: str | None = None
 
 
 def resumed(node: AggregatorNode) -> Outcome:
@@ -258,7 +370,7 @@ def run_round(
         config = node.handler.open_round(node.round_config(rid))
     except SecureFedError as exc:  # e.g. the key authority is down: no round to collect for
         node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
-        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset(), opened=False)
+        return _aborted(f"aborted: {exc}", [exc.code], opened=False)
     plan = list(node.config.federation.participant_ids or ())
     by_node = {n: pid for pid, n in members.items()}
     answered: set[str] = set()
@@ -286,11 +398,17 @@ def run_round(
     try:
         publication = node.handler.finish_round(rid)
     except TooFewParticipants as exc:  # the engine aborted the round itself
-        return Outcome(text=f"aborted: {exc.message}", publication=None, answered=frozenset())
+        return _aborted(f"aborted: {exc.message}", node.missed_codes(rid))
     except SecureFedError as exc:  # a party refused or failed: nothing is published
         node.abort_round(rid, reason=f"{exc.code}: {exc.message}")
-        return Outcome(text=f"aborted: {exc}", publication=None, answered=frozenset())
+        return _aborted(f"aborted: {exc}", [exc.code])
     return Outcome(text="published", publication=publication, answered=frozenset(answered))
+
+
+def _aborted(text: str, codes: list[str | None], *, opened: bool = True) -> Outcome:
+    """Return an aborted round's outcome, with ``cause`` when ``codes`` say infrastructure."""
+    cause = text.removeprefix("aborted: ") if is_infrastructure_failure(codes) else None
+    return Outcome(text=text, publication=None, answered=frozenset(), opened=opened, cause=cause)
 
 
 def _carried(previous: Outcome | None, pid: str) -> bytes | None:
@@ -331,8 +449,12 @@ def _take_upload(node: AggregatorNode, rid: int, pid: str, reply: Message) -> No
         node.record_dropout(rid, pid, f"malformed reply: {exc.message}")
         return
     if envelope is None:
+        code = fields.get("code")
         node.record_dropout(
-            rid, pid, f"sent no upload: {fields.get('code')}: {fields.get('reason')}"
+            rid,
+            pid,
+            f"sent no upload: {code}: {fields.get('reason')}",
+            code=code if isinstance(code, str) else None,
         )
         return
     try:
