@@ -608,7 +608,8 @@ class Supervisor:
             time=time.time(),
             busy=busy,
         )
-        logger.warning(
+        logger.log(
+            logging.INFO if self.on_restart is not None else logging.WARNING,  # said there
             "%s %s: restarting it in %g s (restart %d of at most %d within %g s%s)",
             record.process, record.exit, delay, attempt, policy.max_restarts, policy.window,
             "; its peer still holds its place: not counted again" if busy else "",

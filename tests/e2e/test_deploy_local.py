@@ -8,7 +8,8 @@ and the command must exit 130. A ckks run shows the key authority's decryptions 
 console and the report while its services are up, prints its result on standard
 output, and the recomputation it names passes on the run folder. The ckks run has its
 verifier (a process of its own): every decryption request the key authority served was
-attested first, in the verifier's own audit log.
+attested first, in the verifier's own audit log. A helper killed outright mid-run is
+restarted by the supervisor and the run goes on to publish.
 """
 
 from __future__ import annotations
@@ -240,15 +241,22 @@ def _pid_of(tree: set[int], *words: str) -> int:
     raise AssertionError(f"no process {words} in {tree}")
 
 
-def test_a_helper_killed_mid_run_ends_the_command_with_its_log_and_the_rounds_it_cost(
+def test_a_helper_killed_mid_run_is_restarted_and_the_run_goes_on_to_publish(
     tmp_path: Path,
 ) -> None:
-    err, run_dir = tmp_path / "stderr.txt", tmp_path / "run"
-    with err.open("wb") as sink:
+    """The helper is killed outright while round 1 collects; the supervisor restarts it.
+
+    It reopens its state directory and the federation keeps running: the rounds after
+    the killed one publish (the killed one publishes or aborts, nothing in between),
+    standard error says the restart, the result names it, ``supervisor.jsonl`` holds it,
+    and nothing is left running after ``--exit``.
+    """
+    out, err, run_dir = tmp_path / "stdout.txt", tmp_path / "stderr.txt", tmp_path / "run"
+    with out.open("wb") as out_sink, err.open("wb") as sink:
         command = subprocess.Popen(
             [*CLI, "deploy", "local", "--participants", "2", "--mode", "shares",
              "--rounds", "2", "--exit", "--run-dir", str(run_dir)],
-            env=ENV, stdout=subprocess.DEVNULL, stderr=sink, cwd=tmp_path,
+            env=ENV, stdout=out_sink, stderr=sink, cwd=tmp_path,
         )  # fmt: skip
         try:
             wait_for_text(err, "services up", timeout=300, proc=command)
@@ -257,18 +265,24 @@ def test_a_helper_killed_mid_run_ends_the_command_with_its_log_and_the_rounds_it
             tree = descendants(command.pid)
             helper = _pid_of(tree, "helper", "serve")
             os.kill(helper, signal.SIGKILL)
-            status = command.wait(timeout=300)
+            status = command.wait(timeout=900)
+            tree |= descendants(command.pid) if command.poll() is None else set()
         finally:
             if command.poll() is None:
                 command.kill()
-    text = err.read_text()
-    assert status == 1, text
-    log = run_dir / "logs" / "helper.log"
-    quoted = text.split(f"end of {log}:\n", 1)[1].split("\nerror: ", 1)[0].splitlines()
-    assert quoted and quoted == log.read_text().splitlines()[-len(quoted) :], text
-    error = next(line for line in text.splitlines() if line.startswith("error: "))
-    assert error.startswith("error: [DEPLOY_PROCESS_FAILED] helper killed by SIGKILL"), text
-    assert "rounds not published: round 1: " in error and "round 2: " in error, text
-    assert "round 1: never opened" not in error, text  # it was under way
-    assert f"log {log}, last {len(quoted)} lines quoted" in error, text
+    text, result = err.read_text(), out.read_text()
+    assert "helper killed by SIGKILL: restarting it in 0.5 s (restart 1;" in text, text
+    assert "DEPLOY_PROCESS_FAILED" not in text, text
+    records = [json.loads(line) for line in (run_dir / "supervisor.jsonl").read_text().splitlines()]
+    assert [(r["process"], r["exit"], r["attempt"]) for r in records] == [
+        ("helper", "killed by SIGKILL", 1)
+    ], records
+    assert "helper restarted once (killed by SIGKILL)" in result.splitlines(), result
+    stages = re.findall(r"^(\d+) {2,}(\w+) ", result, re.M)  # the rows of Rounds
+    assert ("2", "published") in stages, result  # the run went on past the killed round
+    assert dict(stages).get("1") in ("published", "aborted"), result
+    if dict(stages)["1"] == "published":
+        assert status == 0 and result.startswith("2 of 2 rounds published"), (status, result)
+    else:  # aborted (and perhaps run again as round 3): the report says what was lost
+        assert status == 0 or "[DEPLOY_ROUNDS_LOST]" in text, (status, text)
     assert not survivors(tree), (survivors(tree), text)
