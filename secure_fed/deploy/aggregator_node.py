@@ -219,8 +219,8 @@ class AggregatorNode:
         self._missed: dict[int, list[str]] = {}
         #: Per round, the typed code of each missing upload (None: no code known).
         self._missed_codes: dict[int, list[str | None]] = {}
-        #: Aborted rounds run again (read back from the audit log when it is the ledger's).
-        self._retried: set[int] = set()
+        #: (new, aborted) round ids of the retries (read back from a ledger audit log instead).
+        self._retried: set[tuple[int, int]] = set()
 
     def parties(self) -> dict[str, str]:
         """Return the party services' base URLs in ``server.toml``, by party name."""
@@ -476,7 +476,7 @@ class AggregatorNode:
 
         ``attempt`` counts the retries of the federation so far, this one included.
         """
-        self._retried.add(retries)
+        self._retried.add((round_id, retries))
         self.audit.record(
             ROUND_RETRIED,
             {
@@ -489,37 +489,47 @@ class AggregatorNode:
         )
         _log.warning("round %d runs again aborted round %d (retry %d)", round_id, retries, attempt)
 
-    def retried_rounds(self) -> set[int]:
-        """Ids of the aborted rounds of this namespace that a later round ran again."""
+    def _retries(self) -> list[tuple[int, int]]:
+        """Return ``(new round, aborted round)`` of each ``round.retried`` of this namespace."""
         if not isinstance(self.audit, LedgerAuditSink):
-            return set(self._retried)
+            return sorted(self._retried)
         query = select(AuditEntryRow.entry).where(AuditEntryRow.event == ROUND_RETRIED)
         with Session(self.audit.engine) as session:
             entries = session.execute(query).scalars().all()
-        found = set()
+        found = []
         for entry in entries:
             try:
                 fields = json.loads(bytes(entry)).get("fields", {})
             except (ValueError, AttributeError):
                 continue
-            if fields.get("namespace") == self.config.namespace and isinstance(
-                fields.get("retries"), int
-            ):
-                found.add(fields["retries"])
+            new, old = fields.get("round"), fields.get("retries")
+            if fields.get("namespace") == self.config.namespace and isinstance(old, int):
+                found.append((new if isinstance(new, int) else old, old))
         return found
+
+    def retried_rounds(self) -> set[int]:
+        """Ids of the aborted rounds of this namespace that a later round ran again."""
+        return {old for _, old in self._retries()}
+
+    def last_round_id(self) -> int:
+        """Return the newest round id used: stored, or given to a retry (maybe never opened)."""
+        stored = self.engine.store.last_round_id() or 0
+        return max([stored, *(new for new, _ in self._retries())])
 
     def rounds_left(self) -> int:
         """How many of ``federation.rounds`` are still to run (retried rounds do not count).
 
-        A stored round that ended (published or aborted) counts, unless a later
+        A published round counts, and so does an aborted one unless a later
         round ran it again.
         """
         store, retried = self.engine.store, self.retried_rounds()
         ended = 0
         for rid in range(1, (store.last_round_id() or 0) + 1):
             state = store.load(rid)
-            if state is not None and rid not in retried:
-                ended += state.stage in (Stage.PUBLISHED, Stage.ABORTED)
+            if state is None:
+                continue
+            published = state.stage is Stage.PUBLISHED
+            ended += published or (state.stage is Stage.ABORTED and rid not in retried)
         return max(0, self.config.federation.rounds - ended)
 
     def published_rounds(self) -> int:

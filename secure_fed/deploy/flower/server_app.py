@@ -29,10 +29,12 @@ What it does, in order:
    (``[parties] verifier_url``; a refusal aborts the round). A round aborted for an
    infrastructure failure only (a party service or the participants' budget API could
    not be reached: :func:`~secure_fed.deploy.aggregator_node.is_infrastructure_failure`)
-   is run again as a new round with the next id, after a wait that doubles from
-   ``[federation] retry_delay`` up to 60 s while the failed party's ``/healthz`` does
-   not answer (``round.retried``), at most ``[federation] max_retries`` times over the
-   federation; a retried round does not count against ``federation.rounds``. Any other
+   is run again as a new round with the next id (``round.retried``) after a wait that
+   doubles from ``[federation] retry_delay`` up to 60 s per attempt; an attempt whose
+   wait ends with the failed party's ``/healthz`` still not answering opens nothing. At
+   most ``[federation] max_retries`` attempts over the federation (a restarted ServerApp
+   counts the rounds already run again); a retried round does not count against
+   ``federation.rounds``. Any other
    abort (a refusal, an invalid upload, too few uploads without such a cause) is final;
 4. sends the last round's publication to every node that answered it, which
    distills; after a restart with no round left to run, the publication read
@@ -96,9 +98,6 @@ HELLO_RETRY_SECONDS = 30.0
 
 #: The longest single wait before a retried round (the wait doubles up to it).
 MAX_RETRY_WAIT = 60.0
-
-#: Health checks of the failed party before a retried round runs anyway.
-RETRY_PROBES = 6
 
 
 class RoundsNotPublished(DeploymentFailed):
@@ -178,7 +177,7 @@ def run_federation(
     members = discover(grid, node)
     outcomes: dict[int, str] = {}
     left, retried = node.rounds_left(), len(node.retried_rounds())
-    rid = node.engine.store.last_round_id() or 0
+    rid = node.last_round_id()
     exhausted = ""
     while left > 0:
         rid += 1
@@ -190,12 +189,14 @@ def run_federation(
         if last.cause is None:  # published, or aborted for good: the round counts
             left -= 1
             continue
-        if retried >= node.config.max_retries:
+        ready = False
+        while not ready and retried < node.config.max_retries:
+            retried += 1
+            ready = _await_recovery(node, last.cause, retried, sleep=sleep, probe=probe)
+        if not ready:
             exhausted = f"round {rid} was not retried: {node.config.max_retries} retries used"
             _log.error("the run stops: %s", exhausted)
             break
-        retried += 1
-        _await_recovery(node, last.cause, retried, sleep=sleep, probe=probe)
         node.record_retry(rid + 1, retries=rid, reason=last.cause, attempt=retried)
     if last.publication is not None:
         acks = send_publication(grid, node, members, last)
@@ -219,23 +220,23 @@ def _await_recovery(
     *,
     sleep: Callable[[float], None],
     probe: Callable[[str], bool] | None,
-) -> None:
-    """Wait before retry ``attempt``: ``retry_delay`` doubled per attempt, at most 60 s.
+) -> bool:
+    """Wait before retry ``attempt``; return whether the round should run again now.
 
+    The wait is ``retry_delay`` doubled per attempt, at most ``MAX_RETRY_WAIT``.
     When the failed party is one of ``[parties]``, its health is checked after
-    each wait and the wait doubles again while it does not answer, at most
-    ``RETRY_PROBES`` times; the retry runs then anyway (and may fail alike).
+    the wait: False while it does not answer (the attempt is spent without
+    opening a round that would fail alike). A failure without a probe (the
+    participants' budget API) is retried after the wait alone.
     """
     delay = min(node.config.retry_delay * 2 ** (attempt - 1), MAX_RETRY_WAIT)
+    _log.warning("waiting %.1f s before retry %d (%s)", delay, attempt, cause)
+    sleep(delay)
     url = node.party_url(cause)
-    check = probe or _health_probe(node)
-    for _ in range(RETRY_PROBES if url else 1):
-        _log.warning("waiting %.1f s before retry %d (%s)", delay, attempt, cause)
-        sleep(delay)
-        if url is None or check(url):
-            return
-        delay = min(delay * 2, MAX_RETRY_WAIT)
-    _log.warning("%s still does not answer its health check; the round is retried anyway", url)
+    if url is None or (probe or _health_probe(node))(url):
+        return True
+    _log.warning("retry %d: %s does not answer its health check yet", attempt, url)
+    return False
 
 
 def _health_probe(node: AggregatorNode) -> Callable[[str], bool]:

@@ -257,16 +257,19 @@ def test_a_round_lost_to_forged_uploads_is_not_retried(tmp_path: Path) -> None:
 def test_a_round_that_cannot_open_for_a_down_helper_is_retried_after_its_health_check(
     tmp_path: Path,
 ) -> None:
-    """The helper nobody serves fails every round at open (a real request to a closed port):
-    each wait doubles while its ``/healthz`` does not answer; the one retry is used, then
-    the run stops with the typed error. No round message ever goes out."""
+    """The helper nobody serves fails every round at open (a real request to a closed port).
+
+    Attempt 1's wait ends with the helper's ``/healthz`` not answering: nothing opens;
+    attempt 2's (the wait doubled) with it answering: round 2 runs, fails alike, and
+    the two attempts configured are used: the run stops with the typed error. No round
+    message ever goes out."""
     down = f"http://127.0.0.1:{free_port()}"
     server, _ = write_federation(
         tmp_path,
         ids=list(PARTICIPANTS),
         rounds=1,
         evidence_rows=0,
-        extra=f'max_retries = 1\nretry_delay = 0.5\n\n[parties]\nhelper_url = "{down}"\n',
+        extra=f'max_retries = 2\nretry_delay = 0.5\n\n[parties]\nhelper_url = "{down}"\n',
     )
     node = AggregatorNode.open(load_server_config(server))
     helper = remote_helper(down, tls=None, timeout=5)
@@ -298,10 +301,25 @@ def test_a_round_that_cannot_open_for_a_down_helper_is_retried_after_its_health_
     assert waits == [0.5, 1.0] and probed == [down, down]  # doubled while /healthz failed
     assert grid.of_type(ROUND) == []
     (retried,) = _events(server, "round.retried")
-    assert (retried["round"], retried["retries"]) == (2, 1)
+    assert (retried["round"], retried["retries"], retried["attempt"]) == (2, 1, 2)
     assert "DEPLOY_PARTY_UNAVAILABLE" in retried["reason"] and down in retried["reason"]
     aborted = _events(server, "round.aborted")
     assert [(e["round"], e["stage"]) for e in aborted] == [(1, "unopened"), (2, "unopened")]
     assert all(
         e["reason"].startswith("helper unavailable: DEPLOY_PARTY_UNAVAILABLE") for e in aborted
     )
+
+    # restarted, the helper still down: ids 1 and 2 are not used again, and the one
+    # attempt left of the two is all it gets
+    again = AggregatorNode.open(load_server_config(server))
+    again.handler._inner.open_round = open_round
+    try:
+        with grid.serving(), pytest.raises(RoundsNotPublished) as restarted:
+            run_federation(grid, again, sleep=waits.append, probe=lambda url: True)
+    finally:
+        again.audit.engine.dispose()  # type: ignore[attr-defined]
+    assert list(restarted.value.outcomes) == [3, 4]
+    assert [(e["round"], e["attempt"]) for e in _events(server, "round.retried")] == [
+        (2, 2),
+        (4, 2),
+    ]
