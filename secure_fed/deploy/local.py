@@ -72,10 +72,11 @@ REGISTER_BATCH = 8
 #: they exit: after 0.5 s, 1 s, 2 s ... at most 8 s, at most 5 times in 10 minutes.
 SERVICE_RESTART = RestartPolicy(max_restarts=5, window=600.0, initial_delay=0.5, max_delay=8.0)
 #: A participant's SuperNode: the same, and the SuperLink's refusal of a node it still
-#: counts online (exit 305, until two 30 s heartbeats are missed) retried every 10 s
-#: for up to 2 minutes without spending the budget.
+#: counts online (until two 30 s heartbeats are missed; Flower logs ``Exit Code: 305``
+#: and the process exits with 1) retried every 10 s for up to 2 minutes without
+#: spending the budget.
 SUPERNODE_RESTART = dataclasses.replace(
-    SERVICE_RESTART, busy_statuses=frozenset({305}), busy_delay=10.0, busy_for=120.0
+    SERVICE_RESTART, busy_log=("Exit Code: 305",), busy_delay=10.0, busy_for=120.0
 )
 
 

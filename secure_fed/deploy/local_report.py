@@ -204,7 +204,8 @@ def _restarts(run: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Every restarted process (first restart first) and how it had ended each time."""
     ended: dict[str, list[str]] = {}
     for restart in read_restarts(run):
-        ended.setdefault(restart.process, []).append(restart.exit)
+        held = " while its place was still held" if restart.busy else ""
+        ended.setdefault(restart.process, []).append(restart.exit + held)
     return tuple((name, tuple(exits)) for name, exits in ended.items())
 
 

@@ -192,11 +192,11 @@ class RestartPolicy:
     seconds, at most ``max_delay``; once ``max_restarts`` restarts fall within the
     last ``window`` seconds, the next exit is a :class:`ProcessFailed`.
 
-    An exit with a status in ``busy_statuses`` within ``busy_for`` seconds of a
-    restart means the service's peer still holds its old place (a Flower SuperNode
-    the SuperLink still counts online exits 305): it is retried every
-    ``busy_delay`` seconds without spending the budget, for at most ``busy_for``
-    seconds after the first such exit.
+    An exit after a restart with a status in ``busy_statuses``, or whose run wrote one
+    of ``busy_log`` to its log, means the service's peer still holds its old place (a
+    Flower SuperNode the SuperLink still counts online logs ``Exit Code: 305`` and
+    exits with 1): it is retried every ``busy_delay`` seconds without spending the
+    budget, for at most ``busy_for`` seconds after the first such exit.
     """
 
     max_restarts: int = 5
@@ -204,6 +204,7 @@ class RestartPolicy:
     initial_delay: float = 0.5
     max_delay: float = 8.0
     busy_statuses: frozenset[int] = frozenset()
+    busy_log: tuple[str, ...] = ()
     busy_delay: float = 10.0
     busy_for: float = 120.0
 
@@ -293,6 +294,8 @@ class Child:
     busy_since: float | None = None
     #: When it was last started (``time.monotonic()``).
     started_at: float = field(default_factory=time.monotonic)
+    #: Where its current run's lines begin in its log (the log is appended across restarts).
+    log_offset: int = 0
     #: When the supervisor will start it again, once it exited.
     restart_at: float | None = None
 
@@ -580,7 +583,7 @@ class Supervisor:
         now = time.monotonic()
         status = child.process.returncode
         busy = (
-            status in policy.busy_statuses
+            (status in policy.busy_statuses or self._logged(child, policy.busy_log))
             and bool(child.restarts)
             and (child.busy_since is None or now - child.busy_since <= policy.busy_for)
         )
@@ -619,11 +622,27 @@ class Supervisor:
         if self.on_restart is not None:
             self.on_restart(record)
 
+    @staticmethod
+    def _logged(child: Child, texts: Sequence[str]) -> bool:
+        """Whether the child's current run wrote one of ``texts`` (its last 64 KiB)."""
+        if not texts:
+            return False
+        try:
+            with child.log_path.open("rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(child.log_offset, size - 65536))
+                ran = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        return any(text in ran for text in texts)
+
     def _restart(self, child: Child) -> None:
         """Start ``child``'s spec again (same log, appended) and wait for its health check."""
         with contextlib.suppress(ProcessLookupError):  # what its old group left behind
             os.killpg(child.pid, signal.SIGKILL)
         child._log.close()
+        with contextlib.suppress(OSError):
+            child.log_offset = child.log_path.stat().st_size  # before the new run writes
         child.process, child.log_path, child._log = self._spawn(child.spec)
         child.started_at, child.restart_at = time.monotonic(), None
         self._wait_ready(child, restarted=True)

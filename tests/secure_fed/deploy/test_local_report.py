@@ -135,7 +135,7 @@ def test_the_result_names_each_restarted_process_from_the_supervisors_record(
                 time=1.0),
         Restart(process="supernode-bank-1", status=1, exit="exited with 1", attempt=1,
                 delay=0.5, time=2.0),
-        Restart(process="supernode-bank-1", status=305, exit="exited with 305", attempt=1,
+        Restart(process="supernode-bank-1", status=1, exit="exited with 1", attempt=1,
                 delay=10.0, time=3.0, busy=True),
     ]  # fmt: skip
     (run / RESTARTS_FILE).write_text(
@@ -145,5 +145,6 @@ def test_the_result_names_each_restarted_process_from_the_supervisors_record(
     start = lines.index("Restarts (the supervisor's record: supervisor.jsonl)")
     assert lines[start + 1 : start + 3] == [
         "helper restarted once (killed by SIGKILL)",
-        "supernode-bank-1 restarted twice (exited with 1, exited with 305)",
+        "supernode-bank-1 restarted twice "
+        "(exited with 1, exited with 1 while its place was still held)",
     ]
