@@ -56,6 +56,16 @@ def _rounds(url: str) -> None:
     engine.dispose()
 
 
+def _published(url: str, round_id: int) -> None:
+    engine = create_ledger_engine(url)
+    state = {"uploads": {p: {} for p in IDS}, "excluded": [], "publication_sm3": "cd" * 32,
+             "reason": None}  # fmt: skip
+    row = {"id": f"local:{round_id}", "stage": "published", "state": state}
+    with engine.begin() as conn:
+        conn.execute(insert(RoundRow), [{**row, "created_at": 0.0, "updated_at": 0.0}])
+    engine.dispose()
+
+
 def test_the_result_names_rounds_parties_and_commands_within_100_columns(tmp_path: Path) -> None:
     run = tmp_path / "run"
     url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
@@ -148,3 +158,18 @@ def test_the_result_names_each_restarted_process_from_the_supervisors_record(
         "supernode-bank-1 restarted twice "
         "(exited with 1, exited with 1 while its place was still held)",
     ]
+
+
+def test_a_round_run_again_after_a_failed_service_loses_nothing_once_enough_published(
+    tmp_path: Path,
+) -> None:
+    """Round 2 aborted and retried as round 3: two published of two wanted is no loss."""
+    url = f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
+    _rounds(url)  # round 1 published, round 2 aborted
+    _published(url, 3)
+    layout = _layout(tmp_path / "run", url)
+    run_report(layout, mode="ckks", rounds_wanted=2).check()  # 2 of 2: the retry made it up
+    with pytest.raises(RoundsLost) as lost:
+        run_report(layout, mode="ckks", rounds_wanted=3).check()
+    assert (lost.value.published, lost.value.wanted) == (2, 3)
+    assert lost.value.lost == ("round 2: aborted: too few uploads: 1 of the 2 the round needs",)
