@@ -69,6 +69,9 @@ class LocalOptions:
     delta: float = 1e-5
     epochs_per_round: int = 1
     reply_timeout: float = 300.0
+    #: Seconds the ServerApp waits before running again a round a failed service aborted
+    #: (server.toml's ``[federation] retry_delay``; doubles per attempt, at most 60 s).
+    retry_delay: float = 5.0
     #: Keep the SuperLink's state in a SQLite file (restartable) rather than in memory.
     superlink_database: bool = True
     #: ckks: the key ceremony makes the verifier, the key authority pins it and the run
@@ -86,6 +89,9 @@ class LocalOptions:
             raise FederationConfigInvalid(
                 f"min_participants: 2..participants, got {self.min_participants!r}"
             )
+        delay = self.retry_delay
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 < delay <= 3600:
+            raise FederationConfigInvalid(f"retry_delay: seconds in (0, 3600], got {delay!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,6 +200,7 @@ min_participants = {options.min_participants}
 builtin = {_q(options.builtin)}
 epochs_per_round = {options.epochs_per_round}
 evidence_rows = {_EVIDENCE_ROWS}
+retry_delay = {float(options.retry_delay)!r}
 
 [public]
 sm3 = {_q(sm3)}
