@@ -41,6 +41,23 @@ class BudgetApi:
     spec: ProcessSpec
 
 
+def charge_through(toml: Path, api: BudgetApi, pid: str, extra: str = "") -> None:
+    """Point a node's ``[budget]`` at ``api`` (``pid``'s token in a 0600 file), then ``extra``.
+
+    Everything from ``[budget]`` to the end of ``toml`` is replaced.
+    """
+    token = toml.parent / "api-token"
+    token.write_text(api.tokens[pid] + "\n", encoding="utf-8")
+    token.chmod(0o600)
+    text = toml.read_text(encoding="utf-8")
+    toml.write_text(
+        text[: text.index("[budget]")]
+        + f'[budget]\napi_url = "{api.endpoint.url}"\ntoken_file = "api-token"\n'
+        + f'ca_file = "{api.endpoint.ca_file}"\n{extra}',
+        encoding="utf-8",
+    )
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 

@@ -37,7 +37,13 @@ from secure_fed.deploy.remote_budget import BudgetServiceDenied, RemoteBudgetGat
 from secure_fed.deploy.server_config import load_server_config
 from secure_fed.federation.config import ASSET_ID
 from secure_fed.learning.privacy_audit import AuditResult
-from tests.secure_fed.deploy.budget_api import ASSET, PARTICIPANTS, BudgetApi, running_api
+from tests.secure_fed.deploy.budget_api import (
+    ASSET,
+    PARTICIPANTS,
+    BudgetApi,
+    charge_through,
+    running_api,
+)
 from tests.secure_fed.deploy.flower.workspace import write_federation
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -66,17 +72,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BudgetApi]:
 
 def _through_the_api(toml: Path, api: BudgetApi) -> None:
     """Point the node's budget at the API (its token in a 0600 file) instead of its own ledger."""
-    token = toml.parent / "api-token"
-    token.write_text(api.tokens[AUDITED] + "\n", encoding="utf-8")
-    token.chmod(0o600)
-    text = toml.read_text(encoding="utf-8")
-    start = text.index("[budget]")
-    toml.write_text(
-        text[:start]
-        + f'[budget]\napi_url = "{api.endpoint.url}"\ntoken_file = "api-token"\n'
-        + f'ca_file = "{api.endpoint.ca_file}"\n\n[audit]\ncanaries = 16\n',
-        encoding="utf-8",
-    )
+    charge_through(toml, api, AUDITED, "\n[audit]\ncanaries = 16\n")
 
 
 def test_a_node_charging_through_the_api_records_its_audit_in_the_federations_ledger(

@@ -27,7 +27,7 @@ from secure_fed.deploy.remote_budget import BudgetServiceUnavailable
 from secure_fed.deploy.server_config import load_server_config
 from secure_fed.federation.config import ASSET_ID
 from secure_fed.federation.stages import RoundConfig
-from tests.secure_fed.deploy.budget_api import PARTICIPANTS, BudgetApi, running_api
+from tests.secure_fed.deploy.budget_api import PARTICIPANTS, BudgetApi, charge_through, running_api
 from tests.secure_fed.deploy.flower.workspace import write_federation
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -53,16 +53,7 @@ def _node(tmp_path: Path, api: BudgetApi, extra: str = "") -> tuple[ParticipantN
         tmp_path / "fed", ids=list(PARTICIPANTS), rounds=1, evidence_rows=0
     )
     toml = participants[0]
-    token = toml.parent / "api-token"
-    token.write_text(api.tokens[PID] + "\n", encoding="utf-8")
-    token.chmod(0o600)
-    text = toml.read_text(encoding="utf-8")
-    toml.write_text(
-        text[: text.index("[budget]")]
-        + f'[budget]\napi_url = "{api.endpoint.url}"\ntoken_file = "api-token"\n'
-        + f'ca_file = "{api.endpoint.ca_file}"\n{extra}',
-        encoding="utf-8",
-    )
+    charge_through(toml, api, PID, extra)
     aggregator = AggregatorNode.open(load_server_config(server))
     config = aggregator.handler.open_round(aggregator.round_config(1))
     node = ParticipantNode.open(

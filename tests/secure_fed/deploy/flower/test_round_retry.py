@@ -30,7 +30,7 @@ from secure_fed.deploy.server_config import load_server_config
 from secure_fed.deploy.supervisor import free_port
 from secure_fed.deploy.transport import remote_helper
 from secure_fed.federation.config import ASSET_ID
-from tests.secure_fed.deploy.budget_api import PARTICIPANTS, BudgetApi, running_api
+from tests.secure_fed.deploy.budget_api import PARTICIPANTS, BudgetApi, charge_through, running_api
 from tests.secure_fed.deploy.flower.loopback import LoopbackGrid, Sent
 from tests.secure_fed.deploy.flower.workspace import write_federation
 
@@ -110,16 +110,7 @@ def _federation(tmp_path: Path, api: BudgetApi, *, rounds: int, extra: str) -> P
         tmp_path / "fed", ids=list(PARTICIPANTS), rounds=rounds, evidence_rows=0, extra=extra
     )
     for pid, toml in zip(PARTICIPANTS, participants, strict=True):
-        token = toml.parent / "api-token"
-        token.write_text(api.tokens[pid] + "\n", encoding="utf-8")
-        token.chmod(0o600)
-        body = toml.read_text(encoding="utf-8")
-        toml.write_text(
-            body[: body.index("[budget]")]
-            + f'[budget]\napi_url = "{api.endpoint.url}"\ntoken_file = "api-token"\n'
-            + f'ca_file = "{api.endpoint.ca_file}"\nretry_seconds = 1\n',
-            encoding="utf-8",
-        )
+        charge_through(toml, api, pid, "retry_seconds = 1\n")
     return server
 
 
