@@ -111,10 +111,10 @@ def lost_rounds(rounds: tuple[RoundSummary, ...], wanted: int) -> tuple[str, ...
     """
     if sum(r.stage == "published" for r in rounds) >= wanted:
         return ()
-    by_id = {r.round_id: r for r in rounds}
-    lost = [f"round {r.round_id}: {r.stage}: {r.outcome}" for r in rounds if r.stage != "published"]
-    lost += [f"round {rid}: never opened" for rid in range(1, wanted + 1) if rid not in by_id]
-    return tuple(sorted(lost, key=lambda line: int(line.split()[1].rstrip(":"))))
+    stored = {r.round_id for r in rounds}
+    lost = [(r.round_id, f"{r.stage}: {r.outcome}") for r in rounds if r.stage != "published"]
+    lost += [(rid, "never opened") for rid in range(1, wanted + 1) if rid not in stored]
+    return tuple(f"round {rid}: {why}" for rid, why in sorted(lost))
 
 
 def _summary(round_id: str, stage: str, state: dict[str, Any]) -> RoundSummary:
