@@ -87,14 +87,16 @@ from secure_fed.secure.parties.registry import HelperRegistry
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.protocol.codecs import split_parts, wire_int
 from secure_fed.secure.protocol.helper_requests import (
-    CopiesRequest,
-    EvidenceRequest,
-    FinishRequest,
     LinearRequest,
     LoadRequest,
     MacCheckRequest,
-    OpenRequest,
     parse_op,
+)
+from secure_fed.secure.protocol.helper_step_requests import (
+    CopiesRequest,
+    EvidenceRequest,
+    FinishRequest,
+    OpenRequest,
 )
 from secure_fed.secure.protocol.helper_wire import (
     helper_request,

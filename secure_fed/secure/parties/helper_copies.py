@@ -47,7 +47,8 @@ from secure_fed.secure.computation.share_range import (
     compare_spec,
 )
 from secure_fed.secure.parties.registry import HelperRegistry
-from secure_fed.secure.protocol.helper_requests import CopiesRequest, DistanceAsk
+from secure_fed.secure.protocol.helper_requests import DistanceAsk
+from secure_fed.secure.protocol.helper_step_requests import CopiesRequest
 from secure_fed.secure.protocol.vocabulary import (
     AuditEvent,
     CopiesStage,

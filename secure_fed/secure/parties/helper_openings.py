@@ -50,10 +50,12 @@ from secure_fed.secure.protocol.helper_requests import (
     MAC_SEED,
     MAC_SIGMA,
     DistanceAsk,
-    EvidenceRequest,
-    FinishRequest,
     LinearRequest,
     MacCheckRequest,
+)
+from secure_fed.secure.protocol.helper_step_requests import (
+    EvidenceRequest,
+    FinishRequest,
     OpenRequest,
 )
 from secure_fed.secure.protocol.vocabulary import (

@@ -19,14 +19,16 @@ from secure_fed.errors import AuthorityRequestMalformed, UploadMalformed
 from secure_fed.secure.parties.helper import HelperParty
 from secure_fed.secure.protocol.authority_requests import DealRequest, DecryptionRequest
 from secure_fed.secure.protocol.helper_requests import (
-    CopiesRequest,
     DistanceAsk,
-    EvidenceRequest,
-    FinishRequest,
     LinearRequest,
     LoadRequest,
-    OpenRequest,
     parse_op,
+)
+from secure_fed.secure.protocol.helper_step_requests import (
+    CopiesRequest,
+    EvidenceRequest,
+    FinishRequest,
+    OpenRequest,
 )
 from secure_fed.secure.protocol.vocabulary import (
     AuthorityOp,
