@@ -8,13 +8,14 @@ its claim checked, the value's kind and contributor count read from the
 ciphertext header before parsing, the release policy and the round's plan
 consulted, the epoch's release limit enforced; the released value is
 noise-flooded, optionally centrally noised (the publication only) and every
-request is a row of ``requests`` (:class:`SignedRequestRecord`), granted or not.
+request is a row of ``requests``, granted or not, and audited
+(:mod:`secure_fed.secure.parties.decryption_log`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from secure_fed.secure.parties.central_dp import (
     central_sensitivity,
 )
 from secure_fed.secure.parties.decryption_checks import DecryptionChecks, plan_fields
+from secure_fed.secure.parties.decryption_log import DecryptionLog
 from secure_fed.secure.protocol.attestation import Attested, check_attestation
 from secure_fed.secure.protocol.authority_requests import DecryptionRequest
 from secure_fed.secure.protocol.vocabulary import (
@@ -73,31 +75,10 @@ from secure_fed.wire import (
     number_from_wire,
 )
 
-__all__ = ["DecryptionService", "SignedRequestRecord", "plan_fields"]
+__all__ = ["DecryptionService", "plan_fields"]
 
 
-@dataclass(frozen=True)
-class SignedRequestRecord:
-    """One authenticated request in the key authority's decryption log, granted or not.
-
-    ``signed_header`` and ``signature`` let anyone holding the aggregator's public
-    key check who asked for what; ``claim`` is what the auditor recomputes.
-    """
-
-    round_id: int
-    purpose: str
-    request_sm3: str
-    signer: str
-    nonce: str
-    signed_header: bytes
-    signature: bytes
-    claim: dict[str, object]
-    ciphertext_sm3: str
-    granted: bool
-    reason: str | None = None
-
-
-class DecryptionService(DecryptionChecks):
+class DecryptionService(DecryptionChecks, DecryptionLog):
     """Decryption for requests the enrolled aggregator signed (a base of the key authority).
 
     The attributes are the authority's fields this half reads and writes;
@@ -106,7 +87,6 @@ class DecryptionService(DecryptionChecks):
 
     central_dp: CentralDP | None
     budget: ChargeGate | None
-    requests: list[SignedRequestRecord]
     policy: ReleasePolicy
     verifier: ServerIdentity | None
     notices: NoticeBook
@@ -289,30 +269,6 @@ class DecryptionService(DecryptionChecks):
         preset = self._keys().public_context.preset
         return moment_matrix(values, preset=preset, count=count, num_classes=classes)
 
-    def _journal(
-        self,
-        verified: VerifiedRequest,
-        claim: dict[str, object],
-        *,
-        granted: bool,
-        reason: str | None = None,
-    ) -> None:
-        self.requests.append(
-            SignedRequestRecord(
-                round_id=verified.round_id,
-                purpose=verified.purpose,
-                request_sm3=verified.request_sm3,
-                signer=verified.signer,
-                nonce=verified.nonce,
-                signed_header=verified.signed_header,
-                signature=verified.signature,
-                claim=claim,
-                ciphertext_sm3=ciphertext_sm3(verified.header),
-                granted=granted,
-                reason=reason,
-            )
-        )
-
     def _decrypt_checked(
         self, payload: bytes, witness: bytes, shape: tuple[int, int], keys: KeyAuthorityKeys
     ) -> np.ndarray:
@@ -358,32 +314,6 @@ class DecryptionService(DecryptionChecks):
         if kind == "score":
             return np.array([decrypt_score(keys, matrix)])
         return decrypt_aggregate(keys, matrix, min_contributors=self.min_participants)
-
-    def _emit(
-        self,
-        event: str,
-        round_id: int,
-        purpose: str,
-        shape: tuple[int, ...],
-        ids: Sequence[str],
-        *,
-        dp: bool = False,
-        signed: dict[str, object] | None = None,
-    ) -> None:
-        if self.audit is not None:
-            self.audit.record(
-                event,
-                {
-                    "party": Party.KEY_AUTHORITY,
-                    "round_id": round_id,
-                    "purpose": purpose,
-                    "shape": list(shape),
-                    "contributors": len(ids),
-                    "participant_ids": list(ids),
-                    "central_dp": dp,
-                    **(signed or {}),
-                },
-            )
 
     def _central_noise(
         self, values: np.ndarray, ids: Sequence[str], claimed_bound: object, round_id: int

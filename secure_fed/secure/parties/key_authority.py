@@ -58,7 +58,8 @@ from secure_fed.secure.parties.central_dp import (
     ChargeGate,
 )
 from secure_fed.secure.parties.dealer import Dealer
-from secure_fed.secure.parties.decryption import DecryptionService, SignedRequestRecord, plan_fields
+from secure_fed.secure.parties.decryption import DecryptionService, plan_fields
+from secure_fed.secure.parties.decryption_log import SignedRequestRecord
 from secure_fed.secure.plan_journal import PlanJournal
 from secure_fed.secure.protocol.authority_requests import (
     compare_request,
