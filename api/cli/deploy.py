@@ -1,8 +1,8 @@
 """``secure-fed deploy``: the key ceremony, and a whole federation of processes on 127.0.0.1.
 
-``secure-fed deploy local --participants N --mode ckks|shares [--rounds R] [--db URL]
-[--run-dir DIR]`` runs the key ceremony, starts the key authority, the helper
-(shares), the REST API, a Flower SuperLink and one SuperNode per participant,
+``secure-fed deploy local --participants N --mode ckks|shares [--rounds R]
+[--max-retries K] [--db URL] [--run-dir DIR]`` runs the key ceremony, starts the key
+authority, the helper (shares), the REST API, a Flower SuperLink and one SuperNode per participant,
 each its own process with its own log in ``<run-dir>/logs/``, then the rounds
 (``flwr run`` of secure-fed's Flower app). When the run ends the result goes to
 standard output (:mod:`secure_fed.deploy.local_report`: every round's stage,
@@ -96,6 +96,13 @@ def local(
     participants: Annotated[int, typer.Option(help="Number of participants (SuperNodes).")] = 4,
     mode: Annotated[str, typer.Option(help="ckks or shares.")] = "ckks",
     rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 3,
+    max_retries: Annotated[
+        int,
+        typer.Option(
+            help="Rounds run again after a failed service aborted one (0..100); each "
+            "participant's DP plan covers rounds + max-retries rounds."
+        ),
+    ] = 3,
     db: Annotated[
         str | None,
         typer.Option("--db", metavar="URL", help="Ledger database (default <run-dir>/ledger.db)."),
@@ -120,7 +127,12 @@ def local(
         check_database_url(db)
     folder = run_dir or Path(tempfile.mkdtemp(prefix="secure-fed-local-"))
     options = LocalOptions(
-        participants=participants, mode=mode, rounds=rounds, run_dir=folder, database_url=db
+        participants=participants,
+        mode=mode,
+        rounds=rounds,
+        max_retries=max_retries,
+        run_dir=folder,
+        database_url=db,
     )
     federation = LocalFederation(
         options=options,

@@ -72,6 +72,10 @@ class LocalOptions:
     #: Seconds the ServerApp waits before running again a round a failed service aborted
     #: (server.toml's ``[federation] retry_delay``; doubles per attempt, at most 60 s).
     retry_delay: float = 5.0
+    #: Rounds the ServerApp runs again after an infrastructure failure (server.toml's
+    #: ``[federation] max_retries``, in [0, 100]); each participant's DP plan has room
+    #: for them (:attr:`dp_rounds`).
+    max_retries: int = 3
     #: Keep the SuperLink's state in a SQLite file (restartable) rather than in memory.
     superlink_database: bool = True
     #: ckks: the key ceremony makes the verifier, the key authority pins it and the run
@@ -89,9 +93,24 @@ class LocalOptions:
             raise FederationConfigInvalid(
                 f"min_participants: 2..participants, got {self.min_participants!r}"
             )
+        retries = self.max_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+            raise FederationConfigInvalid(f"max_retries: 0..100, got {retries!r}")
         delay = self.retry_delay
         if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 < delay <= 3600:
             raise FederationConfigInvalid(f"retry_delay: seconds in (0, 3600], got {delay!r}")
+
+    @property
+    def dp_rounds(self) -> int:
+        """Private rounds of each participant's DP plan (``[dp] rounds``): ``rounds + max_retries``.
+
+        A round aborted after the participants trained keeps their charge (it is not
+        refunded) and is run again under the next id: a participant may train once per
+        round id the federation can open, at most ``rounds + max_retries``. Its epsilon
+        is split over that many rounds up front, the price of the retries, paid whether
+        or not one happens.
+        """
+        return self.rounds + self.max_retries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +220,7 @@ builtin = {_q(options.builtin)}
 epochs_per_round = {options.epochs_per_round}
 evidence_rows = {_EVIDENCE_ROWS}
 retry_delay = {float(options.retry_delay)!r}
+max_retries = {options.max_retries}
 
 [public]
 sm3 = {_q(sm3)}
@@ -231,7 +251,7 @@ sm3 = {_q(sm3)}
 [dp]
 epsilon = {options.epsilon!r}
 delta = {options.delta!r}
-rounds = {options.rounds}
+rounds = {options.dp_rounds}
 
 [keys]
 dir = {_q(layout.keys / "participants" / pid)}

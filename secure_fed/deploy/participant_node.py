@@ -274,7 +274,10 @@ class ParticipantNode:
         FederationConfigInvalid
             If the server's settings are invalid.
         """
-        federation = config_from_settings(settings, epsilon=config.epsilon, delta=config.delta)
+        # its own DP goal: epsilon and delta over its own [dp] rounds (room for retried rounds)
+        federation = config_from_settings(
+            settings, epsilon=config.epsilon, delta=config.delta, rounds=config.dp_rounds
+        )
         planned = plan_participants(federation)[index]
         if planned.participant_id != config.participant_id:
             raise ParticipantConfigInvalid(
