@@ -37,14 +37,14 @@ from secure_fed.secure.mode import (
     normalized_weights,
 )
 from secure_fed.secure.modes.planned import PlannedAggregator
-from secure_fed.secure.modes.shares_keys import (
-    SharesKeys,
+from secure_fed.secure.modes.shares_channel import (
     _call,
     _open_linear,
     _ShareAggregate,
     _ShareUpload,
     run_checked,
 )
+from secure_fed.secure.modes.shares_keys import SharesKeys
 from secure_fed.secure.modes.shares_scoring import SharesScoringRound
 from secure_fed.secure.protocol.helper_requests import MAC_EVIDENCE
 from secure_fed.secure.protocol.helper_wire import (

@@ -28,7 +28,8 @@ from secure_fed.secure.computation.share_ops import (
     score_sums,
     whiten_shares,
 )
-from secure_fed.secure.modes.shares_keys import CODEC, SharesKeys, _call, _plan_check, _ShareUpload
+from secure_fed.secure.modes.shares_channel import _call, _plan_check, _ShareUpload
+from secure_fed.secure.modes.shares_keys import CODEC, SharesKeys
 from secure_fed.secure.protocol.vocabulary import HelperOp, Key, Purpose, Step
 from secure_fed.secure.release_plan import PlanTracker
 from secure_fed.secure.release_policy import ReleaseRequest
