@@ -84,10 +84,12 @@ from secure_fed.federation.envelope import EnvelopeVerifier, seal_upload
 from secure_fed.federation.messages import UploadHeader, encode_upload
 from secure_fed.federation.schema import ModelSchema, OutputSpec, RoundSchema, SemVer
 from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
+from secure_fed.secure.inprocess.ckks import CkksDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from secure_fed.secure.mode import SecureAggregator
 from secure_fed.secure.modes.ckks import PRESET as CKKS_MODE_PRESET
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
-from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator
+from secure_fed.secure.modes.shares import SharesAggregator
 from secure_fed.secure.release_plan import ReleasePlan
 from secure_fed.secure.scoring.evidence import EvidenceSlice
 from secure_fed.secure.scoring.outlier import OutlierPolicy, excluded_ids

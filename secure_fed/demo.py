@@ -46,7 +46,7 @@ from secure_fed.report.demo_report import write_demo_report
 from secure_fed.report.noise import NOISE_RNG_RUN_SEED, NOISE_RNG_SECRETS, noise_text
 from secure_fed.secure.audit import LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksDeployment
+from secure_fed.secure.inprocess.ckks import CkksDeployment
 
 __all__ = ["DEMO_FILES", "DemoConfig", "DemoResults", "run_demo"]
 

@@ -4,9 +4,11 @@ In a real deployment each party runs in its own process and key material is
 exchanged at enrolment (the CKKS public context by SM3 fingerprint once per key
 epoch; one 32-byte secret per participant and server for the shares mode).
 A :class:`SecureDeployment` does that enrolment in one process for the demo,
-tests and benchmarks. Each registered mode subclasses it and hands each side a
-typed key object: a participant gets only public material and its own
-secrets, the aggregator never receives a CKKS secret key or a helper secret.
+tests and benchmarks. Each registered mode subclasses it (the gatekept ones in
+:mod:`secure_fed.secure.inprocess`, the plaintext reference in
+:mod:`secure_fed.secure.modes.plaintext`) and hands each side a typed key object:
+a participant gets only public material and its own secrets, the aggregator
+never receives a CKKS secret key or a helper secret.
 
 :meth:`SecureDeployment.create` is the only entry point: it validates the
 :class:`DeploymentPlan`, looks the mode up with

@@ -23,7 +23,8 @@ key-authority and helper requests is an argument of every revealing call.
 
 A registered :class:`AggregationMode` builds everything its mode needs from a
 :class:`~secure_fed.secure.deployment.DeploymentPlan` (key authority, helper,
-enrolment secrets) and hands each side typed key objects;
+enrolment secrets; for the gatekept modes in :mod:`secure_fed.secure.inprocess`)
+and hands each side typed key objects;
 :meth:`~secure_fed.secure.deployment.SecureDeployment.create` only looks the
 mode up here and calls its ``deploy``.
 
@@ -70,11 +71,13 @@ __all__ = [
     "register_mode",
 ]
 
-#: Modules whose import registers the built-in modes (loaded on first look-up).
+#: Modules whose import registers the built-in modes (loaded on first look-up): the
+#: plaintext reference builds no party; the gatekept modes are registered with their
+#: in-process deployments, which build the aggregator and its gatekeepers together.
 BUILTIN_MODES = (
     "secure_fed.secure.modes.plaintext",
-    "secure_fed.secure.modes.ckks",
-    "secure_fed.secure.modes.shares",
+    "secure_fed.secure.inprocess.ckks",
+    "secure_fed.secure.inprocess.shares",
 )
 
 

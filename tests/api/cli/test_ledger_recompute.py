@@ -35,7 +35,8 @@ from secure_fed.federation.schema import SchemaRegistry
 from secure_fed.federation.store import LedgerRoundStore
 from secure_fed.secure.audit import LedgerAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
+from secure_fed.secure.inprocess.ckks import CkksDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator
 from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.publication_check import witness_field

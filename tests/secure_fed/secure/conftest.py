@@ -47,7 +47,7 @@ def shares() -> tuple[SecureDeployment, MemoryAuditSink]:
 def shares_plain() -> tuple[SecureDeployment, MemoryAuditSink]:
     """A shares deployment without MACs (the helper protocol tests craft its requests)."""
     from secure_fed.secure.deployment import DeploymentPlan
-    from secure_fed.secure.modes.shares import SharesDeployment
+    from secure_fed.secure.inprocess.shares import SharesDeployment
 
     sink = MemoryAuditSink()
     plan = DeploymentPlan(

@@ -33,7 +33,7 @@ from secure_fed.errors import (
     UploadMalformed,
 )
 from secure_fed.secure.deployment import DeploymentPlan, SecureDeployment
-from secure_fed.secure.modes.shares import SharesDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from secure_fed.secure.parties.helper import reply_array
 from secure_fed.secure.parties.key_authority import (
     KeyAuthority,

@@ -31,7 +31,7 @@ from secure_fed.deploy.transport import HELPER_PATH, OCTET_STREAM, error_for
 from secure_fed.errors import AuthorityRequestMalformed
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.shares import SharesDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from secure_fed.secure.parties import helper as helper_party
 from secure_fed.secure.parties import key_authority
 from secure_fed.secure.parties.helper import HelperParty, helper_request

@@ -14,8 +14,8 @@ import pytest
 from secure_fed.errors import ServerRequestReplayed, ServerRequestUnauthenticated
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksDeployment
-from secure_fed.secure.modes.shares import SharesDeployment
+from secure_fed.secure.inprocess.ckks import CkksDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from secure_fed.secure.parties import helper as helper_party
 from secure_fed.secure.parties import key_authority
 from secure_fed.secure.server_auth import ChannelKey, ServerSigningKey

@@ -160,7 +160,7 @@ def test_the_registry_file_refuses_a_replayed_triple_after_a_helper_restart(
 def test_without_a_registry_file_the_deployment_warns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level("WARNING", logger="secure_fed.secure.modes.shares"):
+    with caplog.at_level("WARNING", logger="secure_fed.secure.inprocess.shares"):
         SecureDeployment.create(
             mode="shares", shape=(120, 10), participant_ids=IDS, min_participants=3
         )

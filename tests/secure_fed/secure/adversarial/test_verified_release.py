@@ -36,7 +36,8 @@ from secure_fed.federation.envelope import EnvelopeVerifier
 from secure_fed.secure.audit import MemoryAuditSink
 from secure_fed.secure.ckks_claims import evaluate
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.ckks import CkksAggregator, CkksDeployment
+from secure_fed.secure.inprocess.ckks import CkksDeployment
+from secure_fed.secure.modes.ckks import CkksAggregator
 from secure_fed.secure.modes.ckks_upload import epoch_part
 from secure_fed.secure.parties.key_authority import decryption_request
 from secure_fed.secure.protocol.attestation import Attested, sign_attestation

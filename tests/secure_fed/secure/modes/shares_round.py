@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from secure_fed.secure.deployment import SecureDeployment
-from secure_fed.secure.modes.shares import SharesDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from tests.secure_fed.secure.helpers import publication_only
 
 N, C, BOUND = 24, 3, 8.0

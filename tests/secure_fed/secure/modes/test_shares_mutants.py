@@ -25,8 +25,9 @@ from secure_fed.errors import (
     UploadOutOfRange,
 )
 from secure_fed.secure.deployment import SecureDeployment
+from secure_fed.secure.inprocess.shares import SharesDeployment
 from secure_fed.secure.mode import AggregateHandle, UploadHandle
-from secure_fed.secure.modes.shares import SharesAggregator, SharesDeployment, SharesEncoder
+from secure_fed.secure.modes.shares import SharesAggregator, SharesEncoder
 from secure_fed.secure.release_plan import MIN_MOMENT_ROWS, ReleasePlan
 from secure_fed.secure.release_policy import ReleaseRequest
 from secure_fed.secure.scoring.evidence import EvidenceSlice
