@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from secure_fed.errors import ModeSetupInvalid, ScoringInvalid
+from secure_fed.secure.consortium_checks import CODEC_WEIGHT_FLOOR
 from secure_fed.secure.consortium_policy import (
-    CODEC_WEIGHT_FLOOR,
     MIN_EVIDENCE_ROWS,
     MIN_MOMENT_ROWS,
 )

@@ -67,7 +67,8 @@ from secure_fed.errors import (
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
 from secure_fed.secure.computation.share_range import HelperRangeChecks
-from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
+from secure_fed.secure.consortium_checks import check_consortium
+from secure_fed.secure.consortium_policy import PolicyPin
 from secure_fed.secure.parties.helper_beaver import BeaverMachine, _Pending
 from secure_fed.secure.parties.helper_copies import CopiesRun, Reply
 from secure_fed.secure.parties.helper_uploads import HelperUploads

@@ -52,7 +52,8 @@ from secure_fed.errors import (
     ServerRequestUnauthenticated,
 )
 from secure_fed.secure.audit import AuditSink, record_plan_installed
-from secure_fed.secure.consortium_policy import PolicyPin, check_consortium
+from secure_fed.secure.consortium_checks import check_consortium
+from secure_fed.secure.consortium_policy import PolicyPin
 from secure_fed.secure.parties.central_dp import (
     CentralDP,
     ChargeGate,
