@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -103,18 +104,34 @@ class Service:
         self.proc = None
 
 
-@pytest.fixture(scope="module")
-def ckks_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("svc-ckks") / "keys"
-    create_keys(root, mode="ckks", participant_ids=IDS, shape=SHAPE, min_participants=2)
+@pytest.fixture(scope="session")
+def ceremonies() -> dict[str, Path]:
+    """The key ceremony of each mode, made once per worker on first use (see :func:`_keys`)."""
+    return {}
+
+
+def _keys(mode: str, ceremonies: dict[str, Path], factory: pytest.TempPathFactory) -> Path:
+    """A module's own copy of the worker's ``mode`` ceremony: its services' state stays its own.
+
+    The ckks ceremony (CKKS contexts and keys) takes seconds; three modules use it.
+    """
+    if mode not in ceremonies:
+        made = factory.mktemp(f"ceremony-{mode}") / "keys"
+        create_keys(made, mode=mode, participant_ids=IDS, shape=SHAPE, min_participants=2)
+        ceremonies[mode] = made
+    root = factory.mktemp(f"svc-{mode}") / "keys"
+    shutil.copytree(ceremonies[mode], root)
     return root
 
 
 @pytest.fixture(scope="module")
-def shares_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("svc-shares") / "keys"
-    create_keys(root, mode="shares", participant_ids=IDS, shape=SHAPE, min_participants=2)
-    return root
+def ckks_keys(tmp_path_factory: pytest.TempPathFactory, ceremonies: dict[str, Path]) -> Path:
+    return _keys("ckks", ceremonies, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def shares_keys(tmp_path_factory: pytest.TempPathFactory, ceremonies: dict[str, Path]) -> Path:
+    return _keys("shares", ceremonies, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
