@@ -14,7 +14,11 @@ stops them as soon as the run ends. A service that exits (key authority, helper,
 verifier, API, a SuperNode) is restarted with a growing delay, within a budget,
 each restart said on standard error and named in the result; the SuperLink or
 the run exiting ends the command. Ctrl-C or ``SIGTERM`` at any moment stops
-every process. ``secure-fed deploy keys`` is the key ceremony alone
+every process. ``--resume RUN_DIR`` starts every process of an earlier run again on
+its directory (its keys, state and ledger; no new ceremony) and runs the rounds still
+to publish; a directory that is not such a run, one whose driver still runs, or an
+option that differs from the stored run's is refused (``DEPLOY_RESUME_REFUSED``) before
+anything starts. ``secure-fed deploy keys`` is the key ceremony alone
 (:mod:`api.cli.parties`). See ``docs/deploy.md``.
 """
 
@@ -31,12 +35,14 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
+import click
 import typer
 
 from api.cli.core import CliCommand, CliGroup
 from api.cli.parties import deploy_keys
 
 if TYPE_CHECKING:
+    from secure_fed.deploy.local import LocalFederation
     from secure_fed.deploy.supervisor import Restart
 
 __all__ = ["deploy_app"]
@@ -91,6 +97,41 @@ def _say_restart(restart: Restart) -> None:
     )
 
 
+def _given(**values: object) -> dict[str, object]:
+    """Return the stored options the command line named (``--resume`` compares them).
+
+    An option not named takes the stored run's value, whatever its default is.
+    """
+    ctx = click.get_current_context()
+    names = {"database_url": "db"}
+    given = {}
+    for name, value in values.items():
+        source = ctx.get_parameter_source(names.get(name, name))
+        if source is not None and source is not click.core.ParameterSource.DEFAULT:
+            given[name] = value
+    return given
+
+
+def _resumed(run: Path, *, run_dir: Path | None, given: dict[str, object]) -> LocalFederation:
+    """Take up ``run`` again (``DEPLOY_RESUME_REFUSED`` before anything starts)."""
+    from secure_fed.deploy.local import LocalFederation
+    from secure_fed.deploy.local_files import ResumeRefused
+
+    if run_dir is not None and run_dir.resolve() != run.resolve():
+        raise ResumeRefused(
+            f"--run-dir {run_dir} contradicts --resume {run}: give --resume alone",
+            why="contradicts",
+        )
+    return LocalFederation.resume(
+        run,
+        python=sys.executable,
+        env=dict(os.environ),
+        given=given,
+        adopt_orphans=True,
+        on_restart=_say_restart,
+    )
+
+
 @deploy_app.command("local", cls=CliCommand)
 def local(
     participants: Annotated[int, typer.Option(help="Number of participants (SuperNodes).")] = 4,
@@ -114,6 +155,15 @@ def local(
     exit_after_run: Annotated[
         bool, typer.Option("--exit", help="Stop every process when the run ends.")
     ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            metavar="RUN_DIR",
+            help="Start the run in RUN_DIR again (its keys, state, ledger) and run the "
+            "rounds still to publish; no new key ceremony.",
+        ),
+    ] = None,
 ) -> None:
     """Start a whole federation of real processes on 127.0.0.1; Ctrl-C stops it."""
     from secure_fed.deploy.local import LocalFederation
@@ -125,29 +175,43 @@ def local(
         from api.cli.common import check_database_url
 
         check_database_url(db)
-    folder = run_dir or Path(tempfile.mkdtemp(prefix="secure-fed-local-"))
-    options = LocalOptions(
-        participants=participants,
-        mode=mode,
-        rounds=rounds,
-        max_retries=max_retries,
-        run_dir=folder,
-        database_url=db,
-    )
-    federation = LocalFederation(
-        options=options,
-        python=sys.executable,
-        env=dict(os.environ),
-        adopt_orphans=True,
-        on_restart=_say_restart,
-    )
+    if resume is not None:
+        federation = _resumed(resume, run_dir=run_dir, given=_given(
+            participants=participants, mode=mode, rounds=rounds,
+            max_retries=max_retries, database_url=db,
+        ))  # fmt: skip
+        folder = federation.prepare().run_dir
+    else:
+        folder = run_dir or Path(tempfile.mkdtemp(prefix="secure-fed-local-"))
+        options = LocalOptions(
+            participants=participants,
+            mode=mode,
+            rounds=rounds,
+            max_retries=max_retries,
+            run_dir=folder,
+            database_url=db,
+        )
+        federation = LocalFederation(
+            options=options,
+            python=sys.executable,
+            env=dict(os.environ),
+            adopt_orphans=True,
+            on_restart=_say_restart,
+        )
+    mode, rounds = federation.options.mode, federation.options.rounds
     status = 1
     lost: RoundsLost | None = None
     with _stop_on_signals() as stopped:
         try:
-            _say(f"preparing {folder} (key ceremony, ledger, settings)")
+            if resume is None:
+                _say(f"preparing {folder} (key ceremony, ledger, settings)")
+            else:
+                _say(f"resuming {folder} (its keys, state and ledger; no new ceremony)")
             layout = federation.prepare()
             federation.start()
+            if federation.resumed:
+                for line in federation.carry_over():
+                    _say(line)
             stopped()
             _say(f"services up; logs in {layout.run_dir / 'logs'}; API {layout.api.url}")
             status = federation.run(poll=stopped)

@@ -31,6 +31,11 @@ then ``SIGKILL``) when the run fails, when the caller stops it
 (Ctrl-C: the command line turns ``SIGINT``/``SIGTERM`` into :meth:`stop`), or
 when the supervisor's process dies.
 
+:meth:`LocalFederation.resume` takes up a run whose driver was killed: every process
+again on the directory's keys, state and ledger (``deploy-local.json`` holds the options
+and ports; the driver holds ``deploy-local.lock`` while it runs), the round it cut run
+again as a retry (:meth:`LocalFederation.carry_over`), then what is left of the rounds.
+
 Insecure parts, by name: the try-out CA's key lies in ``<run>/keys/tls/ca``
 on the same machine, and the keys are unencrypted PEM files (0600). See
 ``docs/deploy.md`` for one machine per party.
@@ -45,7 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from secure_fed.deploy.api_service import CLI, api_spec
-from secure_fed.deploy.local_files import LocalLayout, LocalOptions, prepare
+from secure_fed.deploy.local_files import (
+    LocalLayout,
+    LocalOptions,
+    RunLock,
+    check_ports_free,
+    check_resume_options,
+    prepare,
+    read_run,
+)
 from secure_fed.deploy.node_auth import NODE_KEY, node_public_keys, register_argv
 from secure_fed.deploy.supervisor import (
     ProcessFailed,
@@ -114,6 +127,58 @@ class LocalFederation:
     on_restart: Callable[[Restart], None] | None = None
     layout: LocalLayout | None = None
     supervisor: Supervisor | None = field(default=None, repr=False)
+    #: Started again on an existing run directory (:meth:`resume`), not prepared anew.
+    resumed: bool = False
+    lock: RunLock | None = field(default=None, repr=False)
+    _carried: bool = field(default=False, repr=False)
+
+    @classmethod
+    def resume(
+        cls,
+        run_dir: Path,
+        *,
+        python: str,
+        env: Mapping[str, str],
+        given: Mapping[str, object] | None = None,
+        adopt_orphans: bool = False,
+        on_restart: Callable[[Restart], None] | None = None,
+    ) -> LocalFederation:
+        """Take up the run in ``run_dir`` again: its keys, state, ledger and ports.
+
+        Nothing is written before every check passed: the directory holds a complete
+        run (``deploy-local.json``), ``given`` options (participants, mode, rounds,
+        max_retries, database_url) equal the stored ones, no driver holds its lock and
+        its services' ports are free. Then the lock is taken. :meth:`start` starts every
+        process on the stored files, :meth:`run` the rounds still to run
+        (:meth:`carry_over`).
+
+        Raises
+        ------
+        ResumeRefused
+            ``DEPLOY_RESUME_REFUSED``: not a run directory of ``deploy local``, in use by a
+            live run, or options that contradict it.
+        """
+        options, layout = read_run(run_dir)
+        check_resume_options(options, dict(given or {}))
+        lock = RunLock(layout.run_dir)
+        lock.acquire()
+        try:
+            check_ports_free(options, layout)
+        except BaseException:
+            lock.release()
+            raise
+        federation = cls(
+            options=options,
+            python=python,
+            env=env,
+            adopt_orphans=adopt_orphans,
+            on_restart=on_restart,
+            layout=layout,
+            resumed=True,
+            lock=lock,
+        )
+        federation.prepare()
+        return federation
 
     def _bin(self, name: str) -> str:
         candidate = Path(self.python).parent / name
@@ -127,6 +192,9 @@ class LocalFederation:
         """Write the run's files (keys, ledger, settings) once; return the layout."""
         if self.layout is None:
             self.layout = prepare(self.options)
+            self.lock = RunLock(self.layout.run_dir)
+            self.lock.acquire()  # a new directory: nobody else holds it
+        if self.supervisor is None:
             self.supervisor = Supervisor(
                 run_dir=self.layout.run_dir,
                 adopt_orphans=self.adopt_orphans,
@@ -264,11 +332,16 @@ class LocalFederation:
         try:
             for spec in specs:
                 supervisor.start(spec)
-                if spec.name == SUPERLINK:
+                if spec.name == SUPERLINK and not self._registered():
                     self.register_nodes()
         except BaseException:
             supervisor.stop_all()
             raise
+
+    def _registered(self) -> bool:
+        """Whether the SuperLink's database already holds the node keys (a resumed run)."""
+        database = self.prepare().run_dir / "superlink" / "superlink.db"
+        return self.resumed and self.options.superlink_database and database.is_file()
 
     def register_nodes(self) -> None:
         """Register every participant's node public key with the running SuperLink.
@@ -312,12 +385,49 @@ class LocalFederation:
             A service died during the run, or the run did not end in ``timeout``.
         """
         supervisor = self._supervisor()
+        if self.resumed and not self._carried:
+            self.carry_over()
         supervisor.start(self._run(self.prepare()))
         try:
             return supervisor.wait(RUN, timeout=timeout, poll=poll)
         except ProcessFailed as failed:
             self.stop_round_driver()  # no round opens after this: the ledger's word is final
             raise failed.with_rounds(self.lost_rounds()) from None
+
+    def carry_over(self) -> tuple[str, ...]:
+        """Before a resumed run: end the rounds the stopped driver left open; return what it did.
+
+        Each round the ledger holds unfinished is aborted (what the ServerApp does when it
+        starts: nothing of it was released) and, while the federation has retries left
+        (``max_retries``, counted over its ``round.retried`` events), audited as run again
+        under the next round id (``round.retried``): the round a stopped driver cut is an
+        infrastructure failure, and the participants' DP plans have room for it (their
+        charge for it stands). With no retry left it stays aborted and counts as run, as
+        for a restarted ServerApp. The resumed ServerApp then runs what is left of
+        ``rounds``; published rounds are never run again.
+        """
+        from secure_fed.deploy.aggregator_node import AggregatorNode
+        from secure_fed.deploy.server_config import load_server_config
+
+        self._carried = True
+        node = AggregatorNode.open(load_server_config(self.prepare().server_toml))
+        done: list[str] = []
+        try:
+            for rid in node.abort_unfinished():
+                used = len(node.retried_rounds())
+                if used >= node.config.max_retries:
+                    done.append(f"round {rid} aborted; not run again: {used} retries used")
+                    continue
+                new = node.last_round_id() + 1
+                why = f"deploy local stopped while round {rid} ran; resumed"
+                node.record_retry(new, retries=rid, reason=why, attempt=used + 1)
+                done.append(f"round {rid} aborted; run again as round {new}")
+        finally:
+            getattr(node.audit, "sign_pending", lambda: None)()  # as a run's end does
+            engine = getattr(node.audit, "engine", None)
+            if engine is not None:
+                engine.dispose()
+        return tuple(done)
 
     def stop_round_driver(self) -> None:
         """Stop the run and the SuperLink with its ServerApp, before anything else stops.
@@ -367,6 +477,8 @@ class LocalFederation:
         """
         if self.supervisor is not None:
             self.supervisor.stop_all()
+        if self.lock is not None:
+            self.lock.release()  # after every child: the directory is free again
 
     def _supervisor(self) -> Supervisor:
         self.prepare()

@@ -11,6 +11,8 @@
     <run>/superlink/            the SuperLink's database
     <run>/flwr/config.toml      FLWR_HOME of ``flwr run`` (the SuperLink connection)
     <run>/logs/<process>.log    one log per process (the supervisor's)
+    <run>/deploy-local.json     the options and ports of the run (written last; --resume)
+    <run>/deploy-local.lock     locked by the run's driver while it runs
 
 Participants are ``hospital-1``, ``bank-1``, ``hospital-2``... on alternating
 architectures, each with its Dirichlet share of a built-in task (``digits``)
@@ -23,9 +25,14 @@ ckks mode, the helper in shares mode) with a client certificate of the run's CA
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from privacy_ledger.api_tokens import ApiTokenStore
 from privacy_ledger.audit.log import AuditLog
@@ -35,12 +42,30 @@ from secure_fed.deploy.ceremony import read_sm2
 from secure_fed.deploy.keys import create_keys, read_manifest
 from secure_fed.deploy.supervisor import free_port
 from secure_fed.deploy.tls import LocalCA
-from secure_fed.errors import FederationConfigInvalid
+from secure_fed.errors import ConfigurationInvalid, FederationConfigInvalid
 from secure_fed.federation.config import ASSET_ID, KINDS
 from secure_fed.federation.participant import public_set_digest
 from secure_fed.learning.data import load_task
 
-__all__ = ["LocalLayout", "LocalOptions", "participant_ids", "prepare"]
+__all__ = [
+    "MANIFEST",
+    "LocalLayout",
+    "LocalOptions",
+    "ResumeRefused",
+    "RunLock",
+    "check_ports_free",
+    "check_resume_options",
+    "participant_ids",
+    "prepare",
+    "read_run",
+    "run_ports",
+]
+
+#: The run's own record of what ``deploy local`` prepared (options, ports): written last.
+MANIFEST = "deploy-local.json"
+#: Locked (``flock``) by the driver of the run for as long as it runs.
+LOCK = "deploy-local.lock"
+_MANIFEST_VERSION = 1
 
 MODES = ("ckks", "shares")
 ARCHITECTURES = ("mlp", "logreg")
@@ -343,4 +368,210 @@ def prepare(options: LocalOptions) -> LocalLayout:
     _write_private(layout.flwr_home / "config.toml", _flwr_config(layout))
     for name in ("keyauthority", "helper", "verifier", "superlink"):
         (run / name).mkdir(exist_ok=True, mode=0o700)
+    _write_private(run / MANIFEST, _manifest(options, layout))  # last: the run is complete
     return layout
+
+
+class ResumeRefused(ConfigurationInvalid):
+    """``deploy local --resume`` refused a run directory; nothing was started or written.
+
+    ``why`` is ``not-a-run`` (no complete run of ``deploy local`` there), ``in-use`` (its
+    driver still runs, or a port of the run is taken) or ``contradicts`` (an option differs
+    from the stored run's).
+    """
+
+    code = "DEPLOY_RESUME_REFUSED"
+
+    def __init__(self, message: str, *, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def _manifest(options: LocalOptions, layout: LocalLayout) -> str:
+    stored = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    del stored["run_dir"]
+    ports = {
+        name: getattr(layout, f"{name}_port")
+        for name in ("superlink", "authority", "helper", "verifier")
+    }
+    return (
+        json.dumps(
+            {
+                "version": _MANIFEST_VERSION,
+                "options": stored,
+                "database_url": layout.database_url,
+                "ports": ports,
+                "api": {"url": layout.api.url, "ca_file": str(layout.api.ca_file or "")},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def _not_a_run(run: Path, why: str) -> ResumeRefused:
+    return ResumeRefused(f"{run} is not a run directory of deploy local: {why}", why="not-a-run")
+
+
+def read_run(run_dir: Path) -> tuple[LocalOptions, LocalLayout]:
+    """Read back the options and layout of a run :func:`prepare` made, writing nothing.
+
+    Raises
+    ------
+    ResumeRefused
+        ``run_dir`` has no complete run (its :data:`MANIFEST` is missing or unreadable,
+        or a file of the run is gone).
+    """
+    run = Path(run_dir).resolve()
+    if not run.is_dir():
+        raise _not_a_run(run, "no such directory")
+    try:
+        stored = json.loads((run / MANIFEST).read_text(encoding="utf-8"))
+        if stored.get("version") != _MANIFEST_VERSION:
+            raise ValueError(f"version {stored.get('version')!r}")
+        options = LocalOptions(**stored["options"], run_dir=run)
+        ports, api = stored["ports"], stored["api"]
+        url = str(stored["database_url"])
+        endpoint = ApiEndpoint(
+            url=str(api["url"]),
+            ca_file=Path(api["ca_file"]) if api["ca_file"] else None,
+            config=run / "api" / "api.toml",
+        )
+    except FileNotFoundError:
+        raise _not_a_run(run, f"no {MANIFEST} (prepare never finished there)") from None
+    except (ValueError, TypeError, KeyError, AttributeError, ConfigurationInvalid) as exc:
+        raise _not_a_run(run, f"{MANIFEST} is unreadable ({exc})") from None
+    ids = participant_ids(options.participants)
+    layout = LocalLayout(
+        run_dir=run,
+        keys=run / "keys",
+        ids=tuple(ids),
+        database_url=url,
+        api=endpoint,
+        server_toml=run / "server" / "server.toml",
+        participant_tomls={pid: run / "nodes" / pid / "participant.toml" for pid in ids},
+        flwr_home=run / "flwr",
+        superlink_port=int(ports["superlink"]),
+        authority_port=int(ports["authority"]),
+        helper_port=int(ports["helper"]),
+        verifier_port=int(ports["verifier"]),
+    )
+    needed = [
+        layout.keys / "aggregator",
+        layout.ca_file,
+        layout.api.config,
+        layout.server_toml,
+        layout.flwr_home / "config.toml",
+        *layout.participant_tomls.values(),
+    ]
+    missing = [str(p.relative_to(run)) for p in needed if not p.exists()]
+    if missing:
+        raise _not_a_run(run, f"missing {', '.join(missing)}")
+    return options, layout
+
+
+#: The options ``deploy local --resume`` compares with the stored run (others are not stored).
+RESUME_OPTIONS = ("participants", "mode", "rounds", "max_retries", "database_url")
+
+
+def check_resume_options(stored: LocalOptions, given: dict[str, Any]) -> None:
+    """Refuse options given with ``--resume`` that differ from the stored run's.
+
+    ``given`` maps option names of :data:`RESUME_OPTIONS` to what the caller asked for
+    (only those it named).
+
+    Raises
+    ------
+    ResumeRefused
+        An option differs (each one named with both values), or is not one of the stored.
+    """
+    unknown = sorted(set(given) - set(RESUME_OPTIONS))
+    if unknown:
+        raise ResumeRefused(f"not options of a stored run: {', '.join(unknown)}", why="contradicts")
+    differ = [
+        f"{name} {value!r} (the run's: {getattr(stored, name)!r})"
+        for name, value in given.items()
+        if value != getattr(stored, name)
+    ]
+    if differ:
+        raise ResumeRefused(
+            f"the options contradict the run in {stored.run_dir}: {'; '.join(differ)}",
+            why="contradicts",
+        )
+
+
+class RunLock:
+    """The driver's lock of a run directory (``flock`` of :data:`LOCK`, released at exit).
+
+    The file keeps the driver's pid; the lock dies with the process that holds it (a
+    killed driver leaves a file, not a lock), and no child inherits it.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock and write this process's pid into the file.
+
+        Raises
+        ------
+        ResumeRefused
+            Another process holds it (``why="in-use"``; its pid named).
+        """
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ResumeRefused(
+                f"{self.path.parent} is in use: deploy local (pid {holder}) still runs it",
+                why="in-use",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (the file stays); safe to call twice."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def run_ports(options: LocalOptions, layout: LocalLayout) -> dict[str, int]:
+    """Return the ports the run's services listen on: ``{what: port}``."""
+    ports = {"SuperLink": layout.superlink_port, "key authority": layout.authority_port}
+    if options.mode == "shares":
+        ports["helper"] = layout.helper_port
+    elif options.verifier:
+        ports["verifier"] = layout.verifier_port
+    api_port = layout.api.url.rpartition(":")[2]
+    if api_port.isdigit():
+        ports["API"] = int(api_port)
+    return ports
+
+
+def check_ports_free(options: LocalOptions, layout: LocalLayout) -> None:
+    """Refuse a run whose services' ports are taken (a process of it may still be alive).
+
+    Raises
+    ------
+    ResumeRefused
+        A port cannot be bound on 127.0.0.1 (``why="in-use"``).
+    """
+    taken = []
+    for what, port in run_ports(options, layout).items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services do
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                taken.append(f"{port} ({what})")
+    if taken:
+        raise ResumeRefused(
+            f"{layout.run_dir} is in use: port {', '.join(taken)} is taken on 127.0.0.1; "
+            "a process of the earlier run may still be alive",
+            why="in-use",
+        )
