@@ -151,7 +151,7 @@ class DeploymentPlan:
             signed = SignedPolicy.sign(policy, own)
             keys = {p: k.public_key for p, k in own.items()}
         # the gatekeeper checks the policy's roster, shape and quorum against its own
-        # (consortium_policy.check_consortium)
+        # (consortium_checks.check_consortium)
         return PolicyPin(signed, keys, party=party, audit=self.audit)
 
     def enrol_server(self, name: str) -> ServerSigningKey:
