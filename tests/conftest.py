@@ -75,13 +75,12 @@ def _run_in_the_clone(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 #: Modules of a few tests that take minutes each (real processes), longest first: a
 #: local run of each alone took ckks 365 s, shares 307 s, deploy-local about 300 s, fresh
-#: clone 278 s; then the resumed deploy-local run (two rounds of shares, not timed yet).
+#: clone 278 s.
 _LONGEST = (
     "tests/e2e/test_federation_ckks.py",
     "tests/e2e/test_federation_shares.py",
     "tests/e2e/test_deploy_local.py",
     _FRESH_CLONE,
-    "tests/e2e/test_deploy_local_resume.py",
 )
 
 
@@ -92,7 +91,7 @@ def _longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     one-test modules that take minutes went last, side by side: a worker is handed the
     next scope while fewer than three of its tests are left, and two or three of them
     queued on one worker, one after the other, at the suite's end (``scripts/test``).
-    Here the longest go first (the first two one to each worker, the others behind them),
+    Here the longest go first (one each to the two workers, the next two behind them),
     then every other scope by its number of tests as xdist orders them (ties in
     collection order). Only the order changes; every test still runs.
     """
