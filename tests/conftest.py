@@ -50,12 +50,6 @@ _FRESH_CLONE = "tests/e2e/test_fresh_clone.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The fresh clone's suite files left out (:func:`_run_in_the_clone`); the order of xdist."""
-    _run_in_the_clone(config, items)
-    _longest_first(config, items)
-
-
-def _run_in_the_clone(config: pytest.Config, items: list[pytest.Item]) -> None:
     """When the fresh-clone test runs, its two suite files run there, not twice.
 
     The fresh-clone test runs the REST fuzz test and the central-DP test with
@@ -71,39 +65,3 @@ def _run_in_the_clone(config: pytest.Config, items: list[pytest.Item]) -> None:
     if moved:
         items[:] = [item for item in items if not item.nodeid.startswith(_IN_THE_CLONE)]
         config.hook.pytest_deselected(items=moved)
-
-
-#: Modules of a few tests that take minutes each (real processes), longest first: a
-#: local run of each alone took ckks 365 s, shares 307 s, deploy-local about 300 s, fresh
-#: clone 278 s.
-_LONGEST = (
-    "tests/e2e/test_federation_ckks.py",
-    "tests/e2e/test_federation_shares.py",
-    "tests/e2e/test_deploy_local.py",
-    _FRESH_CLONE,
-)
-
-
-def _longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers with ``--no-loadscope-reorder``: the longest modules first.
-
-    xdist's own reorder (its default) queues scopes by their number of tests, so the
-    one-test modules that take minutes went last, side by side: a worker is handed the
-    next scope while fewer than three of its tests are left, and two or three of them
-    queued on one worker, one after the other, at the suite's end (``scripts/test``).
-    Here the longest go first (one each to the two workers, the next two behind them),
-    then every other scope by its number of tests as xdist orders them (ties in
-    collection order). Only the order changes; every test still runs.
-    """
-    if not hasattr(config, "workerinput") or config.getoption("loadscopereorder", True):
-        return
-    scopes: dict[str, list[pytest.Item]] = {}
-    for item in items:  # xdist's loadscope unit: the node id up to its last "::"
-        scopes.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)
-
-    def rank(scope: str) -> tuple[int, int]:
-        module = scope.split("::", 1)[0]
-        longest = _LONGEST.index(module) if module in _LONGEST else len(_LONGEST)
-        return longest, -len(scopes[scope])
-
-    items[:] = [item for scope in sorted(scopes, key=rank) for item in scopes[scope]]
