@@ -69,3 +69,33 @@ def test_the_ledger_epsilon_is_compared_not_the_auditors_copy(ledger: PrivacyLed
     item = _item(ledger)
     assert item.status == "fail"
     assert f"exceeds the accounted epsilon {accounted}" in item.reason
+
+
+def test_the_newest_audit_of_a_span_is_judged_not_an_earlier_one(ledger: PrivacyLedger) -> None:
+    """An early per-round entry above its epsilon, superseded by the span's newest, passes.
+
+    Each entry is its own 95% statement; failing on the largest of a span's entries
+    would raise the false-alarm rate with every round (the module docstring).
+    """
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r1"), above=True)
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r2"))
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r3"))
+    item = _item(ledger)
+    assert item.status == "pass", item.reason
+    assert item.reason.startswith("1 empirical audits of 1 budgets (2 earlier entries"), item.reason
+
+
+def test_a_newest_audit_above_its_epsilon_fails_whatever_came_before(
+    ledger: PrivacyLedger,
+) -> None:
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r1"))
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r2"))
+    record_audit(ledger, PARTICIPANTS[0], ASSET, ("r1", "r3"), above=True)
+    record_audit(ledger, PARTICIPANTS[1], ASSET, ("r1", "r2"), above=True)
+    record_audit(ledger, PARTICIPANTS[1], ASSET, ("r2", "r3"))  # another span: judged apart
+    item = _item(ledger)
+    assert item.status == "fail"
+    assert f"participant {PARTICIPANTS[0]} (asset {ASSET}): " in item.reason, item.reason
+    assert "rounds r1 to r3) exceeds" in item.reason, item.reason
+    assert f"participant {PARTICIPANTS[1]} (asset {ASSET}): " in item.reason, item.reason
+    assert "rounds r1 to r2) exceeds" in item.reason and "rounds r2 to r3" not in item.reason
