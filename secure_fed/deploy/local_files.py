@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import socket
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,20 +349,8 @@ def prepare(options: LocalOptions) -> LocalLayout:
         tls_key=api_key,
         ca_file=keys / "tls" / "ca.pem",
     )
-    layout = LocalLayout(
-        run_dir=run,
-        keys=keys,
-        ids=tuple(ids),
-        database_url=url,
-        api=api,
-        server_toml=run / "server" / "server.toml",
-        participant_tomls={pid: run / "nodes" / pid / "participant.toml" for pid in ids},
-        flwr_home=run / "flwr",
-        superlink_port=free_port(),
-        authority_port=free_port(),
-        helper_port=free_port(),
-        verifier_port=free_port(),
-    )
+    ports = {name: free_port() for name in _PORTS}
+    layout = _layout(run, ids, database_url=url, api=api, ports=ports)
     _write_private(layout.server_toml, _server_toml(options, layout, sm3))
     for k, pid in enumerate(ids):
         _write_private(layout.participant_tomls[pid], _participant_toml(options, layout, k, sm3))
@@ -387,13 +376,39 @@ class ResumeRefused(ConfigurationInvalid):
         self.why = why
 
 
+#: The services whose ports a run keeps (``LocalLayout.<name>_port``, the manifest's keys).
+_PORTS = ("superlink", "authority", "helper", "verifier")
+
+
+def _layout(
+    run: Path,
+    ids: Sequence[str],
+    *,
+    database_url: str,
+    api: ApiEndpoint,
+    ports: Mapping[str, int],
+) -> LocalLayout:
+    """Return the layout of the run in ``run``: its files' places, the database, the ports."""
+    return LocalLayout(
+        run_dir=run,
+        keys=run / "keys",
+        ids=tuple(ids),
+        database_url=database_url,
+        api=api,
+        server_toml=run / "server" / "server.toml",
+        participant_tomls={pid: run / "nodes" / pid / "participant.toml" for pid in ids},
+        flwr_home=run / "flwr",
+        superlink_port=ports["superlink"],
+        authority_port=ports["authority"],
+        helper_port=ports["helper"],
+        verifier_port=ports["verifier"],
+    )
+
+
 def _manifest(options: LocalOptions, layout: LocalLayout) -> str:
     stored = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     del stored["run_dir"]
-    ports = {
-        name: getattr(layout, f"{name}_port")
-        for name in ("superlink", "authority", "helper", "verifier")
-    }
+    ports = {name: getattr(layout, f"{name}_port") for name in _PORTS}
     return (
         json.dumps(
             {
@@ -442,19 +457,8 @@ def read_run(run_dir: Path) -> tuple[LocalOptions, LocalLayout]:
     except (ValueError, TypeError, KeyError, AttributeError, ConfigurationInvalid) as exc:
         raise _not_a_run(run, f"{MANIFEST} is unreadable ({exc})") from None
     ids = participant_ids(options.participants)
-    layout = LocalLayout(
-        run_dir=run,
-        keys=run / "keys",
-        ids=tuple(ids),
-        database_url=url,
-        api=endpoint,
-        server_toml=run / "server" / "server.toml",
-        participant_tomls={pid: run / "nodes" / pid / "participant.toml" for pid in ids},
-        flwr_home=run / "flwr",
-        superlink_port=int(ports["superlink"]),
-        authority_port=int(ports["authority"]),
-        helper_port=int(ports["helper"]),
-        verifier_port=int(ports["verifier"]),
+    layout = _layout(
+        run, ids, database_url=url, api=endpoint, ports={n: int(ports[n]) for n in _PORTS}
     )
     needed = [
         layout.keys / "aggregator",
